@@ -1,0 +1,196 @@
+//! Aggregates of connection records per server name, in bounded memory:
+//! counts, and handshake times in log-scaled histograms for quantiles.
+
+use std::collections::BTreeMap;
+
+use crate::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption};
+
+/// Distinct server names kept before the rest are folded into `(other)`.
+pub const MAX_NAMES: usize = 10_000;
+pub const OTHER: &str = "(other)";
+pub const NO_SNI: &str = "(no sni)";
+
+/// A log-bucketed histogram of milliseconds: ~1% relative precision from
+/// 1 µs to over an hour in a fixed 2 KiB-ish footprint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    counts: BTreeMap<u16, u64>,
+    n: u64,
+}
+
+const GROWTH: f64 = 1.02;
+const FLOOR_MS: f64 = 0.001;
+
+impl Histogram {
+    pub fn add(&mut self, ms: f64) {
+        let b = if ms <= FLOOR_MS { 0 } else { ((ms / FLOOR_MS).ln() / GROWTH.ln()).ceil().min(u16::MAX as f64) as u16 };
+        *self.counts.entry(b).or_default() += 1;
+        self.n += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+
+    /// The q-quantile (0..=1), as the upper edge of its bucket.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0;
+        for (&b, &c) in &self.counts {
+            seen += c;
+            if seen >= rank {
+                return Some(if b == 0 { FLOOR_MS } else { FLOOR_MS * GROWTH.powi(b as i32) });
+            }
+        }
+        None
+    }
+
+    pub fn merge(&mut self, other: &Histogram) {
+        for (&b, &c) in &other.counts {
+            *self.counts.entry(b).or_default() += c;
+        }
+        self.n += other.n;
+    }
+}
+
+/// Counts for one server name (or the total).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Aggregate {
+    pub connections: u64,
+    pub full: u64,
+    pub resumed_session_id: u64,
+    pub resumed_ticket: u64,
+    pub resumed_psk: u64,
+    pub failed: u64,
+    pub incomplete: u64,
+    /// Full handshakes whose client offered resumption: offers the server declined.
+    pub declined: u64,
+    pub early_attempted: u64,
+    pub early_accepted: u64,
+    pub early_rejected: u64,
+    pub hrr: u64,
+    pub handshake_full_ms: Histogram,
+    pub handshake_resumed_ms: Histogram,
+    pub ttfb_ms: Histogram,
+    pub avoidable_ms: f64,
+}
+
+impl Aggregate {
+    pub fn add(&mut self, r: &ConnectionRecord) {
+        self.connections += 1;
+        match (r.handshake, r.resumption) {
+            (HandshakeKind::Full, _) => self.full += 1,
+            (HandshakeKind::Resumed, Some(Resumption::SessionId)) => self.resumed_session_id += 1,
+            (HandshakeKind::Resumed, Some(Resumption::Ticket)) => self.resumed_ticket += 1,
+            (HandshakeKind::Resumed, _) => self.resumed_psk += 1,
+            (HandshakeKind::Failed, _) => self.failed += 1,
+            (HandshakeKind::Incomplete, _) => self.incomplete += 1,
+        }
+        if r.handshake == HandshakeKind::Full && !r.offered.is_empty() {
+            self.declined += 1;
+        }
+        match r.early_data {
+            EarlyData::Attempted => self.early_attempted += 1,
+            EarlyData::Accepted => self.early_accepted += 1,
+            EarlyData::Rejected => self.early_rejected += 1,
+            EarlyData::None => {}
+        }
+        self.hrr += r.hrr as u64;
+        if let Some(ms) = r.timing.handshake {
+            match r.handshake {
+                HandshakeKind::Full => self.handshake_full_ms.add(ms),
+                HandshakeKind::Resumed => self.handshake_resumed_ms.add(ms),
+                _ => {}
+            }
+        }
+        if let Some(ms) = r.timing.ttfb {
+            self.ttfb_ms.add(ms);
+        }
+        self.avoidable_ms += r.timing.avoidable.unwrap_or(0.0);
+    }
+
+    pub fn resumed(&self) -> u64 {
+        self.resumed_session_id + self.resumed_ticket + self.resumed_psk
+    }
+
+    /// Resumed share of completed handshakes.
+    pub fn resumption_rate(&self) -> Option<f64> {
+        let done = self.full + self.resumed();
+        (done > 0).then(|| self.resumed() as f64 / done as f64)
+    }
+
+    pub fn merge(&mut self, o: &Aggregate) {
+        self.connections += o.connections;
+        self.full += o.full;
+        self.resumed_session_id += o.resumed_session_id;
+        self.resumed_ticket += o.resumed_ticket;
+        self.resumed_psk += o.resumed_psk;
+        self.failed += o.failed;
+        self.incomplete += o.incomplete;
+        self.declined += o.declined;
+        self.early_attempted += o.early_attempted;
+        self.early_accepted += o.early_accepted;
+        self.early_rejected += o.early_rejected;
+        self.hrr += o.hrr;
+        self.handshake_full_ms.merge(&o.handshake_full_ms);
+        self.handshake_resumed_ms.merge(&o.handshake_resumed_ms);
+        self.ttfb_ms.merge(&o.ttfb_ms);
+        self.avoidable_ms += o.avoidable_ms;
+    }
+}
+
+/// Aggregates by server name, with a total.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub by_name: BTreeMap<String, Aggregate>,
+    pub total: Aggregate,
+}
+
+impl Summary {
+    pub fn add(&mut self, r: &ConnectionRecord) {
+        self.total.add(r);
+        let name = r.sni.as_deref().unwrap_or(NO_SNI);
+        let key = if self.by_name.contains_key(name) || self.by_name.len() < MAX_NAMES {
+            name
+        } else {
+            OTHER
+        };
+        self.by_name.entry(key.to_string()).or_default().add(r);
+    }
+
+    /// The `n` names with most connections (ties by name), then the rest folded.
+    pub fn top(&self, n: usize) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
+        let mut names: Vec<(&str, &Aggregate)> = self.by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        names.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(b.0)));
+        if names.len() <= n {
+            return (names, None);
+        }
+        let mut rest = Aggregate::default();
+        for (_, a) in &names[n..] {
+            rest.merge(a);
+        }
+        names.truncate(n);
+        (names, Some(rest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_within_two_percent() {
+        let mut h = Histogram::default();
+        for i in 1..=1000 {
+            h.add(i as f64);
+        }
+        let med = h.quantile(0.5).unwrap();
+        assert!((med - 500.0).abs() / 500.0 < 0.02, "median {med}");
+        let p99 = h.quantile(0.99).unwrap();
+        assert!((p99 - 990.0).abs() / 990.0 < 0.02, "p99 {p99}");
+        assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+}

@@ -1,0 +1,410 @@
+//! What kind of handshake a connection had: a state machine over
+//! (state, direction, event), fed by the record layers of both directions.
+//! The rules are DESIGN.md's "Classification" section.
+
+use crate::record::{Certs, EarlyData, HandshakeKind, Resumption};
+use crate::tls::enums::{cipher_suite_name, content_type as ct, handshake_type as ht, ProtocolVersion};
+use crate::tls::handshake::{parse_certificate_list, ClientHello, ServerHello};
+use crate::tls::record::RecordInfo;
+use crate::flow::reassembly::seq_diff;
+
+/// Which side sent a record: the client is the side that sent ClientHello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    Client,
+    Server,
+}
+
+/// Records kept per direction for timing and byte counts; a handshake needs
+/// a handful, so hitting this means the connection is odd (counted).
+pub const MAX_RECORDS_PER_DIR: usize = 48;
+
+/// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
+/// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).
+const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the ClientHello.
+    Start,
+    /// ClientHello sent, waiting for ServerHello.
+    ClientHello,
+    /// HelloRetryRequest sent, waiting for the second ClientHello.
+    HelloRetry,
+    /// TLS <= 1.2 ServerHello seen; the server's flight follows.
+    ServerHello12,
+    /// ServerHelloDone seen: a full TLS <= 1.2 handshake; client's flight next.
+    ServerDone12,
+    /// Full TLS <= 1.2: client's ChangeCipherSpec seen; server's CCS+Finished next.
+    ClientCcs12,
+    /// Abbreviated TLS <= 1.2: server's CCS came right after ServerHello.
+    ServerCcsResumed12,
+    /// TLS 1.3 ServerHello seen; the client's Finished completes it.
+    ServerHello13,
+    /// SSLv2 SERVER-HELLO seen.
+    Sslv2ServerHello,
+    Complete,
+    Failed,
+}
+
+/// A TLS connection's handshake, as far as the wire shows it.
+#[derive(Debug)]
+pub struct TlsHandshake {
+    pub state: State,
+    pub first_client_hello: Option<ClientHello>,
+    pub client_hello: Option<ClientHello>,
+    pub server_hello: Option<ServerHello>,
+    pub client_hello_ts: Option<f64>,
+    /// Sequence number one past the final ServerHello's record.
+    pub server_hello_end: Option<u32>,
+    pub hrr: bool,
+    pub abbreviated: bool,
+    pub session_id_offered: bool,
+    pub sslv2: bool,
+    pub sslv2_session_hit: bool,
+    pub certs: Option<Certs>,
+    pub failure: Option<String>,
+    /// The client record that completed the handshake (TLS 1.3 Finished,
+    /// TLS 1.2 resumed CCS) or, for full TLS 1.2, the server's CCS.
+    pub completed_by: Option<RecordInfo>,
+    /// The client sent application data before the server's Finished (TLS 1.2 False Start).
+    pub false_start: bool,
+    pub records: [Vec<RecordInfo>; 2],
+    pub records_overflowed: bool,
+    pub parse_errors: u32,
+}
+
+impl Default for TlsHandshake {
+    fn default() -> Self {
+        TlsHandshake {
+            state: State::Start,
+            first_client_hello: None,
+            client_hello: None,
+            server_hello: None,
+            client_hello_ts: None,
+            server_hello_end: None,
+            hrr: false,
+            abbreviated: false,
+            session_id_offered: false,
+            sslv2: false,
+            sslv2_session_hit: false,
+            certs: None,
+            failure: None,
+            completed_by: None,
+            false_start: false,
+            records: [Vec::new(), Vec::new()],
+            records_overflowed: false,
+            parse_errors: 0,
+        }
+    }
+}
+
+/// What the classifier needs to know from the rest of the trace.
+pub trait SessionIds {
+    /// Was this session ID issued by a server earlier in the trace?
+    fn was_issued(&self, id: &[u8]) -> bool;
+    /// A server issued this session ID in a TLS <= 1.2 ServerHello.
+    fn issued(&mut self, id: &[u8]);
+}
+
+impl TlsHandshake {
+    pub fn is_over(&self) -> bool {
+        matches!(self.state, State::Complete | State::Failed)
+    }
+
+    /// The version the server negotiated, if any.
+    pub fn version(&self) -> Option<ProtocolVersion> {
+        if self.sslv2 && self.state != State::Start && self.state != State::ClientHello {
+            return Some(ProtocolVersion::SSL2);
+        }
+        self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.version())
+    }
+
+    pub fn is_tls13(&self) -> bool {
+        self.version().is_some_and(|v| v.is_tls13())
+    }
+
+    /// Every record is logged (bounded) for timing and byte counts.
+    pub fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
+        let log = &mut self.records[dir as usize];
+        if log.len() < MAX_RECORDS_PER_DIR {
+            log.push(rec);
+        } else {
+            self.records_overflowed = true;
+        }
+        if rec.content_type != ct::APPLICATION_DATA {
+            if rec.content_type == ct::CHANGE_CIPHER_SPEC {
+                self.on_ccs(dir, rec);
+            }
+            return;
+        }
+        match (self.state, dir) {
+            // TLS 1.3: the client's first encrypted record sent after it saw
+            // the ServerHello is its Finished (or EndOfEarlyData) — or an
+            // encrypted alert, told apart by its length.
+            (State::ServerHello13, Dir::Client) if self.acks_server_hello(&rec) => {
+                if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
+                    self.fail("encrypted_alert".into());
+                } else {
+                    self.complete(rec);
+                }
+            }
+            (State::ServerDone12 | State::ClientCcs12, Dir::Client) => self.false_start = true,
+            _ => {}
+        }
+    }
+
+    fn acks_server_hello(&self, rec: &RecordInfo) -> bool {
+        match (rec.ack, self.server_hello_end) {
+            (Some(ack), Some(end)) => seq_diff(ack, end) >= 0,
+            _ => false,
+        }
+    }
+
+    fn on_ccs(&mut self, dir: Dir, rec: RecordInfo) {
+        match (self.state, dir) {
+            (State::ServerHello12, Dir::Server) => {
+                self.abbreviated = true;
+                self.state = State::ServerCcsResumed12;
+            }
+            (State::ServerDone12, Dir::Client) => self.state = State::ClientCcs12,
+            (State::ClientCcs12, Dir::Server) => self.complete(rec),
+            (State::ServerCcsResumed12, Dir::Client) => self.complete(rec),
+            _ => {}
+        }
+    }
+
+    /// A complete plaintext handshake message.
+    pub fn on_message(
+        &mut self,
+        dir: Dir,
+        msg_type: u8,
+        body: Option<&[u8]>,
+        rec: RecordInfo,
+        ids: &mut dyn SessionIds,
+    ) {
+        match (self.state, dir, msg_type) {
+            (State::Start | State::HelloRetry, Dir::Client, ht::CLIENT_HELLO) => {
+                let Some(ch) = body.and_then(|b| self.parsed(ClientHello::parse(b))) else {
+                    return;
+                };
+                self.accept_client_hello(ch, rec, ids);
+            }
+            (State::ClientHello, Dir::Server, ht::SERVER_HELLO) => {
+                let Some(sh) = body.and_then(|b| self.parsed(ServerHello::parse(b))) else {
+                    return;
+                };
+                self.server_hello_end = Some(rec.end);
+                if sh.is_hrr {
+                    self.hrr = true;
+                    self.state = State::HelloRetry;
+                } else if sh.version().is_tls13() {
+                    self.state = State::ServerHello13;
+                } else {
+                    if !sh.session_id.is_empty() {
+                        ids.issued(sh.session_id.as_bytes());
+                    }
+                    self.state = State::ServerHello12;
+                }
+                self.server_hello = Some(sh);
+            }
+            (State::ServerHello12, Dir::Server, ht::CERTIFICATE) => {
+                self.certs = Some(match body {
+                    Some(b) => match parse_certificate_list(b) {
+                        Ok(list) => certs_summary(&list),
+                        Err(_) => {
+                            self.parse_errors += 1;
+                            return;
+                        }
+                    },
+                    None => Certs { count: 0, bytes: 0, leaf_subject: None, leaf_issuer: None },
+                });
+            }
+            (State::ServerHello12, Dir::Server, ht::SERVER_HELLO_DONE) => self.state = State::ServerDone12,
+            _ => {}
+        }
+    }
+
+    fn accept_client_hello(&mut self, ch: ClientHello, rec: RecordInfo, ids: &mut dyn SessionIds) {
+        // A TLS 1.3 client's legacy session ID is random (compatibility
+        // mode) unless a server handed it out earlier in the trace.
+        if !ch.session_id.is_empty()
+            && (!ch.offers_tls13() || ids.was_issued(ch.session_id.as_bytes()))
+        {
+            self.session_id_offered = true;
+        }
+        if self.first_client_hello.is_none() {
+            self.client_hello_ts = Some(rec.ts);
+            self.first_client_hello = Some(ch.clone());
+        }
+        self.client_hello = Some(ch);
+        self.state = State::ClientHello;
+    }
+
+    /// The first record of a direction came in SSLv2 format.
+    pub fn on_sslv2(&mut self, dir: Dir, msg_type: u8, body: &[u8], rec: RecordInfo) {
+        match (self.state, dir, msg_type) {
+            (State::Start, Dir::Client, 1) => {
+                let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) else { return };
+                self.sslv2 = true;
+                self.client_hello_ts = Some(rec.ts);
+                self.first_client_hello = Some(ch.clone());
+                self.client_hello = Some(ch);
+                self.state = State::ClientHello;
+            }
+            // SERVER-HELLO: session-id-hit, certificate type, version...
+            (State::ClientHello, Dir::Server, 4) => {
+                self.sslv2_session_hit = body.first().is_some_and(|&hit| hit != 0);
+                self.state = State::Sslv2ServerHello;
+            }
+            _ => {}
+        }
+    }
+
+    /// SSLv2 records after the hellos are not parsed; the client's next
+    /// record (CLIENT-MASTER-KEY or, resumed, CLIENT-FINISHED) completes it.
+    pub fn on_sslv2_continuation(&mut self, dir: Dir, rec: RecordInfo) {
+        if self.state == State::Sslv2ServerHello && dir == Dir::Client {
+            self.complete(rec);
+        }
+    }
+
+    pub fn on_alert(&mut self, level: u8, description: u8) {
+        if level == 2 && !self.is_over() && self.state != State::Start {
+            self.fail(format!("alert:{}", crate::tls::enums::alert_name(description)));
+        }
+    }
+
+    /// The TCP connection closed (FIN) or was reset.
+    pub fn on_close(&mut self, reset: bool) {
+        if !self.is_over() && self.state != State::Start {
+            self.fail(if reset { "reset" } else { "close" }.into());
+        }
+    }
+
+    fn complete(&mut self, rec: RecordInfo) {
+        self.completed_by = Some(rec);
+        self.state = State::Complete;
+    }
+
+    fn fail(&mut self, why: String) {
+        self.failure = Some(why);
+        self.state = State::Failed;
+    }
+
+    fn parsed<T>(&mut self, r: Result<T, crate::tls::codec::InvalidMessage>) -> Option<T> {
+        r.map_err(|_| self.parse_errors += 1).ok()
+    }
+
+    pub fn kind(&self) -> HandshakeKind {
+        match self.state {
+            State::Complete if self.resumption().is_some() => HandshakeKind::Resumed,
+            State::Complete => HandshakeKind::Full,
+            State::Failed => HandshakeKind::Failed,
+            _ => HandshakeKind::Incomplete,
+        }
+    }
+
+    /// The resumption method the server accepted.
+    pub fn resumption(&self) -> Option<Resumption> {
+        if self.sslv2 {
+            return self.sslv2_session_hit.then_some(Resumption::SessionId);
+        }
+        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr)?;
+        if sh.version().is_tls13() {
+            return sh.psk_selected.map(|_| Resumption::Psk);
+        }
+        if !self.abbreviated {
+            return None;
+        }
+        // RFC 5077 §3.4: a server accepting a ticket echoes the client's
+        // session ID, so a non-empty ticket wins over the echoed ID.
+        let ticket = self.client_hello.as_ref().and_then(|ch| ch.session_ticket_len).unwrap_or(0) > 0;
+        Some(if ticket { Resumption::Ticket } else { Resumption::SessionId })
+    }
+
+    /// Resumption methods the client offered (over both ClientHellos).
+    pub fn offered(&self) -> Vec<Resumption> {
+        let hellos = [self.first_client_hello.as_ref(), self.client_hello.as_ref()];
+        let mut out = Vec::new();
+        if self.session_id_offered || self.resumption() == Some(Resumption::SessionId) {
+            out.push(Resumption::SessionId);
+        }
+        if hellos.iter().flatten().any(|ch| ch.session_ticket_len.unwrap_or(0) > 0)
+            || self.resumption() == Some(Resumption::Ticket)
+        {
+            out.push(Resumption::Ticket);
+        }
+        if hellos.iter().flatten().any(|ch| ch.psk.is_some()) {
+            out.push(Resumption::Psk);
+        }
+        out
+    }
+
+    pub fn early_data(&self) -> EarlyData {
+        let offered = self.first_client_hello.as_ref().is_some_and(|ch| ch.early_data);
+        if !offered {
+            return EarlyData::None;
+        }
+        if self.hrr {
+            return EarlyData::Rejected; // RFC 8446 §4.2.10: HRR rejects 0-RTT.
+        }
+        match self.server_hello.as_ref() {
+            Some(sh) if !sh.version().is_tls13() || sh.psk_selected.is_none() => EarlyData::Rejected,
+            // PSK accepted: whether early data was too is in the encrypted
+            // EncryptedExtensions, which tlsrum does not see.
+            _ => EarlyData::Attempted,
+        }
+    }
+
+    /// Handshake round trips before the client could send application data.
+    pub fn round_trips(&self) -> Option<u8> {
+        if self.state != State::Complete || self.sslv2 {
+            return None;
+        }
+        let base = if self.is_tls13() {
+            match self.early_data() {
+                EarlyData::Accepted => 0,
+                EarlyData::Attempted => return None,
+                _ => 1,
+            }
+        } else if self.abbreviated {
+            1
+        } else {
+            2
+        };
+        Some(base + self.hrr as u8)
+    }
+
+    /// Round trips a resumed handshake would have saved (for a full
+    /// handshake whose client offered resumption).
+    pub fn avoidable_round_trips(&self) -> Option<u8> {
+        if self.kind() != HandshakeKind::Full || self.offered().is_empty() {
+            return None;
+        }
+        if self.is_tls13() {
+            // PSK alone saves no round trip; accepted early data would have saved one.
+            Some(u8::from(self.early_data() != EarlyData::None))
+        } else {
+            Some(1)
+        }
+    }
+
+    pub fn cipher(&self) -> Option<String> {
+        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr)?;
+        Some(match cipher_suite_name(sh.cipher_suite) {
+            Some(name) => name.to_string(),
+            None => format!("0x{:04x}", sh.cipher_suite),
+        })
+    }
+}
+
+fn certs_summary(list: &[&[u8]]) -> Certs {
+    let leaf = list.first().and_then(|der| x509_parser::parse_x509_certificate(der).ok());
+    Certs {
+        count: list.len(),
+        bytes: list.iter().map(|c| c.len()).sum(),
+        leaf_subject: leaf.as_ref().map(|(_, c)| c.subject().to_string()),
+        leaf_issuer: leaf.as_ref().map(|(_, c)| c.issuer().to_string()),
+    }
+}

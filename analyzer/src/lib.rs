@@ -1,0 +1,11 @@
+#![forbid(unsafe_code)]
+mod analyzer;
+pub mod aggregate;
+pub mod classify;
+pub mod flow;
+pub mod output;
+pub mod record;
+pub mod timing;
+pub mod tls;
+pub mod wire;
+pub use analyzer::{Analyzer, Config, Stats};

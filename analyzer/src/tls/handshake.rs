@@ -1,0 +1,353 @@
+//! Handshake messages tlsrum reads: the hellos (with their extensions),
+//! Certificate, NewSessionTicket and Alert. Everything else is counted by
+//! type and length only.
+
+use super::codec::{InvalidMessage, Reader};
+use super::enums::{extension_type as ext, is_grease, ProtocolVersion, HRR_RANDOM};
+
+/// A legacy session ID (at most 32 bytes, RFC 5246 §7.4.1.2).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionId {
+    len: u8,
+    bytes: [u8; 32],
+}
+
+impl SessionId {
+    fn read(r: &mut Reader<'_>) -> Result<Self, InvalidMessage> {
+        let mut sub = r.sub8("session_id")?;
+        let raw = sub.rest();
+        if raw.len() > 32 {
+            return Err(InvalidMessage::Invalid("session_id length"));
+        }
+        let mut bytes = [0; 32];
+        bytes[..raw.len()].copy_from_slice(raw);
+        Ok(SessionId { len: raw.len() as u8, bytes })
+    }
+
+    pub fn from_slice(raw: &[u8]) -> Self {
+        let n = raw.len().min(32);
+        let mut bytes = [0; 32];
+        bytes[..n].copy_from_slice(&raw[..n]);
+        SessionId { len: n as u8, bytes }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SessionId({} bytes)", self.len)
+    }
+}
+
+/// The pre_shared_key extension of a ClientHello (RFC 8446 §4.2.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PskOffer {
+    pub identities: u16,
+    /// Length of the first identity (a ticket); never the ticket itself.
+    pub first_identity_len: u16,
+}
+
+/// A ClientHello, reduced to what classification and fingerprints need.
+#[derive(Debug, Clone, Default)]
+pub struct ClientHello {
+    pub legacy_version: u16,
+    pub session_id: SessionId,
+    pub cipher_suites: Vec<u16>,
+    /// Extension types in the order the client sent them (GREASE included).
+    pub extensions: Vec<u16>,
+    pub server_name: Option<String>,
+    pub alpn: Vec<String>,
+    pub supported_versions: Vec<u16>,
+    /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
+    pub session_ticket_len: Option<usize>,
+    pub psk: Option<PskOffer>,
+    pub psk_modes: Vec<u8>,
+    pub early_data: bool,
+    pub key_share_groups: Vec<u16>,
+    pub supported_groups: Vec<u16>,
+    pub signature_algorithms: Vec<u16>,
+    /// Came in an SSLv2-compatible record (RFC 5246 Appendix E.2).
+    pub sslv2_compat: bool,
+}
+
+impl ClientHello {
+    /// True if the client offers TLS 1.3 (or a draft of it).
+    pub fn offers_tls13(&self) -> bool {
+        self.supported_versions
+            .iter()
+            .any(|&v| !is_grease(v) && ProtocolVersion(v).is_tls13())
+    }
+
+    /// Parses the body of a ClientHello handshake message (RFC 8446 §4.1.2).
+    pub fn parse(body: &[u8]) -> Result<Self, InvalidMessage> {
+        let mut r = Reader::new(body);
+        let mut ch = ClientHello {
+            legacy_version: r.u16("client_version")?,
+            ..Default::default()
+        };
+        r.take(32, "client random")?;
+        ch.session_id = SessionId::read(&mut r)?;
+        let mut suites = r.sub16("cipher_suites")?;
+        while suites.any_left() {
+            ch.cipher_suites.push(suites.u16("cipher_suite")?);
+        }
+        r.sub8("compression_methods")?;
+        if r.any_left() {
+            let mut exts = r.sub16("extensions")?;
+            while exts.any_left() {
+                let typ = exts.u16("extension type")?;
+                let data = exts.sub16("extension data")?;
+                ch.extensions.push(typ);
+                ch.read_extension(typ, data)?;
+            }
+        }
+        r.expect_empty("ClientHello")?;
+        Ok(ch)
+    }
+
+    fn read_extension(&mut self, typ: u16, mut r: Reader<'_>) -> Result<(), InvalidMessage> {
+        match typ {
+            ext::SERVER_NAME => {
+                let mut list = r.sub16("server_name_list")?;
+                while list.any_left() {
+                    let name_type = list.u8("name_type")?;
+                    let name = list.sub16("host_name")?.rest();
+                    if name_type == 0 && self.server_name.is_none() {
+                        self.server_name = Some(String::from_utf8_lossy(name).into_owned());
+                    }
+                }
+            }
+            ext::ALPN => {
+                let mut list = r.sub16("protocol_name_list")?;
+                while list.any_left() {
+                    let p = list.sub8("protocol_name")?.rest();
+                    self.alpn.push(String::from_utf8_lossy(p).into_owned());
+                }
+            }
+            ext::SUPPORTED_VERSIONS => {
+                let mut list = r.sub8("supported_versions")?;
+                while list.any_left() {
+                    self.supported_versions.push(list.u16("version")?);
+                }
+            }
+            ext::SESSION_TICKET => self.session_ticket_len = Some(r.rest().len()),
+            ext::PRE_SHARED_KEY => {
+                let mut ids = r.sub16("psk identities")?;
+                let mut offer = PskOffer { identities: 0, first_identity_len: 0 };
+                while ids.any_left() {
+                    let id = ids.sub16("psk identity")?;
+                    if offer.identities == 0 {
+                        offer.first_identity_len = id.left() as u16;
+                    }
+                    ids.u32("obfuscated_ticket_age")?;
+                    offer.identities = offer.identities.saturating_add(1);
+                }
+                r.sub16("psk binders")?;
+                self.psk = Some(offer);
+            }
+            ext::PSK_KEY_EXCHANGE_MODES => {
+                self.psk_modes = r.sub8("psk_key_exchange_modes")?.rest().to_vec();
+            }
+            ext::EARLY_DATA => self.early_data = true,
+            ext::KEY_SHARE => {
+                let mut list = r.sub16("client_shares")?;
+                while list.any_left() {
+                    self.key_share_groups.push(list.u16("group")?);
+                    list.sub16("key_exchange")?;
+                }
+            }
+            ext::SUPPORTED_GROUPS => {
+                let mut list = r.sub16("named_group_list")?;
+                while list.any_left() {
+                    self.supported_groups.push(list.u16("group")?);
+                }
+            }
+            ext::SIGNATURE_ALGORITHMS => {
+                let mut list = r.sub16("supported_signature_algorithms")?;
+                while list.any_left() {
+                    self.signature_algorithms.push(list.u16("signature scheme")?);
+                }
+            }
+            // Unknown and GREASE extensions are kept in `extensions` only.
+            _ => return Ok(()),
+        }
+        r.expect_empty("extension")
+    }
+
+    /// Parses an SSLv2-compatible ClientHello body (after the 2-byte record
+    /// header and the msg_type byte, RFC 5246 Appendix E.2).
+    pub fn parse_sslv2(body: &[u8]) -> Result<Self, InvalidMessage> {
+        let mut r = Reader::new(body);
+        let version = r.u16("v2 version")?;
+        let spec_len = r.u16("cipher_spec_length")? as usize;
+        let sid_len = r.u16("session_id_length")? as usize;
+        let challenge_len = r.u16("challenge_length")? as usize;
+        if spec_len % 3 != 0 {
+            return Err(InvalidMessage::Invalid("cipher_spec_length"));
+        }
+        let mut specs = Reader::new(r.take(spec_len, "cipher_specs")?);
+        let session_id = SessionId::from_slice(r.take(sid_len, "session_id")?);
+        r.take(challenge_len, "challenge")?;
+        let mut ch = ClientHello {
+            legacy_version: version,
+            session_id,
+            sslv2_compat: true,
+            ..Default::default()
+        };
+        while specs.any_left() {
+            let spec = specs.take(3, "cipher_spec")?;
+            // Only specs with a zero first byte name TLS cipher suites.
+            if spec[0] == 0 {
+                ch.cipher_suites.push(u16::from_be_bytes([spec[1], spec[2]]));
+            }
+        }
+        Ok(ch)
+    }
+}
+
+/// A ServerHello or HelloRetryRequest.
+#[derive(Debug, Clone, Default)]
+pub struct ServerHello {
+    pub legacy_version: u16,
+    pub is_hrr: bool,
+    pub session_id: SessionId,
+    pub cipher_suite: u16,
+    pub extensions: Vec<u16>,
+    /// From supported_versions (TLS 1.3).
+    pub selected_version: Option<u16>,
+    /// From pre_shared_key: the index of the client's identity the server chose.
+    pub psk_selected: Option<u16>,
+    /// The server included an (empty) SessionTicket extension: it will issue a ticket.
+    pub session_ticket_ext: bool,
+    pub alpn: Option<String>,
+    pub key_share_group: Option<u16>,
+}
+
+impl ServerHello {
+    /// The version the server negotiated.
+    pub fn version(&self) -> ProtocolVersion {
+        ProtocolVersion(self.selected_version.unwrap_or(self.legacy_version))
+    }
+
+    /// Parses the body of a ServerHello (RFC 8446 §4.1.3, RFC 5246 §7.4.1.3).
+    pub fn parse(body: &[u8]) -> Result<Self, InvalidMessage> {
+        let mut r = Reader::new(body);
+        let mut sh = ServerHello {
+            legacy_version: r.u16("server_version")?,
+            ..Default::default()
+        };
+        sh.is_hrr = r.take(32, "server random")? == HRR_RANDOM;
+        sh.session_id = SessionId::read(&mut r)?;
+        sh.cipher_suite = r.u16("cipher_suite")?;
+        r.u8("compression_method")?;
+        if r.any_left() {
+            let mut exts = r.sub16("extensions")?;
+            while exts.any_left() {
+                let typ = exts.u16("extension type")?;
+                let mut data = exts.sub16("extension data")?;
+                sh.extensions.push(typ);
+                match typ {
+                    ext::SUPPORTED_VERSIONS => sh.selected_version = Some(data.u16("selected_version")?),
+                    ext::PRE_SHARED_KEY => sh.psk_selected = Some(data.u16("selected_identity")?),
+                    ext::SESSION_TICKET => sh.session_ticket_ext = true,
+                    ext::KEY_SHARE => sh.key_share_group = Some(data.u16("key_share group")?),
+                    ext::ALPN => {
+                        let mut list = data.sub16("protocol_name_list")?;
+                        let p = list.sub8("protocol_name")?.rest();
+                        sh.alpn = Some(String::from_utf8_lossy(p).into_owned());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        r.expect_empty("ServerHello")?;
+        Ok(sh)
+    }
+}
+
+/// A TLS 1.2-and-earlier Certificate message (RFC 5246 §7.4.2): DER certs.
+pub fn parse_certificate_list(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage> {
+    let mut r = Reader::new(body);
+    let mut list = r.sub24("certificate_list")?;
+    r.expect_empty("Certificate")?;
+    let mut certs = Vec::new();
+    while list.any_left() {
+        certs.push(list.sub24("ASN.1Cert")?.rest());
+    }
+    Ok(certs)
+}
+
+/// A TLS 1.2 NewSessionTicket (RFC 5077 §3.3): the ticket's length only.
+pub fn parse_new_session_ticket12(body: &[u8]) -> Result<usize, InvalidMessage> {
+    let mut r = Reader::new(body);
+    r.u32("ticket_lifetime_hint")?;
+    let ticket = r.sub16("ticket")?;
+    r.expect_empty("NewSessionTicket")?;
+    Ok(ticket.left())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ClientHello from RFC 8448 §3 (simple 1-RTT handshake), body only.
+    pub(crate) const RFC8448_CH: &str = "0303cb34ecb1e78163ba1c38c6dacb196a6dffa21a8d9912ec18a2ef6283024dece7000006130113031302010000910000000b0009000006736572766572ff01000100000a00140012001d0017001800190100010101020103010400230000003300260024001d002099381de560e4bd43d23d8e435a7dbafeb3c06e51c13cae4d5413691e529aaf2c002b0003020304000d0020001e040305030603020308040805080604010501060102010402050206020202002d00020101001c00024001";
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn rfc8448_client_hello() {
+        let ch = ClientHello::parse(&hex(RFC8448_CH)).unwrap();
+        assert_eq!(ch.legacy_version, 0x0303);
+        assert!(ch.session_id.is_empty());
+        assert_eq!(ch.cipher_suites, vec![0x1301, 0x1303, 0x1302]);
+        assert_eq!(ch.server_name.as_deref(), Some("server"));
+        assert!(ch.offers_tls13());
+        assert_eq!(ch.session_ticket_len, Some(0));
+        assert_eq!(ch.key_share_groups, vec![0x001d]);
+        assert_eq!(ch.psk_modes, vec![1]);
+        assert!(ch.psk.is_none() && !ch.early_data);
+        assert_eq!(ch.extensions.first(), Some(&0));
+    }
+
+    #[test]
+    fn truncated_client_hello_is_an_error_at_every_cut() {
+        let body = hex(RFC8448_CH);
+        // 2+32+1+8+2 bytes is a complete extension-less (TLS 1.0 style) hello.
+        for cut in (0..body.len()).filter(|&c| c != 45) {
+            assert!(ClientHello::parse(&body[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn oversized_session_id_is_invalid() {
+        let mut body = vec![3, 3];
+        body.extend([0; 32]);
+        body.push(33);
+        body.extend([0; 33]);
+        assert_eq!(
+            ClientHello::parse(&body).unwrap_err(),
+            InvalidMessage::Invalid("session_id length")
+        );
+    }
+
+    #[test]
+    fn hello_retry_request_is_recognised() {
+        let mut body = vec![3, 3];
+        body.extend(HRR_RANDOM);
+        body.extend([0, 0x13, 0x01, 0]); // empty session id, suite, compression
+        body.extend([0, 6, 0, 43, 0, 2, 3, 4]); // supported_versions = 1.3
+        let sh = ServerHello::parse(&body).unwrap();
+        assert!(sh.is_hrr);
+        assert!(sh.version().is_tls13());
+    }
+}

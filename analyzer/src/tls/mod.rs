@@ -1,0 +1,5 @@
+//! TLS wire formats: codec, protocol numbers, records and handshake messages.
+pub mod codec;
+pub mod enums;
+pub mod handshake;
+pub mod record;

@@ -1,0 +1,382 @@
+//! The record layer of one direction of a TLS-over-TCP connection: turns
+//! in-order stream bytes into record headers and plaintext handshake
+//! messages (RFC 8446 §5, RFC 5246 §6.2), buffering at most one record and
+//! one handshake message.
+
+use super::codec::{InvalidMessage, Reader};
+use super::enums::content_type;
+
+/// Largest record payload accepted: 2^14 plus the TLS 1.2 expansion allowance.
+pub const MAX_RECORD_PAYLOAD: usize = (1 << 14) + 2048;
+/// Default cap on one handshake message (certificate chains are the big ones).
+pub const DEFAULT_MAX_HANDSHAKE_MESSAGE: usize = 256 * 1024;
+
+/// One record as seen on the wire, stamped with the segment that carried
+/// its first byte.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecordInfo {
+    pub ts: f64,
+    pub content_type: u8,
+    /// Payload length (without the 5-byte header).
+    pub len: u16,
+    /// TCP sequence number of the record's first byte, and one past its last.
+    pub seq: u32,
+    pub end: u32,
+    /// The acknowledgement number of the segment carrying the first byte.
+    pub ack: Option<u32>,
+}
+
+/// What the record layer hands upward.
+#[derive(Debug)]
+pub enum StreamEvent<'a> {
+    Record(RecordInfo),
+    /// A complete plaintext handshake message; `body` is None when it was
+    /// larger than the cap (its type and length are still known).
+    Handshake { msg_type: u8, len: usize, body: Option<&'a [u8]>, record: RecordInfo },
+    Alert { level: u8, description: u8, record: RecordInfo },
+    /// The first record of a direction in SSL 2.0 format: message type and body.
+    Sslv2 { msg_type: u8, body: &'a [u8], record: RecordInfo },
+}
+
+/// Why a direction stopped being parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    #[error("not a TLS record header")]
+    BadRecordHeader,
+    #[error("record longer than 2^14+2048")]
+    RecordTooLong,
+    #[error("malformed handshake message: {0}")]
+    BadMessage(InvalidMessage),
+}
+
+/// A bytes chunk in stream order, with where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
+    pub data: &'a [u8],
+    pub seq: u32,
+    pub ts: f64,
+    pub ack: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+pub struct RecordStream {
+    /// Bytes of the current record header / payload gathered so far.
+    buf: Vec<u8>,
+    /// Metadata of the record being gathered (set once its first byte arrived).
+    current: Option<(f64, u32, Option<u32>)>,
+    /// Bytes of an opaque record still to skip.
+    skip: usize,
+    /// Handshake-message bytes gathered across records.
+    hs_buf: Vec<u8>,
+    /// Bytes of an oversized handshake message still to drop.
+    hs_skip: usize,
+    /// After this side's ChangeCipherSpec in TLS <= 1.2, handshake and
+    /// alert records are encrypted.
+    pub encrypted: bool,
+    /// Set once the negotiated version is known to be <= 1.2.
+    pub ccs_encrypts: bool,
+    /// The current record's header has been reported.
+    announced: bool,
+    started: bool,
+    sslv2: bool,
+    failed: bool,
+    max_hs: usize,
+}
+
+impl RecordStream {
+    pub fn new(max_handshake_message: usize) -> Self {
+        RecordStream { max_hs: max_handshake_message, ..Default::default() }
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Bytes held in buffers (for the per-flow memory cap).
+    pub fn buffered(&self) -> usize {
+        self.buf.capacity() + self.hs_buf.capacity()
+    }
+
+    /// Feeds in-order bytes; calls `sink` for each event. On error the
+    /// direction is abandoned and later pushes are ignored.
+    pub fn push(
+        &mut self,
+        chunk: Chunk<'_>,
+        sink: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), StreamError> {
+        if self.failed || self.sslv2 {
+            return Ok(());
+        }
+        let mut data = chunk.data;
+        let mut seq = chunk.seq;
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(data.len());
+                self.skip -= n;
+                data = &data[n..];
+                seq = seq.wrapping_add(n as u32);
+                continue;
+            }
+            if self.current.is_none() {
+                self.current = Some((chunk.ts, seq, chunk.ack));
+            }
+            // Gather the 5-byte header (or 2 bytes of an SSLv2 header).
+            let need_header = 5usize.saturating_sub(self.buf.len());
+            if need_header > 0 {
+                let n = need_header.min(data.len());
+                self.buf.extend_from_slice(&data[..n]);
+                data = &data[n..];
+                seq = seq.wrapping_add(n as u32);
+                if self.buf.len() < 5 {
+                    continue;
+                }
+            }
+            let (ts, start, ack) = self.current.unwrap_or((chunk.ts, seq, chunk.ack));
+            if !self.started && self.buf[0] & 0x80 != 0 {
+                // SSLv2 record header: 2 bytes of length, then the message.
+                return self.sslv2_record(data, ts, start, ack, sink);
+            }
+            self.started = true;
+            let ctype = self.buf[0];
+            let len = u16::from_be_bytes([self.buf[3], self.buf[4]]) as usize;
+            if !(content_type::CHANGE_CIPHER_SPEC..=content_type::HEARTBEAT).contains(&ctype)
+                || self.buf[1] != 3
+            {
+                return self.fail(StreamError::BadRecordHeader);
+            }
+            if len > MAX_RECORD_PAYLOAD {
+                return self.fail(StreamError::RecordTooLong);
+            }
+            let record = RecordInfo {
+                ts,
+                content_type: ctype,
+                len: len as u16,
+                seq: start,
+                end: start.wrapping_add(5 + len as u32),
+                ack,
+            };
+            let opaque = ctype == content_type::APPLICATION_DATA
+                || ctype == content_type::HEARTBEAT
+                || (self.encrypted
+                    && (ctype == content_type::HANDSHAKE || ctype == content_type::ALERT));
+            if !self.announced {
+                sink(StreamEvent::Record(record));
+                self.announced = true;
+                if opaque {
+                    self.buf.clear();
+                    self.current = None;
+                    self.announced = false;
+                    self.skip = len;
+                    continue;
+                }
+            }
+            // Gather the payload of a plaintext record.
+            let have = self.buf.len() - 5;
+            let n = (len - have).min(data.len());
+            self.buf.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            seq = seq.wrapping_add(n as u32);
+            if self.buf.len() < 5 + len {
+                continue;
+            }
+            let payload = std::mem::take(&mut self.buf);
+            self.current = None;
+            self.announced = false;
+            let res = self.plaintext_record(ctype, &payload[5..], record, sink);
+            self.buf = payload;
+            self.buf.clear();
+            res?;
+        }
+        Ok(())
+    }
+
+    fn plaintext_record(
+        &mut self,
+        ctype: u8,
+        payload: &[u8],
+        record: RecordInfo,
+        sink: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), StreamError> {
+        match ctype {
+            content_type::CHANGE_CIPHER_SPEC => {
+                if self.ccs_encrypts {
+                    self.encrypted = true;
+                }
+            }
+            content_type::ALERT => {
+                let mut r = Reader::new(payload);
+                while r.left() >= 2 {
+                    let (Ok(level), Ok(description)) = (r.u8("level"), r.u8("description")) else {
+                        break;
+                    };
+                    sink(StreamEvent::Alert { level, description, record });
+                }
+            }
+            content_type::HANDSHAKE => self.handshake_bytes(payload, record, sink)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Reassembles handshake messages across record boundaries.
+    fn handshake_bytes(
+        &mut self,
+        mut payload: &[u8],
+        record: RecordInfo,
+        sink: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), StreamError> {
+        while !payload.is_empty() {
+            if self.hs_skip > 0 {
+                let n = self.hs_skip.min(payload.len());
+                self.hs_skip -= n;
+                payload = &payload[n..];
+                continue;
+            }
+            let need = 4usize.saturating_sub(self.hs_buf.len());
+            if need > 0 {
+                let n = need.min(payload.len());
+                self.hs_buf.extend_from_slice(&payload[..n]);
+                payload = &payload[n..];
+                if self.hs_buf.len() < 4 {
+                    return Ok(());
+                }
+            }
+            let msg_type = self.hs_buf[0];
+            let len = u32::from_be_bytes([0, self.hs_buf[1], self.hs_buf[2], self.hs_buf[3]]) as usize;
+            if len > self.max_hs {
+                // Too large to keep: report its type, drop its body.
+                sink(StreamEvent::Handshake { msg_type, len, body: None, record });
+                self.hs_buf.clear();
+                self.hs_skip = len;
+                continue;
+            }
+            let have = self.hs_buf.len() - 4;
+            let n = (len - have).min(payload.len());
+            self.hs_buf.extend_from_slice(&payload[..n]);
+            payload = &payload[n..];
+            if self.hs_buf.len() == 4 + len {
+                let msg = std::mem::take(&mut self.hs_buf);
+                sink(StreamEvent::Handshake { msg_type, len, body: Some(&msg[4..]), record });
+                self.hs_buf = msg;
+                self.hs_buf.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn sslv2_record(
+        &mut self,
+        rest: &[u8],
+        ts: f64,
+        start: u32,
+        ack: Option<u32>,
+        sink: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), StreamError> {
+        let len = (((self.buf[0] & 0x7f) as usize) << 8) | self.buf[1] as usize;
+        let need = (2 + len).saturating_sub(self.buf.len());
+        self.buf.extend_from_slice(&rest[..need.min(rest.len())]);
+        if self.buf.len() < 2 + len {
+            return Ok(()); // wait for the rest of the SSLv2 record
+        }
+        let record = RecordInfo {
+            ts,
+            content_type: 0,
+            len: len as u16,
+            seq: start,
+            end: start.wrapping_add(2 + len as u32),
+            ack,
+        };
+        self.sslv2 = true;
+        let body = std::mem::take(&mut self.buf);
+        if len >= 1 {
+            sink(StreamEvent::Sslv2 { msg_type: body[2], body: &body[3..2 + len], record });
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, err: StreamError) -> Result<(), StreamError> {
+        self.failed = true;
+        self.buf = Vec::new();
+        self.hs_buf = Vec::new();
+        Err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(stream: &mut RecordStream, pieces: &[&[u8]]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut seq = 1000u32;
+        for (i, p) in pieces.iter().enumerate() {
+            let chunk = Chunk { data: p, seq, ts: i as f64, ack: Some(7) };
+            seq = seq.wrapping_add(p.len() as u32);
+            stream
+                .push(chunk, &mut |ev| {
+                    out.push(match ev {
+                        StreamEvent::Record(r) => format!("rec {} {} @{} seq{}", r.content_type, r.len, r.ts, r.seq),
+                        StreamEvent::Handshake { msg_type, body, .. } => {
+                            format!("hs {} {:?}", msg_type, body.map(|b| b.len()))
+                        }
+                        StreamEvent::Alert { level, description, .. } => format!("alert {level} {description}"),
+                        StreamEvent::Sslv2 { msg_type, .. } => format!("v2 {msg_type}"),
+                    })
+                })
+                .unwrap();
+        }
+        out
+    }
+
+    /// Two handshake messages in one record, the second one continued in a
+    /// second record, the whole thing cut at every byte.
+    #[test]
+    fn messages_across_records_split_anywhere() {
+        let mut wire = vec![22, 3, 3, 0, 11, 1, 0, 0, 2, 0xaa, 0xbb, 2, 0, 0, 5, 0xcc];
+        wire.extend([22, 3, 3, 0, 4, 0xdd, 0xee, 0xff, 0x11]);
+        wire.extend([23, 3, 3, 0, 3, 1, 2, 3]);
+        let whole = collect(&mut RecordStream::new(1024), &[&wire]);
+        assert_eq!(
+            whole,
+            ["rec 22 11 @0 seq1000", "hs 1 Some(2)", "rec 22 4 @0 seq1016", "hs 2 Some(5)", "rec 23 3 @0 seq1025"]
+        );
+        for cut in 1..wire.len() {
+            let got = collect(&mut RecordStream::new(1024), &[&wire[..cut], &wire[cut..]]);
+            let plain: Vec<String> = got.iter().map(|s| s.split(" @").next().unwrap().to_string()).collect();
+            let want: Vec<String> = whole.iter().map(|s| s.split(" @").next().unwrap().to_string()).collect();
+            assert_eq!(plain, want, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn record_time_is_first_byte_time() {
+        let wire = [22u8, 3, 1, 0, 4, 1, 0, 0, 0];
+        let got = collect(&mut RecordStream::new(1024), &[&wire[..3], &wire[3..]]);
+        assert_eq!(got[0], "rec 22 4 @0 seq1000");
+    }
+
+    #[test]
+    fn oversized_message_is_reported_without_body() {
+        let wire = [22u8, 3, 3, 0, 8, 11, 0, 0, 4, 1, 2, 3, 4];
+        let got = collect(&mut RecordStream::new(2), &[&wire]);
+        assert_eq!(got[1], "hs 11 None");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let mut s = RecordStream::new(1024);
+        let chunk = Chunk { data: b"GET / HTTP/1.1\r\n", seq: 0, ts: 0.0, ack: None };
+        assert_eq!(s.push(chunk, &mut |_| {}), Err(StreamError::BadRecordHeader));
+        assert!(s.failed());
+    }
+
+    #[test]
+    fn encrypted_after_ccs_in_tls12() {
+        let mut s = RecordStream::new(1024);
+        s.ccs_encrypts = true;
+        let wire = [20u8, 3, 3, 0, 1, 1, 22, 3, 3, 0, 3, 9, 9, 9];
+        let got = collect(&mut s, &[&wire]);
+        assert_eq!(got.len(), 2, "no handshake message parsed from the encrypted Finished: {got:?}");
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The one place that installs what tlsrum needs on Debian 12. Idempotent: it
+# installs only what is missing, so every Makefile target can call it.
+set -euo pipefail
+
+APT_PACKAGES=(
+  # build
+  build-essential pkg-config libpcap-dev clang llvm libbpf-dev linux-libc-dev
+  # real TLS peers and capture tools for the capture generator and tests
+  openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
+  python3
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # wireshark-common asks whether non-root users may capture; answer no.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The Debian nginx package starts a server on port 80; tlsrum runs its own.
+  if command -v systemctl >/dev/null && systemctl is-active -q nginx 2>/dev/null; then
+    systemctl stop nginx || true
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "install-deps: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: all dependencies present"
