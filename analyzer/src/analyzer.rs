@@ -68,6 +68,8 @@ pub struct Stats {
     pub reassembly_gaps: u64,
     pub retransmitted_bytes: u64,
     pub truncated_segments: u64,
+    /// Bytes the peer acknowledged that the capture never showed.
+    pub capture_loss_bytes: u64,
     pub record_limit_hits: u64,
 }
 
@@ -343,13 +345,15 @@ impl Analyzer {
         }
         track_tcp_handshake(flow, dir, ts, h);
         let outcome = Self::payload(flow, dir, ts, h, payload, truncated, &mut self.issued, &mut self.stats);
-        if h.rst || h.fin {
-            flow.fin[dir] |= h.fin;
+        // A FIN is a half-close: the peer may still finish the handshake
+        // (a False Start client can close first). Both FINs, or a RST, end it.
+        flow.fin[dir] |= h.fin;
+        let closed = h.rst || flow.fin == [true, true];
+        if closed {
             if let Some(act) = flow.active.as_mut() {
                 act.hs.on_close(h.rst);
             }
         }
-        let closed = h.rst || flow.fin == [true, true];
         let timed = flow.active.as_ref().is_some_and(|a| {
             (a.client.is_some() && fully_timed(&a.hs)) || a.hs.records_overflowed
         });
@@ -413,6 +417,9 @@ impl Analyzer {
         stats: &mut Stats,
     ) -> Status {
         let Some(act) = flow.active.as_deref_mut() else { return flow.status };
+        if h.ack_flag {
+            Self::skip_capture_loss(act, &mut flow.status, 1 - dir, h.ack, issued, stats);
+        }
         if payload.is_empty() {
             return flow.status;
         }
@@ -423,34 +430,7 @@ impl Analyzer {
         let mut status = flow.status;
         let seg = Segment { seq: h.seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
         let mut handle = |c: Chunk<'_>| {
-            if status == Status::Detecting {
-                match probe[dir].feed(&c) {
-                    ProbeResult::NeedMore => return,
-                    ProbeResult::NotHello => {
-                        if probe[dir].tries >= DETECT_MAX_SEGMENTS {
-                            status = Status::NotTls;
-                        }
-                        return;
-                    }
-                    ProbeResult::Hello => {
-                        status = Status::Tls;
-                        *client = Some(dir);
-                        let p = std::mem::take(&mut probe[dir]);
-                        let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
-                        // Bytes of the hello that came in earlier chunks.
-                        let already = (seq_diff(c.seq, seq).max(0) as usize).min(p.bytes.len());
-                        // Replay the probed bytes, then the rest of this chunk.
-                        let head = Chunk { data: &p.bytes[..already], seq, ts, ack };
-                        feed_stream(stream, hs, notes, *client, dir, head, issued, stats);
-                        let tail = Chunk { data: c.data, seq: c.seq, ts: c.ts, ack: c.ack };
-                        feed_stream(stream, hs, notes, *client, dir, tail, issued, stats);
-                        return;
-                    }
-                }
-            }
-            if status == Status::Tls {
-                feed_stream(stream, hs, notes, *client, dir, c, issued, stats);
-            }
+            handle_chunk(&mut status, probe, stream, hs, notes, client, dir, c, issued, stats)
         };
         let out = reasm[dir].push(seg, truncated, &mut handle);
         stats.retransmitted_bytes += out.duplicate_bytes as u64;
@@ -461,6 +441,30 @@ impl Analyzer {
         }
         flow.status = status;
         status
+    }
+
+    /// The peer acknowledged bytes of direction `dir` that the capture never
+    /// showed: skip the hole and tell the record layer what was lost.
+    fn skip_capture_loss(act: &mut Active, status: &mut Status, dir: usize, ack: u32, issued: &mut IssuedIds, stats: &mut Stats) {
+        if *status != Status::Tls {
+            return;
+        }
+        let Active { reasm, stream, probe, client, hs, notes } = act;
+        let mut lost = None;
+        let mut pending = Vec::new();
+        if let Some(hole) = reasm[dir].acked(ack, &mut |c| pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))) {
+            lost = Some(hole);
+        }
+        let Some((_, n)) = lost else { return };
+        stats.capture_loss_bytes += n as u64;
+        notes.push(if *client == Some(dir) { "client_capture_loss" } else { "server_capture_loss" });
+        if stream[dir].lost(n).is_err() {
+            stats.stream_errors += 1;
+        }
+        for (data, seq, ts, ack) in &pending {
+            let c = Chunk { data, seq: *seq, ts: *ts, ack: *ack };
+            handle_chunk(status, probe, stream, hs, notes, client, dir, c, issued, stats);
+        }
     }
 
     fn expire_idle(&mut self, now: f64) {
@@ -482,6 +486,9 @@ impl Analyzer {
     fn finish_flow(&mut self, mut flow: Flow, why: Finish) -> Flow {
         if let (Status::Tls, Some(act)) = (flow.status, flow.active.take()) {
             let mut act = *act;
+            if flow.fin.contains(&true) {
+                act.hs.on_close(false);
+            }
             if let Some(client_dir) = act.client {
                 match why {
                     Finish::CaptureEnd if !act.hs.is_over() => act.notes.push("capture_ended"),
@@ -493,8 +500,17 @@ impl Analyzer {
                     self.stats.record_limit_hits += 1;
                     act.notes.push("record_limit");
                 }
+                // Bytes still waiting behind a hole the capture never filled.
+                for (d, r) in act.reasm.iter().enumerate() {
+                    if r.buffered() > 0 && !r.has_gap() {
+                        act.notes.push(if d == client_dir { "client_gap" } else { "server_gap" });
+                    }
+                }
                 if flow.tcp.syn.is_none() {
                     act.notes.push("no_syn");
+                }
+                if act.hs.client_hello_lost {
+                    act.notes.push("client_hello_lost");
                 }
                 if act.hs.false_start {
                     act.notes.push("false_start");
@@ -511,6 +527,50 @@ impl Analyzer {
     }
 }
 
+/// Routes in-order bytes of one direction: to the ClientHello detector
+/// until TLS is recognised, then to that direction's record layer.
+#[allow(clippy::too_many_arguments)]
+fn handle_chunk(
+    status: &mut Status,
+    probe: &mut [Probe; 2],
+    stream: &mut [RecordStream; 2],
+    hs: &mut TlsHandshake,
+    notes: &mut Vec<&'static str>,
+    client: &mut Option<usize>,
+    dir: usize,
+    c: Chunk<'_>,
+    issued: &mut IssuedIds,
+    stats: &mut Stats,
+) {
+    if *status == Status::Detecting {
+        match probe[dir].feed(&c) {
+            ProbeResult::NeedMore => return,
+            ProbeResult::NotHello => {
+                if probe[dir].tries >= DETECT_MAX_SEGMENTS {
+                    *status = Status::NotTls;
+                }
+                return;
+            }
+            ProbeResult::Hello => {
+                *status = Status::Tls;
+                *client = Some(dir);
+                let p = std::mem::take(&mut probe[dir]);
+                let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
+                // Bytes of the hello that came in earlier chunks.
+                let already = (seq_diff(c.seq, seq).max(0) as usize).min(p.bytes.len());
+                // Replay the probed bytes, then the rest of this chunk.
+                let head = Chunk { data: &p.bytes[..already], seq, ts, ack };
+                feed_stream(stream, hs, notes, *client, dir, head, issued, stats);
+                feed_stream(stream, hs, notes, *client, dir, c, issued, stats);
+                return;
+            }
+        }
+    }
+    if *status == Status::Tls {
+        feed_stream(stream, hs, notes, *client, dir, c, issued, stats);
+    }
+}
+
 fn track_tcp_handshake(flow: &mut Flow, dir: usize, ts: f64, h: &TcpHeader) {
     let Some(act) = flow.active.as_deref_mut() else { return };
     if h.syn && !h.ack_flag {
@@ -519,12 +579,15 @@ fn track_tcp_handshake(flow: &mut Flow, dir: usize, ts: f64, h: &TcpHeader) {
             flow.syn_dir = Some(dir);
         }
         act.reasm[dir].start_at(h.seq.wrapping_add(1));
+        act.reasm[dir].restart_at(h.seq.wrapping_add(1));
     } else if h.syn && h.ack_flag {
-        if flow.tcp.syn_ack.is_none() && flow.syn_dir == Some(1 - dir) {
-            flow.tcp.syn_ack = Some(ts);
+        // The last SYN-ACK before the handshake's ACK is the one that counts.
+        if flow.tcp.ack.is_none() && flow.syn_dir == Some(1 - dir) {
+            flow.tcp.syn_ack.get_or_insert(ts);
             flow.server_isn = Some(h.seq);
         }
         act.reasm[dir].start_at(h.seq.wrapping_add(1));
+        act.reasm[dir].restart_at(h.seq.wrapping_add(1));
     } else if h.ack_flag
         && flow.tcp.ack.is_none()
         && flow.syn_dir == Some(dir)
@@ -549,19 +612,6 @@ fn feed_stream(
         return;
     }
     let side = if client == Some(dir) { Dir::Client } else { Dir::Server };
-    if hs.state == State::Sslv2ServerHello {
-        hs.on_sslv2_continuation(
-            side,
-            crate::tls::record::RecordInfo {
-                ts: chunk.ts,
-                content_type: 0,
-                len: 0,
-                seq: chunk.seq,
-                end: chunk.seq,
-                ack: chunk.ack,
-            },
-        );
-    }
     let mut tls13_known = false;
     let res = stream[dir].push(chunk, &mut |ev| match ev {
         StreamEvent::Record(r) => hs.on_record(side, r),

@@ -60,8 +60,11 @@ pub struct TlsHandshake {
     pub hrr: bool,
     pub abbreviated: bool,
     pub session_id_offered: bool,
+    /// The server answered in SSL 2.0 (not merely a v2-compatible ClientHello).
     pub sslv2: bool,
     pub sslv2_session_hit: bool,
+    /// The ClientHello's record was seen but its body was lost (capture gap).
+    pub client_hello_lost: bool,
     pub certs: Option<Certs>,
     pub failure: Option<String>,
     /// The client record that completed the handshake (TLS 1.3 Finished,
@@ -88,6 +91,7 @@ impl Default for TlsHandshake {
             session_id_offered: false,
             sslv2: false,
             sslv2_session_hit: false,
+            client_hello_lost: false,
             certs: None,
             failure: None,
             completed_by: None,
@@ -114,7 +118,7 @@ impl TlsHandshake {
 
     /// The version the server negotiated, if any.
     pub fn version(&self) -> Option<ProtocolVersion> {
-        if self.sslv2 && self.state != State::Start && self.state != State::ClientHello {
+        if self.sslv2 {
             return Some(ProtocolVersion::SSL2);
         }
         self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.version())
@@ -131,6 +135,9 @@ impl TlsHandshake {
             log.push(rec);
         } else {
             self.records_overflowed = true;
+        }
+        if rec.content_type == ct::HANDSHAKE && dir == Dir::Client && self.client_hello_ts.is_none() {
+            self.client_hello_ts = Some(rec.ts);
         }
         if rec.content_type != ct::APPLICATION_DATA {
             if rec.content_type == ct::CHANGE_CIPHER_SPEC {
@@ -167,7 +174,9 @@ impl TlsHandshake {
                 self.abbreviated = true;
                 self.state = State::ServerCcsResumed12;
             }
-            (State::ServerDone12, Dir::Client) => self.state = State::ClientCcs12,
+            // The client's CCS before the server's is a full handshake, even
+            // when the ServerHelloDone was lost to a capture gap.
+            (State::ServerDone12 | State::ServerHello12, Dir::Client) => self.state = State::ClientCcs12,
             (State::ClientCcs12, Dir::Server) => self.complete(rec),
             (State::ServerCcsResumed12, Dir::Client) => self.complete(rec),
             _ => {}
@@ -189,6 +198,13 @@ impl TlsHandshake {
                     return;
                 };
                 self.accept_client_hello(ch, rec, ids);
+            }
+            // A ServerHello answering a ClientHello whose body the capture
+            // lost still tells the version, the suite and what was resumed.
+            (State::Start, Dir::Server, ht::SERVER_HELLO) if self.client_hello_ts.is_some() => {
+                self.client_hello_lost = true;
+                self.state = State::ClientHello;
+                self.on_message(dir, msg_type, body, rec, ids);
             }
             (State::ClientHello, Dir::Server, ht::SERVER_HELLO) => {
                 let Some(sh) = body.and_then(|b| self.parsed(ServerHello::parse(b))) else {
@@ -234,7 +250,7 @@ impl TlsHandshake {
             self.session_id_offered = true;
         }
         if self.first_client_hello.is_none() {
-            self.client_hello_ts = Some(rec.ts);
+            self.client_hello_ts.get_or_insert(rec.ts);
             self.first_client_hello = Some(ch.clone());
         }
         self.client_hello = Some(ch);
@@ -246,7 +262,6 @@ impl TlsHandshake {
         match (self.state, dir, msg_type) {
             (State::Start, Dir::Client, 1) => {
                 let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) else { return };
-                self.sslv2 = true;
                 self.client_hello_ts = Some(rec.ts);
                 self.first_client_hello = Some(ch.clone());
                 self.client_hello = Some(ch);
@@ -254,18 +269,14 @@ impl TlsHandshake {
             }
             // SERVER-HELLO: session-id-hit, certificate type, version...
             (State::ClientHello, Dir::Server, 4) => {
+                self.sslv2 = true;
                 self.sslv2_session_hit = body.first().is_some_and(|&hit| hit != 0);
                 self.state = State::Sslv2ServerHello;
             }
+            // SSLv2 records after the hellos are not parsed: the client's
+            // next one (CLIENT-MASTER-KEY or, resumed, CLIENT-FINISHED) completes it.
+            (State::Sslv2ServerHello, Dir::Client, _) => self.complete(rec),
             _ => {}
-        }
-    }
-
-    /// SSLv2 records after the hellos are not parsed; the client's next
-    /// record (CLIENT-MASTER-KEY or, resumed, CLIENT-FINISHED) completes it.
-    pub fn on_sslv2_continuation(&mut self, dir: Dir, rec: RecordInfo) {
-        if self.state == State::Sslv2ServerHello && dir == Dir::Client {
-            self.complete(rec);
         }
     }
 

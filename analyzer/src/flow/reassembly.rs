@@ -49,16 +49,25 @@ pub struct Reassembler {
     buffered: usize,
     max_buffered: usize,
     gap: bool,
+    delivered: bool,
 }
 
 impl Reassembler {
     pub fn new(max_buffered: usize) -> Self {
-        Reassembler { next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false }
+        Reassembler { next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
     }
 
     /// Sets the first sequence number of the byte stream (ISN + 1 from a SYN).
     pub fn start_at(&mut self, seq: u32) {
         if self.next.is_none() {
+            self.next = Some(seq);
+        }
+    }
+
+    /// A later SYN or SYN-ACK with another ISN (a retry, or a middlebox's
+    /// second answer) restarts the stream if no byte was delivered yet.
+    pub fn restart_at(&mut self, seq: u32) {
+        if !self.delivered && self.pending.is_empty() {
             self.next = Some(seq);
         }
     }
@@ -110,6 +119,7 @@ impl Reassembler {
         }
         outcome.duplicate_bytes = skip;
         let fresh = &seg.data[skip..];
+        self.delivered = true;
         out(Chunk { data: fresh, seq: next, ts: seg.ts, ack: seg.ack });
         self.next = Some(next.wrapping_add(fresh.len() as u32));
         if truncated {
@@ -119,6 +129,32 @@ impl Reassembler {
         }
         self.drain(out, &mut outcome);
         outcome
+    }
+
+    /// The peer acknowledged `ack`: bytes before it that were never seen were
+    /// lost by the capture, not the network (the receiver got them). Skips
+    /// them, delivers what waited behind the hole, and returns
+    /// `(first lost seq, lost bytes)` for the record layer to resynchronise.
+    pub fn acked(&mut self, ack: u32, out: &mut dyn FnMut(Chunk<'_>)) -> Option<(u32, usize)> {
+        let next = self.next?;
+        let lost = seq_diff(ack, next);
+        // Only holes of plausible size; a wild ACK is not evidence.
+        if self.gap || lost <= 0 || lost > self.max_buffered as i64 * 4 {
+            return None;
+        }
+        // The hole ends at the ACK or at the first queued byte, whichever is first.
+        let hole_end = self
+            .pending
+            .iter()
+            .map(|p| p.seq)
+            .filter(|&s| seq_diff(s, next) > 0 && seq_diff(s, ack) < 0)
+            .min_by_key(|&s| seq_diff(s, next))
+            .unwrap_or(ack);
+        let n = seq_diff(hole_end, next) as usize;
+        self.next = Some(hole_end);
+        let mut outcome = PushOutcome::default();
+        self.drain(out, &mut outcome);
+        Some((next, n))
     }
 
     /// Delivers queued segments that the stream has now reached.
@@ -178,6 +214,18 @@ mod tests {
         let start = u32::MAX - 2;
         let (got, _) = run(&[(0, b"def"), (start, b"abc"), (3, b"g")], start);
         assert_eq!(got, b"abcdefg");
+    }
+
+    #[test]
+    fn acked_hole_is_skipped_and_reported() {
+        let mut r = Reassembler::new(1024);
+        r.start_at(0);
+        let mut got = Vec::new();
+        r.push(Segment { seq: 0, data: b"ab", ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data));
+        r.push(Segment { seq: 5, data: b"fg", ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data));
+        assert_eq!(r.acked(7, &mut |c| got.extend_from_slice(c.data)), Some((2, 3)));
+        assert_eq!(got, b"abfg");
+        assert_eq!(r.acked(7, &mut |_| {}), None, "nothing more is missing");
     }
 
     #[test]

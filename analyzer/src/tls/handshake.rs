@@ -244,9 +244,18 @@ impl ServerHello {
             ..Default::default()
         };
         sh.is_hrr = r.take(32, "server random")? == HRR_RANDOM;
-        sh.session_id = SessionId::read(&mut r)?;
+        // TLS 1.3 drafts before -22 put the version here (as 0x7fNN, or
+        // 0x0304 in the earliest ones; final 1.3 always says 0x0303) and
+        // dropped the legacy session ID and compression fields.
+        let early_draft = sh.legacy_version == 0x0304
+            || ((sh.legacy_version >> 8) == 0x7f && (sh.legacy_version & 0xff) < 22);
+        if !early_draft {
+            sh.session_id = SessionId::read(&mut r)?;
+        }
         sh.cipher_suite = r.u16("cipher_suite")?;
-        r.u8("compression_method")?;
+        if !early_draft {
+            r.u8("compression_method")?;
+        }
         if r.any_left() {
             let mut exts = r.sub16("extensions")?;
             while exts.any_left() {

@@ -46,6 +46,8 @@ pub enum StreamError {
     BadRecordHeader,
     #[error("record longer than 2^14+2048")]
     RecordTooLong,
+    #[error("bytes lost across a record boundary")]
+    Gap,
     #[error("malformed handshake message: {0}")]
     BadMessage(InvalidMessage),
 }
@@ -71,6 +73,8 @@ pub struct RecordStream {
     hs_buf: Vec<u8>,
     /// Bytes of an oversized handshake message still to drop.
     hs_skip: usize,
+    /// Handshake bytes were lost: message boundaries are unknown from here.
+    hs_lost: bool,
     /// After this side's ChangeCipherSpec in TLS <= 1.2, handshake and
     /// alert records are encrypted.
     pub encrypted: bool,
@@ -105,7 +109,7 @@ impl RecordStream {
         chunk: Chunk<'_>,
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
-        if self.failed || self.sslv2 {
+        if self.failed {
             return Ok(());
         }
         let mut data = chunk.data;
@@ -133,9 +137,13 @@ impl RecordStream {
                 }
             }
             let (ts, start, ack) = self.current.unwrap_or((chunk.ts, seq, chunk.ack));
-            if !self.started && self.buf[0] & 0x80 != 0 {
-                // SSLv2 record header: 2 bytes of length, then the message.
-                return self.sslv2_record(data, ts, start, ack, sink);
+            if (!self.started || self.sslv2) && self.buf[0] & 0x80 != 0 {
+                // SSLv2 record header (a direction that began in SSLv2 may
+                // go on in it): 2 bytes of length, then the message.
+                let used = self.sslv2_record(data, ts, start, ack, sink);
+                data = &data[used..];
+                seq = seq.wrapping_add(used as u32);
+                continue;
             }
             self.started = true;
             let ctype = self.buf[0];
@@ -226,6 +234,9 @@ impl RecordStream {
         record: RecordInfo,
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
+        if self.hs_lost {
+            return Ok(());
+        }
         while !payload.is_empty() {
             if self.hs_skip > 0 {
                 let n = self.hs_skip.min(payload.len());
@@ -265,6 +276,7 @@ impl RecordStream {
         Ok(())
     }
 
+    /// Gathers one SSLv2 record; returns how many bytes of `rest` it used.
     fn sslv2_record(
         &mut self,
         rest: &[u8],
@@ -272,12 +284,13 @@ impl RecordStream {
         start: u32,
         ack: Option<u32>,
         sink: &mut dyn FnMut(StreamEvent<'_>),
-    ) -> Result<(), StreamError> {
+    ) -> usize {
         let len = (((self.buf[0] & 0x7f) as usize) << 8) | self.buf[1] as usize;
-        let need = (2 + len).saturating_sub(self.buf.len());
-        self.buf.extend_from_slice(&rest[..need.min(rest.len())]);
+        // The 5 bytes gathered as a header may already run past a short record.
+        let need = (2 + len).saturating_sub(self.buf.len()).min(rest.len());
+        self.buf.extend_from_slice(&rest[..need]);
         if self.buf.len() < 2 + len {
-            return Ok(()); // wait for the rest of the SSLv2 record
+            return need; // wait for the rest of the record
         }
         let record = RecordInfo {
             ts,
@@ -288,11 +301,48 @@ impl RecordStream {
             ack,
         };
         self.sslv2 = true;
+        self.started = true;
         let body = std::mem::take(&mut self.buf);
         if len >= 1 {
             sink(StreamEvent::Sslv2 { msg_type: body[2], body: &body[3..2 + len], record });
         }
-        Ok(())
+        // Bytes gathered beyond this record belong to the next one.
+        let overshoot = body.len() - (2 + len);
+        self.buf = body[2 + len..].to_vec();
+        self.current = if overshoot > 0 { Some((ts, record.end, ack)) } else { None };
+        need
+    }
+
+    /// `n` bytes of the stream were lost by the capture. A loss inside one
+    /// record's payload is survivable: that record is dropped (and, if it
+    /// carried handshake bytes, message parsing stops for this direction);
+    /// a loss across a record boundary loses the framing for good.
+    pub fn lost(&mut self, n: usize) -> Result<(), StreamError> {
+        if self.failed || n == 0 {
+            return Ok(());
+        }
+        if self.skip > 0 {
+            if n <= self.skip {
+                self.skip -= n;
+                return Ok(());
+            }
+            return self.fail(StreamError::Gap);
+        }
+        if self.buf.len() >= 5 && !self.sslv2 {
+            let len = u16::from_be_bytes([self.buf[3], self.buf[4]]) as usize;
+            let remaining = (5 + len).saturating_sub(self.buf.len());
+            if n <= remaining {
+                if self.buf[0] == content_type::HANDSHAKE {
+                    self.hs_lost = true;
+                }
+                self.skip = remaining - n;
+                self.buf.clear();
+                self.current = None;
+                self.announced = false;
+                return Ok(());
+            }
+        }
+        self.fail(StreamError::Gap)
     }
 
     fn fail(&mut self, err: StreamError) -> Result<(), StreamError> {
@@ -369,6 +419,25 @@ mod tests {
         let chunk = Chunk { data: b"GET / HTTP/1.1\r\n", seq: 0, ts: 0.0, ack: None };
         assert_eq!(s.push(chunk, &mut |_| {}), Err(StreamError::BadRecordHeader));
         assert!(s.failed());
+    }
+
+    #[test]
+    fn loss_inside_a_record_resynchronises_at_the_next() {
+        let mut s = RecordStream::new(1024);
+        let mut events = 0;
+        let first = [22u8, 3, 3, 0, 6, 1, 0];
+        s.push(Chunk { data: &first, seq: 0, ts: 0.0, ack: None }, &mut |_| events += 1).unwrap();
+        assert!(s.lost(3).is_ok());
+        let rest = [9u8, 20, 3, 3, 0, 1, 1];
+        let mut types = Vec::new();
+        s.push(Chunk { data: &rest, seq: 10, ts: 0.0, ack: None }, &mut |e| {
+            if let StreamEvent::Record(r) = e {
+                types.push(r.content_type)
+            }
+        })
+        .unwrap();
+        assert_eq!(types, [20]);
+        assert_eq!(s.lost(1), Err(StreamError::Gap), "a loss at a record boundary is fatal");
     }
 
     #[test]

@@ -1,0 +1,33 @@
+# tlsrum — every target installs what is missing first (scripts/install-deps.sh).
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+TLSRUM := target/release/tlsrum
+
+.PHONY: deps build demo test pcaps bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release --locked -p tlsrum
+
+# The main job on the bundled captures: a table per server name.
+demo: build
+	$(TLSRUM) replay pcaps/
+
+test: deps
+	$(CARGO) build --release --locked -p tlsrum
+	$(CARGO) test --release --locked --workspace
+	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+
+# Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
+pcaps: deps
+	python3 scripts/gen-pcaps/generate.py --out pcaps
+
+# Throughput benchmark on a large synthetic-from-real capture (see bench/README.md).
+bench: build
+	bash bench/run.sh
+
+clean:
+	$(CARGO) clean

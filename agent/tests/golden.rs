@@ -1,0 +1,105 @@
+//! Golden tests: every capture in `pcaps/` is replayed and each connection's
+//! record is compared, field by field, with the labels in its
+//! `NAME.expected.json`, which come from the TLS programs' own reports
+//! (s_client, gnutls-cli, nginx's access log, curl), never from tlsrum.
+//! Regenerate the captures and labels with `make pcaps`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn replay(capture: &Path) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
+        .args(["replay", "--format", "ndjson"])
+        .arg(capture)
+        .output()
+        .expect("run tlsrum");
+    assert!(out.status.success(), "tlsrum failed on {}: {}", capture.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect()
+}
+
+fn port(endpoint: &str) -> u64 {
+    endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).expect("ip:port")
+}
+
+/// Compares one labelled field; returns a description of the mismatch.
+fn mismatch(field: &str, want: &Value, got: &Value, record: &Value) -> Option<String> {
+    if want == got {
+        return None;
+    }
+    // Early data accepted or rejected under an accepted PSK is decided in the
+    // encrypted EncryptedExtensions: the contract says "attempted" then.
+    if field == "early_data"
+        && got == "attempted"
+        && (want == "accepted" || want == "rejected")
+        && record["resumption"] == "psk"
+    {
+        return None;
+    }
+    if field == "offered" {
+        // The label lists what the client was given by construction; tlsrum may
+        // see more (e.g. a TLS 1.2 client's session ID next to its ticket).
+        let got: Vec<&Value> = got.as_array().map(|a| a.iter().collect()).unwrap_or_default();
+        if want.as_array().is_some_and(|w| w.iter().all(|m| got.contains(&m))) {
+            return None;
+        }
+    }
+    Some(format!("{field}: expected {want}, tlsrum says {got}"))
+}
+
+#[test]
+fn every_capture_matches_its_labels() {
+    let dir = repo().join("pcaps");
+    let mut captures: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("pcaps/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcapng" || e == "pcap"))
+        .collect();
+    captures.sort();
+    assert!(captures.len() >= 10, "expected the generated captures in pcaps/, found {}", captures.len());
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for cap in &captures {
+        let labels_path = cap.with_extension("expected.json");
+        let labels: Value = serde_json::from_str(
+            &std::fs::read_to_string(&labels_path).unwrap_or_else(|_| panic!("{} has no labels", cap.display())),
+        )
+        .expect("labels are JSON");
+        let records = replay(cap);
+        let by_port: BTreeMap<u64, &Value> = records.iter().map(|r| (port(r["client"].as_str().unwrap()), r)).collect();
+        let name = cap.file_name().unwrap().to_string_lossy();
+        let expected = labels["connections"].as_array().expect("connections");
+        if records.len() != expected.len() {
+            failures.push(format!("{name}: {} labelled connections, tlsrum reports {}", expected.len(), records.len()));
+        }
+        for want in expected {
+            let p = want["client_port"].as_u64().expect("client_port");
+            let Some(got) = by_port.get(&p) else {
+                failures.push(format!("{name}: client port {p}: no record"));
+                continue;
+            };
+            for field in ["sni", "version", "cipher", "handshake", "resumption", "offered", "early_data", "hrr", "alpn"] {
+                if let Some(w) = want.get(field) {
+                    compared += 1;
+                    if let Some(m) = mismatch(field, w, &got[field], got) {
+                        failures.push(format!("{name}: client port {p}: {m} (label evidence: {})", want["evidence"]));
+                    }
+                }
+            }
+            if want["handshake"] != "failed" && got["failure"] != Value::Null {
+                failures.push(format!("{name}: client port {p}: unexpected failure {}", got["failure"]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {compared} labelled fields differ:\n{}", failures.len(), failures.join("\n"));
+}
