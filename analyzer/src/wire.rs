@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
 
+
 /// Link types a capture may carry (pcap LINKTYPE_* values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -86,27 +87,102 @@ pub enum DecodeError {
     OtherTransport,
 }
 
-/// Decodes one frame of the given link type.
-pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
-    let sliced = match link {
-        LinkType::Ethernet => LaxSlicedPacket::from_ethernet(frame).map_err(|_| DecodeError::ShortLink)?,
+/// Encapsulations peeled before giving up (tunnel in tunnel in tunnel).
+const MAX_DEPTH: u8 = 4;
+
+const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV6: u16 = 0x86dd;
+const ETH_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+const ETH_MPLS: [u16; 2] = [0x8847, 0x8848];
+const ETH_PPPOE_SESSION: u16 = 0x8864;
+const ETH_BRIDGED: u16 = 0x6558;
+
+const UDP_VXLAN: u16 = 4789;
+const UDP_GENEVE: u16 = 6081;
+const UDP_GTP_U: u16 = 2152;
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+/// Peels Ethernet, 802.1Q/QinQ tags, PPPoE and MPLS down to an IP packet.
+fn peel_ethernet(frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
+    let mut ethertype = be16(frame, 12).ok_or(DecodeError::ShortLink)?;
+    let mut rest = frame.get(14..).ok_or(DecodeError::ShortLink)?;
+    for _ in 0..8 {
+        if ETH_VLAN.contains(&ethertype) {
+            ethertype = be16(rest, 2).ok_or(DecodeError::ShortLink)?;
+            rest = rest.get(4..).ok_or(DecodeError::ShortLink)?;
+        } else if ethertype == ETH_PPPOE_SESSION {
+            // 6-byte PPPoE header, then the PPP protocol number.
+            ethertype = match be16(rest, 6).ok_or(DecodeError::ShortLink)? {
+                0x0021 => ETH_IPV4,
+                0x0057 => ETH_IPV6,
+                _ => return Err(DecodeError::NotIp),
+            };
+            rest = rest.get(8..).ok_or(DecodeError::ShortLink)?;
+        } else if ETH_MPLS.contains(&ethertype) {
+            // Labels until bottom-of-stack; the IP version nibble says which IP.
+            let mut i = 0;
+            loop {
+                let bos = rest.get(i + 2).ok_or(DecodeError::ShortLink)? & 1;
+                i += 4;
+                if bos == 1 || i >= 64 {
+                    break;
+                }
+            }
+            rest = rest.get(i..).ok_or(DecodeError::ShortLink)?;
+            ethertype = match rest.first().map(|b| b >> 4) {
+                Some(4) => ETH_IPV4,
+                Some(6) => ETH_IPV6,
+                _ => return Err(DecodeError::NotIp),
+            };
+        } else {
+            break;
+        }
+    }
+    Ok((ethertype, rest))
+}
+
+/// The network-layer type and bytes of a frame.
+fn peel_link(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
+    let ip_version = |b: &[u8]| match b.first().map(|v| v >> 4) {
+        Some(6) => ETH_IPV6,
+        _ => ETH_IPV4,
+    };
+    match link {
+        LinkType::Ethernet => peel_ethernet(frame),
         LinkType::LinuxSll => {
-            let proto = frame.get(14..16).ok_or(DecodeError::ShortLink)?;
+            let et = be16(frame, 14).ok_or(DecodeError::ShortLink)?;
             let rest = frame.get(16..).ok_or(DecodeError::ShortLink)?;
-            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), rest)
+            Ok((et, rest))
         }
         LinkType::LinuxSll2 => {
-            let proto = frame.get(0..2).ok_or(DecodeError::ShortLink)?;
+            let et = be16(frame, 0).ok_or(DecodeError::ShortLink)?;
             let rest = frame.get(20..).ok_or(DecodeError::ShortLink)?;
-            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), rest)
+            Ok((et, rest))
         }
-        LinkType::RawIp => LaxSlicedPacket::from_ip(frame).map_err(|_| DecodeError::Malformed)?,
+        LinkType::RawIp => Ok((ip_version(frame), frame)),
         // The address family's byte order varies; the IP version nibble does not.
         LinkType::Null | LinkType::Loop => {
             let rest = frame.get(4..).ok_or(DecodeError::ShortLink)?;
-            LaxSlicedPacket::from_ip(rest).map_err(|_| DecodeError::Malformed)?
+            Ok((ip_version(rest), rest))
         }
-    };
+    }
+}
+
+/// Decodes one frame of the given link type, looking inside IP-in-IP, GRE,
+/// VXLAN, GENEVE and GTP-U tunnels: the inner packet is the one returned.
+pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
+    let (ethertype, net) = peel_link(link, frame)?;
+    decode_net(ethertype, net, 0)
+}
+
+fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
+    if ethertype != ETH_IPV4 && ethertype != ETH_IPV6 {
+        return Err(DecodeError::NotIp);
+    }
+    let sliced = LaxSlicedPacket::from_ether_type(EtherType(ethertype), bytes);
     let (src, dst, ip_payload) = match &sliced.net {
         Some(LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
@@ -116,12 +192,21 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
             let h = v6.header();
             (IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), v6.payload())
         }
+        None if sliced.stop_err.is_some() => return Err(DecodeError::Malformed),
         None => return Err(DecodeError::NotIp),
     };
     if ip_payload.fragmented {
         return Err(DecodeError::Fragment);
     }
     let truncated = ip_payload.incomplete;
+    if depth < MAX_DEPTH {
+        match ip_payload.ip_number.0 {
+            4 => return decode_net(ETH_IPV4, ip_payload.payload, depth + 1),
+            41 => return decode_net(ETH_IPV6, ip_payload.payload, depth + 1),
+            47 => return decode_gre(ip_payload.payload, depth + 1),
+            _ => {}
+        }
+    }
     match sliced.transport {
         Some(TransportSlice::Tcp(tcp)) => Ok(Packet {
             src,
@@ -139,16 +224,84 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
             payload: tcp.payload(),
             truncated,
         }),
-        Some(TransportSlice::Udp(udp)) => Ok(Packet {
-            src,
-            dst,
-            transport: Transport::Udp { src_port: udp.source_port(), dst_port: udp.destination_port() },
-            payload: udp.payload(),
-            truncated,
-        }),
+        Some(TransportSlice::Udp(udp)) => {
+            let (src_port, dst_port) = (udp.source_port(), udp.destination_port());
+            if depth < MAX_DEPTH {
+                if let Some(inner) = decode_udp_tunnel(dst_port, udp.payload(), depth + 1) {
+                    return Ok(inner);
+                }
+            }
+            Ok(Packet { src, dst, transport: Transport::Udp { src_port, dst_port }, payload: udp.payload(), truncated })
+        }
         Some(_) => Err(DecodeError::OtherTransport),
         None if sliced.stop_err.is_some() => Err(DecodeError::Malformed),
         None => Err(DecodeError::OtherTransport),
+    }
+}
+
+/// GRE (RFC 2784/2890): optional checksum, key and sequence words, then the payload.
+fn decode_gre(b: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
+    let flags = be16(b, 0).ok_or(DecodeError::Malformed)?;
+    let proto = be16(b, 2).ok_or(DecodeError::Malformed)?;
+    let len = 4 + 4 * ((flags >> 15 & 1) + (flags >> 13 & 1) + (flags >> 12 & 1)) as usize;
+    let inner = b.get(len..).ok_or(DecodeError::Malformed)?;
+    if proto == ETH_BRIDGED {
+        let (et, net) = peel_ethernet(inner)?;
+        return decode_net(et, net, depth);
+    }
+    decode_net(proto, inner, depth)
+}
+
+/// VXLAN, GENEVE and GTP-U on their standard ports; None if the payload
+/// is not a well-formed tunnel packet (then the UDP packet stands).
+fn decode_udp_tunnel(dst_port: u16, b: &[u8], depth: u8) -> Option<Packet<'_>> {
+    match dst_port {
+        UDP_VXLAN => {
+            // Flags byte with the I bit set, then 7 bytes; an Ethernet frame follows.
+            if b.first()? & 0x08 == 0 {
+                return None;
+            }
+            let (et, net) = peel_ethernet(b.get(8..)?).ok()?;
+            decode_net(et, net, depth).ok()
+        }
+        UDP_GENEVE => {
+            let opt_len = (b.first()? & 0x3f) as usize * 4;
+            let proto = be16(b, 2)?;
+            let inner = b.get(8 + opt_len..)?;
+            if proto == ETH_BRIDGED {
+                let (et, net) = peel_ethernet(inner).ok()?;
+                decode_net(et, net, depth).ok()
+            } else {
+                decode_net(proto, inner, depth).ok()
+            }
+        }
+        UDP_GTP_U => {
+            // GTPv1-U G-PDU: 8 bytes, 4 more if E/S/PN, then extension headers.
+            let flags = *b.first()?;
+            if flags >> 5 != 1 || *b.get(1)? != 0xff {
+                return None;
+            }
+            let mut at = 8;
+            if flags & 0x07 != 0 {
+                let mut next_ext = *b.get(11)?;
+                at = 12;
+                for _ in 0..8 {
+                    if next_ext == 0 {
+                        break;
+                    }
+                    let len = *b.get(at)? as usize * 4;
+                    if len == 0 {
+                        return None;
+                    }
+                    next_ext = *b.get(at + len - 1)?;
+                    at += len;
+                }
+            }
+            let inner = b.get(at..)?;
+            let et = if inner.first()? >> 4 == 6 { ETH_IPV6 } else { ETH_IPV4 };
+            decode_net(et, inner, depth).ok()
+        }
+        _ => None,
     }
 }
 
@@ -197,6 +350,33 @@ mod tests {
             assert_eq!((t.src_port, t.dst_port, t.seq, t.syn), (40000, 443, 1, true));
         }
         let _ = eth;
+    }
+
+    #[test]
+    fn tunnels_are_peeled() {
+        let inner = ipv4_tcp();
+        // IPv4-in-IPv4 (protocol 4).
+        let mut ipip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 4, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        let total = (ipip.len() + inner.len()) as u16;
+        ipip[2..4].copy_from_slice(&total.to_be_bytes());
+        ipip.extend(&inner);
+        let p = decode(LinkType::RawIp, &ipip).unwrap();
+        assert_eq!((p.src.to_string().as_str(), p.payload), ("10.0.0.1", &b"hi"[..]));
+        // VXLAN: outer IPv4/UDP to 4789, VXLAN header, inner Ethernet.
+        let mut eth = vec![0; 12];
+        eth.extend([0x08, 0x00]);
+        eth.extend(&inner);
+        let mut udp_payload = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
+        udp_payload.extend(&eth);
+        let udp_len = (8 + udp_payload.len()) as u16;
+        let mut outer = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        outer[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+        outer.extend([0x30, 0x39, 0x12, 0xb5]);
+        outer.extend(udp_len.to_be_bytes());
+        outer.extend([0, 0]);
+        outer.extend(&udp_payload);
+        let p = decode(LinkType::RawIp, &outer).unwrap();
+        assert_eq!((p.dst.to_string().as_str(), p.payload), ("10.0.0.2", &b"hi"[..]));
     }
 
     #[test]

@@ -75,6 +75,10 @@ pub struct ClientHello {
     pub signature_algorithms: Vec<u16>,
     /// Came in an SSLv2-compatible record (RFC 5246 Appendix E.2).
     pub sslv2_compat: bool,
+    /// Extensions whose contents did not parse (their framing did).
+    pub malformed_extensions: Vec<u16>,
+    /// The extensions block was cut short.
+    pub truncated_extensions: bool,
 }
 
 impl ClientHello {
@@ -100,12 +104,24 @@ impl ClientHello {
         }
         r.sub8("compression_methods")?;
         if r.any_left() {
-            let mut exts = r.sub16("extensions")?;
+            // Lenient like the dissectors people compare us with: an
+            // extensions block that claims more than the message holds is
+            // read as far as it goes, and the shortfall is flagged.
+            let declared = r.u16("extensions")? as usize;
+            let avail = r.left();
+            let mut exts = Reader::new(r.take(declared.min(avail), "extensions")?);
+            ch.truncated_extensions = declared > avail;
             while exts.any_left() {
-                let typ = exts.u16("extension type")?;
-                let data = exts.sub16("extension data")?;
+                let (Ok(typ), Ok(data)) = (exts.u16("extension type"), exts.sub16("extension data")) else {
+                    ch.truncated_extensions = true;
+                    break;
+                };
                 ch.extensions.push(typ);
-                ch.read_extension(typ, data)?;
+                // A malformed extension (e.g. an ALPN list with a bad length)
+                // loses that extension only: its framing is intact.
+                if ch.read_extension(typ, data).is_err() {
+                    ch.malformed_extensions.push(typ);
+                }
             }
         }
         r.expect_empty("ClientHello")?;
@@ -329,11 +345,17 @@ mod tests {
     }
 
     #[test]
-    fn truncated_client_hello_is_an_error_at_every_cut() {
+    fn truncated_client_hello_is_an_error_or_flagged_at_every_cut() {
         let body = hex(RFC8448_CH);
-        // 2+32+1+8+2 bytes is a complete extension-less (TLS 1.0 style) hello.
-        for cut in (0..body.len()).filter(|&c| c != 45) {
+        // Up to the extensions, every cut is an error; 2+32+1+8+2 bytes is a
+        // complete extension-less (TLS 1.0 style) hello; a cut inside the
+        // extensions keeps what came before and flags the rest.
+        for cut in 0..45 {
             assert!(ClientHello::parse(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        for cut in 47..body.len() {
+            let ch = ClientHello::parse(&body[..cut]).unwrap();
+            assert!(ch.truncated_extensions, "cut at {cut}");
         }
     }
 
@@ -347,6 +369,21 @@ mod tests {
             ClientHello::parse(&body).unwrap_err(),
             InvalidMessage::Invalid("session_id length")
         );
+    }
+
+    /// Regression: nDPI's tls_invalid_reads.pcap has an ALPN list whose
+    /// length overruns the extension; the server name must survive.
+    #[test]
+    fn malformed_extension_loses_only_itself() {
+        let mut body = hex(RFC8448_CH);
+        // Append an ALPN extension whose list length (0xb889) overruns it.
+        body.extend([0, 16, 0, 4, 0xb8, 0x89, 2, b'h']);
+        let ext_len_at = 2 + 32 + 1 + 2 + 6 + 2;
+        let ext_len = u16::from_be_bytes([body[ext_len_at], body[ext_len_at + 1]]) + 8;
+        body[ext_len_at..ext_len_at + 2].copy_from_slice(&ext_len.to_be_bytes());
+        let ch = ClientHello::parse(&body).unwrap();
+        assert_eq!(ch.server_name.as_deref(), Some("server"));
+        assert_eq!(ch.malformed_extensions, vec![16]);
     }
 
     #[test]
