@@ -500,9 +500,12 @@ impl Analyzer {
                     self.stats.record_limit_hits += 1;
                     act.notes.push("record_limit");
                 }
-                // Bytes still waiting behind a hole the capture never filled.
+                // Bytes still waiting behind a hole the capture never filled
+                // (a connection finished because it is fully timed may
+                // simply have the rest of a segment in flight).
+                let timed = matches!(why, Finish::Timed);
                 for (d, r) in act.reasm.iter().enumerate() {
-                    if r.buffered() > 0 && !r.has_gap() {
+                    if !timed && r.buffered() > 0 && !r.has_gap() {
                         act.notes.push(if d == client_dir { "client_gap" } else { "server_gap" });
                     }
                 }
