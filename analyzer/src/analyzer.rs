@@ -419,6 +419,10 @@ impl Analyzer {
         let Some(act) = flow.active.as_deref_mut() else { return flow.status };
         if h.ack_flag {
             Self::skip_capture_loss(act, &mut flow.status, 1 - dir, h.ack, issued, stats);
+            if let Some(c) = act.client {
+                let side = if c == dir { Dir::Client } else { Dir::Server };
+                act.hs.on_ack(side, ts, h.ack);
+            }
         }
         if payload.is_empty() {
             return flow.status;
@@ -615,6 +619,7 @@ fn feed_stream(
         return;
     }
     let side = if client == Some(dir) { Dir::Client } else { Dir::Server };
+    let chunk_seq = chunk.seq;
     let mut tls13_known = false;
     let res = stream[dir].push(chunk, &mut |ev| match ev {
         StreamEvent::Record(r) => hs.on_record(side, r),
@@ -630,7 +635,8 @@ fn feed_stream(
         stream[0].ccs_encrypts = true;
         stream[1].ccs_encrypts = true;
     }
-    if res.is_err() {
+    if let Err(e) = &res {
+        if std::env::var_os("TLSRUM_DEBUG").is_some() { eprintln!("stream error {side:?}: {e} at seq {}", chunk_seq); }
         stats.stream_errors += 1;
         notes.push(if side == Dir::Client { "client_stream_error" } else { "server_stream_error" });
     }

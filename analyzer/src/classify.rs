@@ -72,6 +72,11 @@ pub struct TlsHandshake {
     pub completed_by: Option<RecordInfo>,
     /// The client sent application data before the server's Finished (TLS 1.2 False Start).
     pub false_start: bool,
+    /// TLS <= 1.2 full: end of the server's Finished record (the record after its CCS).
+    pub server_finished_end: Option<u32>,
+    /// When the client first acknowledged the server's Finished.
+    pub client_acked_finished: Option<f64>,
+    server_ccs_seen: bool,
     pub records: [Vec<RecordInfo>; 2],
     pub records_overflowed: bool,
     pub parse_errors: u32,
@@ -96,6 +101,9 @@ impl Default for TlsHandshake {
             failure: None,
             completed_by: None,
             false_start: false,
+            server_finished_end: None,
+            client_acked_finished: None,
+            server_ccs_seen: false,
             records: [Vec::new(), Vec::new()],
             records_overflowed: false,
             parse_errors: 0,
@@ -139,6 +147,12 @@ impl TlsHandshake {
         if rec.content_type == ct::HANDSHAKE && dir == Dir::Client && self.client_hello_ts.is_none() {
             self.client_hello_ts = Some(rec.ts);
         }
+        if dir == Dir::Server && self.server_ccs_seen && self.server_finished_end.is_none() {
+            if rec.content_type == ct::CHANGE_CIPHER_SPEC {
+                return;
+            }
+            self.server_finished_end = Some(rec.end);
+        }
         if rec.content_type != ct::APPLICATION_DATA {
             if rec.content_type == ct::CHANGE_CIPHER_SPEC {
                 self.on_ccs(dir, rec);
@@ -168,7 +182,22 @@ impl TlsHandshake {
         }
     }
 
+    /// Every segment's acknowledgement, for when the client received the
+    /// server's Finished (TLS <= 1.2 full handshakes whose client sends no data).
+    pub fn on_ack(&mut self, dir: Dir, ts: f64, ack: u32) {
+        if dir == Dir::Client && self.client_acked_finished.is_none() {
+            if let Some(end) = self.server_finished_end {
+                if seq_diff(ack, end) >= 0 {
+                    self.client_acked_finished = Some(ts);
+                }
+            }
+        }
+    }
+
     fn on_ccs(&mut self, dir: Dir, rec: RecordInfo) {
+        if dir == Dir::Server && !self.is_tls13() {
+            self.server_ccs_seen = true;
+        }
         match (self.state, dir) {
             (State::ServerHello12, Dir::Server) => {
                 self.abbreviated = true;

@@ -47,10 +47,16 @@ fn handshake_end(hs: &TlsHandshake) -> Option<f64> {
     if hs.is_tls13() || hs.abbreviated {
         return hs.completed_by.map(|r| r.ts);
     }
-    hs.records[Dir::Client as usize]
+    // The client's first application data, or — for a client that sends
+    // none — its acknowledgement of the server's Finished, whichever came first.
+    let data = hs.records[Dir::Client as usize]
         .iter()
         .find(|r| r.content_type == ct::APPLICATION_DATA)
-        .map(|r| r.ts)
+        .map(|r| r.ts);
+    match (data, hs.client_acked_finished) {
+        (Some(d), Some(a)) => Some(d.min(a)),
+        (d, a) => d.or(a),
+    }
 }
 
 /// The server's first application data. In TLS 1.3 the server's encrypted
@@ -75,7 +81,11 @@ fn first_server_data(hs: &TlsHandshake) -> Option<&RecordInfo> {
 pub fn fully_timed(hs: &TlsHandshake) -> bool {
     match hs.state {
         State::Failed => true,
-        State::Complete => handshake_end(hs).is_some() && first_server_data(hs).is_some(),
+        State::Complete => {
+            handshake_end(hs).is_some()
+                && first_server_data(hs).is_some()
+                && (hs.is_tls13() || hs.abbreviated || hs.records[Dir::Client as usize].iter().any(|r| r.content_type == ct::APPLICATION_DATA) || hs.client_acked_finished.is_some())
+        }
         _ => false,
     }
 }

@@ -137,7 +137,11 @@ impl Reassembler {
     /// `(first lost seq, lost bytes)` for the record layer to resynchronise.
     pub fn acked(&mut self, ack: u32, out: &mut dyn FnMut(Chunk<'_>)) -> Option<(u32, usize)> {
         let next = self.next?;
-        let lost = seq_diff(ack, next);
+        let mut lost = seq_diff(ack, next);
+        // A FIN takes one sequence number; so may a FIN the capture missed.
+        if lost == 1 && self.pending.is_empty() {
+            lost = 0;
+        }
         // Only holes of plausible size; a wild ACK is not evidence.
         if self.gap || lost <= 0 || lost > self.max_buffered as i64 * 4 {
             return None;
@@ -226,6 +230,14 @@ mod tests {
         assert_eq!(r.acked(7, &mut |c| got.extend_from_slice(c.data)), Some((2, 3)));
         assert_eq!(got, b"abfg");
         assert_eq!(r.acked(7, &mut |_| {}), None, "nothing more is missing");
+    }
+
+    #[test]
+    fn ack_of_a_fin_is_not_loss() {
+        let mut r = Reassembler::new(1024);
+        r.start_at(0);
+        r.push(Segment { seq: 0, data: b"ab", ts: 0.0, ack: None }, false, &mut |_| {});
+        assert_eq!(r.acked(3, &mut |_| {}), None);
     }
 
     #[test]

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Replay throughput benchmark: tlsrum vs. a bare libpcap read loop vs. tshark, on one large
+# capture built by bench/mkcapture from real captures. See bench/README.md.
+#
+#   bench/run.sh [options] [CAPTURE.pcap|pcapng ...]
+#
+# Inputs: the captures given as arguments, else pcaps/*.pcapng of the repository.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/run.sh [options] [CAPTURE ...]
+
+Builds bench/mkcapture and tlsrum (release), creates bench-data/big.pcap from the inputs
+(CAPTURE arguments, else pcaps/*.pcapng) and times, alternating, RUNS times each:
+  pcapcount   bare libpcap read loop (the floor)
+  tlsrum      target/release/tlsrum replay --format ndjson FILE > /dev/null
+  tshark      tshark -r FILE -Y tls.handshake -T fields ... > /dev/null
+
+options:
+  --connections N       connection copies in the capture            (default 100000)
+  --bulk-ratio R        bulk packets per TLS connection              (default 10)
+  --seed N              mkcapture seed                                (default 1)
+  --mkcapture-args STR  extra mkcapture options, e.g. "--tls-only"
+  --runs N              timed runs per tool                           (default 3)
+  --tshark-packets N    run tshark on the first N packets only and extrapolate
+                        packets/s (default 200000; 0 = whole file)
+  --tshark-full         same as --tshark-packets 0
+  --no-tshark           skip tshark
+  --no-tlsrum           skip building and running tlsrum (generator + baselines only)
+  --regen               rebuild bench-data/big.pcap even if it is up to date
+  -h, --help            this text
+EOF
+}
+
+CONNECTIONS=100000
+BULK_RATIO=10
+SEED=1
+MK_ARGS=""
+RUNS=3
+TSHARK_PACKETS=200000
+DO_TSHARK=1
+DO_TLSRUM=1
+REGEN=0
+INPUTS=()
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --connections) CONNECTIONS="$2"; shift 2 ;;
+    --bulk-ratio) BULK_RATIO="$2"; shift 2 ;;
+    --seed) SEED="$2"; shift 2 ;;
+    --mkcapture-args) MK_ARGS="$2"; shift 2 ;;
+    --runs) RUNS="$2"; shift 2 ;;
+    --tshark-packets) TSHARK_PACKETS="$2"; shift 2 ;;
+    --tshark-full) TSHARK_PACKETS=0; shift ;;
+    --no-tshark) DO_TSHARK=0; shift ;;
+    --no-tlsrum) DO_TLSRUM=0; shift ;;
+    --regen) REGEN=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; INPUTS+=("$@"); break ;;
+    -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) INPUTS+=("$1"); shift ;;
+  esac
+done
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+DATA="$ROOT/bench-data"
+BIG="$DATA/big.pcap"
+mkdir -p "$DATA"
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+# Make paths of the inputs absolute before anything else.
+if [ ${#INPUTS[@]} -eq 0 ]; then
+  shopt -s nullglob
+  INPUTS=("$ROOT"/pcaps/*.pcapng)
+  shopt -u nullglob
+  if [ ${#INPUTS[@]} -eq 0 ]; then
+    echo "run.sh: no inputs: pcaps/*.pcapng is empty and no CAPTURE arguments were given" >&2
+    usage >&2
+    exit 2
+  fi
+  INPUT_DESC="pcaps/*.pcapng (${#INPUTS[@]} files)"
+else
+  INPUT_DESC="${#INPUTS[@]} capture(s) from the command line"
+fi
+for f in "${INPUTS[@]}"; do
+  [ -r "$f" ] || { echo "run.sh: cannot read input $f" >&2; exit 2; }
+done
+
+# --- timing tool -------------------------------------------------------------------------
+if [ -x /usr/bin/time ] && /usr/bin/time -f '%e' true >/dev/null 2>&1; then
+  HAVE_GNU_TIME=1
+else
+  HAVE_GNU_TIME=0
+  echo "NOTE: GNU time (/usr/bin/time) not found, so peak RSS cannot be measured."
+  echo "      Install the Debian package 'time' (apt-get install time) to get it;"
+  echo "      falling back to bash's built-in time (elapsed seconds only)."
+fi
+
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+# run_timed NAME CMD... : runs CMD with stdout to /dev/null, appends "seconds rss_kb" to
+# $TMP/NAME.times. Fails loudly (with the command's stderr) if CMD fails.
+run_timed() {
+  local name="$1"; shift
+  local out="$TMP/$name.one" err="$TMP/$name.err" rc=0
+  if [ "$HAVE_GNU_TIME" = 1 ]; then
+    /usr/bin/time -f '%e %M' -o "$out" "$@" >/dev/null 2>"$err" || rc=$?
+  else
+    local TIMEFORMAT='%R'
+    { time "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
+    [ -s "$out" ] && echo "$(tail -n1 "$out") NA" >"$out"
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "run.sh: $name failed (exit $rc): $*" >&2
+    tail -n 20 "$err" >&2 || true
+    exit 1
+  fi
+  tail -n1 "$out" >>"$TMP/$name.times"
+}
+
+# --- build ----------------------------------------------------------------------------------
+echo "== building bench/mkcapture (release)"
+T0=$(date +%s.%N)
+cargo build --release --quiet --manifest-path bench/mkcapture/Cargo.toml
+MKCAPTURE="$ROOT/bench/mkcapture/target/release/mkcapture"
+PCAPCOUNT="$ROOT/bench/mkcapture/target/release/pcapcount"
+TLSRUM="$ROOT/target/release/tlsrum"
+if [ "$DO_TLSRUM" = 1 ]; then
+  echo "== building tlsrum (cargo build --release -p tlsrum)"
+  if ! cargo build --release --quiet -p tlsrum; then
+    echo "run.sh: building tlsrum failed; fix the build or run with --no-tlsrum" >&2
+    exit 1
+  fi
+  [ -x "$TLSRUM" ] || { echo "run.sh: $TLSRUM missing after the build" >&2; exit 1; }
+fi
+printf '   builds took %.1f s\n' "$(echo "$(date +%s.%N) - $T0" | bc)"
+
+# --- the capture ----------------------------------------------------------------------------
+STAMP="$DATA/big.params"
+{
+  echo "connections=$CONNECTIONS bulk_ratio=$BULK_RATIO seed=$SEED args=$MK_ARGS"
+  stat -c '%n %s %Y' "$MKCAPTURE" "${INPUTS[@]}"
+} >"$TMP/params"
+if [ "$REGEN" = 1 ] || [ ! -s "$BIG" ] || ! cmp -s "$TMP/params" "$STAMP"; then
+  echo "== creating $BIG from $INPUT_DESC"
+  rm -f "$STAMP"
+  T0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  "$MKCAPTURE" --out "$BIG" --connections "$CONNECTIONS" --bulk-ratio "$BULK_RATIO" \
+    --seed "$SEED" $MK_ARGS "${INPUTS[@]}"
+  printf '   mkcapture took %.1f s\n' "$(echo "$(date +%s.%N) - $T0" | bc)"
+  cp "$TMP/params" "$STAMP"
+else
+  echo "== reusing $BIG (same inputs and parameters; --regen to rebuild)"
+fi
+
+# Count packets (and pull the file into the page cache so every tool reads from memory).
+read -r PKTS BYTES < <("$PCAPCOUNT" "$BIG" | sed -E 's/packets=([0-9]+) bytes=([0-9]+).*/\1 \2/')
+FILE_BYTES=$(stat -c %s "$BIG")
+echo "   $PKTS packets, $FILE_BYTES bytes in the file"
+
+# --- tshark subset --------------------------------------------------------------------------
+TSHARK_FILE="$BIG"
+TSHARK_PKTS="$PKTS"
+if [ "$DO_TSHARK" = 1 ]; then
+  if ! command -v tshark >/dev/null 2>&1; then
+    echo "NOTE: tshark not found (Debian package 'tshark'); skipping it"
+    DO_TSHARK=0
+  elif [ "$TSHARK_PACKETS" -gt 0 ] && [ "$TSHARK_PACKETS" -lt "$PKTS" ]; then
+    if ! command -v editcap >/dev/null 2>&1; then
+      echo "NOTE: editcap not found (Debian package 'wireshark-common'); skipping tshark"
+      DO_TSHARK=0
+    else
+      TSHARK_FILE="$TMP/tshark-subset.pcap"
+      editcap -r "$BIG" "$TSHARK_FILE" "1-$TSHARK_PACKETS"
+      TSHARK_PKTS=$("$PCAPCOUNT" "$TSHARK_FILE" | sed -E 's/packets=([0-9]+).*/\1/')
+      echo "   tshark runs on the first $TSHARK_PKTS packets only (editcap -r); its packets/s"
+      echo "   is extrapolated to the whole file (--tshark-full to run it on all $PKTS)"
+    fi
+  fi
+fi
+
+# --- timed runs, alternating ----------------------------------------------------------------
+TOOLS=(pcapcount)
+[ "$DO_TLSRUM" = 1 ] && TOOLS+=(tlsrum)
+[ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
+echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
+for ((run = 1; run <= RUNS; run++)); do
+  for tool in "${TOOLS[@]}"; do
+    case "$tool" in
+      pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
+      tlsrum) run_timed tlsrum "$TLSRUM" replay --format ndjson "$BIG" ;;
+      tshark) run_timed tshark tshark -r "$TSHARK_FILE" -Y tls.handshake -T fields \
+                -e frame.time_epoch -e tcp.stream -e tls.handshake.type ;;
+    esac
+    printf '   run %d %-10s %s s\n' "$run" "$tool" "$(tail -n1 "$TMP/$tool.times" | cut -d' ' -f1)"
+  done
+done
+
+# --- report ---------------------------------------------------------------------------------
+REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
+{
+  echo
+  echo "replay throughput on $BIG"
+  echo "  $PKTS packets, $FILE_BYTES bytes; $CONNECTIONS connections, bulk ratio $BULK_RATIO; inputs: $INPUT_DESC"
+  echo "  $(nproc) cores, $(uname -r); seconds and packets/s: median of $RUNS runs; best p/s: fastest run;"
+  echo "  peak RSS: largest maximum resident set size over the runs"
+  echo
+  printf '  %-10s %12s %14s %14s %12s\n' tool seconds 'packets/s' 'best p/s' 'peak RSS'
+  for tool in "${TOOLS[@]}"; do
+    n=$PKTS
+    [ "$tool" = tshark ] && n=$TSHARK_PKTS
+    sort -n -k1,1 "$TMP/$tool.times" | awk -v n="$n" -v tool="$tool" '
+      { t[NR] = $1; r[NR] = $2 }
+      END {
+        med = t[int((NR + 1) / 2)]; best = t[1]
+        rss = 0; for (i = 1; i <= NR; i++) if (r[i] != "NA" && r[i] + 0 > rss) rss = r[i] + 0
+        rs = (rss > 0) ? sprintf("%.1f MiB", rss / 1024) : "n/a"
+        if (med <= 0) med = 0.001; if (best <= 0) best = 0.001
+        printf "  %-10s %12.3f %14.0f %14.0f %12s\n", tool, med, n / med, n / best, rs
+        printf "%s %.6f\n", tool, n / med > "/dev/stderr"
+      }' 2>>"$TMP/pps"
+  done
+  if [ "$DO_TSHARK" = 1 ] && [ "$TSHARK_PKTS" != "$PKTS" ]; then
+    awk -v n="$PKTS" '$1 == "tshark" { printf "  (tshark ran on the first %s packets; extrapolated to the whole file: %.1f s)\n", "'"$TSHARK_PKTS"'", n / $2 }' "$TMP/pps"
+  fi
+  echo
+  awk '{ pps[$1] = $2 }
+    END {
+      if ("tlsrum" in pps && "tshark" in pps)
+        printf "  tlsrum/tshark    = %6.2fx  (tlsrum packets/s divided by tshark packets/s; >1: tlsrum is faster)\n", pps["tlsrum"] / pps["tshark"]
+      if ("tlsrum" in pps)
+        printf "  pcapcount/tlsrum = %6.2fx  (how far tlsrum is from the bare libpcap read floor; 1 = at the floor)\n", pps["pcapcount"] / pps["tlsrum"]
+    }' "$TMP/pps"
+  [ "$HAVE_GNU_TIME" = 1 ] || echo "  (peak RSS n/a: install the Debian package 'time' for /usr/bin/time)"
+} | tee "$REPORT"
+echo
+echo "report saved to $REPORT"
