@@ -139,7 +139,7 @@ if [ "$DO_TLSRUM" = 1 ]; then
   fi
   [ -x "$TLSRUM" ] || { echo "run.sh: $TLSRUM missing after the build" >&2; exit 1; }
 fi
-printf '   builds took %.1f s\n' "$(echo "$(date +%s.%N) - $T0" | bc)"
+awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "   builds took %.1f s\n", b - a }'
 
 # --- the capture ----------------------------------------------------------------------------
 STAMP="$DATA/big.params"
@@ -154,7 +154,7 @@ if [ "$REGEN" = 1 ] || [ ! -s "$BIG" ] || ! cmp -s "$TMP/params" "$STAMP"; then
   # shellcheck disable=SC2086
   "$MKCAPTURE" --out "$BIG" --connections "$CONNECTIONS" --bulk-ratio "$BULK_RATIO" \
     --seed "$SEED" $MK_ARGS "${INPUTS[@]}"
-  printf '   mkcapture took %.1f s\n' "$(echo "$(date +%s.%N) - $T0" | bc)"
+  awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "   mkcapture took %.1f s\n", b - a }'
   cp "$TMP/params" "$STAMP"
 else
   echo "== reusing $BIG (same inputs and parameters; --regen to rebuild)"
@@ -162,6 +162,10 @@ fi
 
 # Count packets (and pull the file into the page cache so every tool reads from memory).
 read -r PKTS BYTES < <("$PCAPCOUNT" "$BIG" | sed -E 's/packets=([0-9]+) bytes=([0-9]+).*/\1 \2/')
+if ! [[ "${PKTS:-}" =~ ^[0-9]+$ ]] || [ "$PKTS" -eq 0 ]; then
+  echo "run.sh: pcapcount could not read $BIG" >&2
+  exit 1
+fi
 FILE_BYTES=$(stat -c %s "$BIG")
 echo "   $PKTS packets, $FILE_BYTES bytes in the file"
 
