@@ -1,5 +1,10 @@
 //! `tlsrum`: passive TLS handshake analysis of captures and live traffic.
 
+mod live;
+mod live_ebpf;
+mod metrics;
+mod pcap_live;
+mod pcap_out;
 mod replay;
 
 use std::process::ExitCode;
@@ -17,12 +22,15 @@ struct Cli {
 enum Command {
     /// Analyze pcap/pcapng captures offline.
     Replay(replay::ReplayArgs),
+    /// Watch live traffic (eBPF in the kernel, or libpcap) and serve Prometheus metrics.
+    Live(live::LiveArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
+        Command::Live(args) => live::run(args),
     };
     match result {
         Ok(code) => code,

@@ -32,6 +32,9 @@ pub struct Config {
     pub server_ports: Vec<u16>,
     /// Server-issued session IDs remembered (as hashes) to recognise offers.
     pub max_session_ids: usize,
+    /// Keep a list of finished flows for `take_finished_flows` (live capture
+    /// uses it to stop the kernel sending them; replay does not need it).
+    pub report_finished_flows: bool,
 }
 
 impl Default for Config {
@@ -43,6 +46,7 @@ impl Default for Config {
             idle_timeout: 120.0,
             server_ports: Vec::new(),
             max_session_ids: 100_000,
+            report_finished_flows: false,
         }
     }
 }
@@ -215,6 +219,9 @@ pub struct Analyzer {
     flows: FlowTable<Flow>,
     issued: IssuedIds,
     out: Vec<ConnectionRecord>,
+    /// Flows whose analysis ended (record out, or not TLS) since the last
+    /// `take_finished_flows`: a kernel-side filter can stop sending them.
+    finished: Vec<(Endpoint, Endpoint)>,
     stats: Stats,
     last_sweep: f64,
 }
@@ -234,6 +241,7 @@ impl Analyzer {
             flows: FlowTable::new(cfg.max_flows),
             issued: IssuedIds(LruCache::new(ids)),
             out: Vec::new(),
+            finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
             cfg,
@@ -251,6 +259,11 @@ impl Analyzer {
     /// Records finished since the last call, in the order they finished.
     pub fn take_records(&mut self) -> Vec<ConnectionRecord> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Endpoint pairs of flows finished since the last call (either order).
+    pub fn take_finished_flows(&mut self) -> Vec<(Endpoint, Endpoint)> {
+        std::mem::take(&mut self.finished)
     }
 
     /// Decodes and processes one captured frame.
@@ -285,6 +298,13 @@ impl Analyzer {
             }
             Transport::Udp { .. } => self.stats.udp_packets += 1,
         }
+    }
+
+    /// Advances the clock without a packet (live capture on a quiet link):
+    /// flows idle longer than the idle timeout are finished.
+    pub fn tick(&mut self, now: f64) {
+        self.expire_idle(now);
+        self.last_sweep = now;
     }
 
     /// End of input: every flow still open is finished (as `incomplete` if
@@ -361,6 +381,9 @@ impl Analyzer {
             self.stats.non_tls_flows += 1;
             flow.status = Status::NotTls;
             flow.active = None;
+            if self.cfg.report_finished_flows {
+                self.finished.push((flow.a, flow.b));
+            }
             if closed {
                 self.flows.remove(&key);
             }
@@ -527,6 +550,9 @@ impl Analyzer {
                 let (client, server) = if client_dir == 0 { (flow.a, flow.b) } else { (flow.b, flow.a) };
                 self.out.push(build_record(&act, &flow, client, server));
             }
+        }
+        if self.cfg.report_finished_flows && flow.status != Status::Done && flow.status != Status::NotTls {
+            self.finished.push((flow.a, flow.b));
         }
         flow.status = Status::Done;
         flow.active = None;

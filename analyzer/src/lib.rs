@@ -9,3 +9,4 @@ pub mod timing;
 pub mod tls;
 pub mod wire;
 pub use analyzer::{Analyzer, Config, Stats};
+pub use flow::table::Endpoint;
