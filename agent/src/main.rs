@@ -11,6 +11,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// Per-connection state is many small allocations; mimalloc makes them cheap.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "tlsrum", version, about = "Passive TLS handshake analyzer: which handshakes are full, resumed or 0-RTT, and what they cost")]
 struct Cli {

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use lru::LruCache;
 use serde::Serialize;
 
-use crate::classify::{Dir, SessionIds, State, TlsHandshake};
+use crate::classify::{leaf_names, Dir, State, TlsHandshake, TraceMemory};
 use crate::flow::reassembly::{seq_diff, Reassembler, Segment, DEFAULT_MAX_BUFFERED};
 use crate::flow::table::{Endpoint, FlowKey, FlowTable};
 use crate::record::{endpoint, ConnectionRecord, Transport as RecordTransport};
@@ -184,8 +184,15 @@ struct Flow {
     active: Option<Box<Active>>,
 }
 
-/// Hashes of session IDs servers issued, bounded.
-struct IssuedIds(LruCache<u64, ()>);
+/// Leaf certificates whose names are remembered.
+const CERT_CACHE: usize = 4096;
+
+/// What one trace remembers across connections, bounded: hashes of session
+/// IDs servers issued, and the names of leaf certificates already parsed.
+struct IssuedIds {
+    ids: LruCache<u64, ()>,
+    certs: LruCache<u64, (Option<String>, Option<String>)>,
+}
 
 impl IssuedIds {
     fn hash(id: &[u8]) -> u64 {
@@ -195,12 +202,21 @@ impl IssuedIds {
     }
 }
 
-impl SessionIds for IssuedIds {
+impl TraceMemory for IssuedIds {
     fn was_issued(&self, id: &[u8]) -> bool {
-        self.0.contains(&Self::hash(id))
+        self.ids.contains(&Self::hash(id))
     }
     fn issued(&mut self, id: &[u8]) {
-        self.0.put(Self::hash(id), ());
+        self.ids.put(Self::hash(id), ());
+    }
+    fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
+        let h = Self::hash(der);
+        if let Some(names) = self.certs.get(&h) {
+            return names.clone();
+        }
+        let names = leaf_names(der);
+        self.certs.put(h, names.clone());
+        names
     }
 }
 
@@ -239,7 +255,10 @@ impl Analyzer {
         let ids = std::num::NonZeroUsize::new(cfg.max_session_ids.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
-            issued: IssuedIds(LruCache::new(ids)),
+            issued: IssuedIds {
+                ids: LruCache::new(ids),
+                certs: LruCache::new(std::num::NonZeroUsize::new(CERT_CACHE).unwrap_or(std::num::NonZeroUsize::MIN)),
+            },
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
@@ -328,17 +347,33 @@ impl Analyzer {
         let (from, to) = ((src, h.src_port), (dst, h.dst_port));
         let key = FlowKey::new(from, to);
         let new_syn = h.syn && !h.ack_flag;
-        // A fresh SYN on a finished tuple is a new connection (port reuse).
-        let stale = match self.flows.get_mut(&key) {
-            Some(f) => new_syn && f.status != Status::Detecting && f.syn_dir.is_some() && f.tcp.syn_ack.is_some(),
-            None => false,
-        };
-        if stale {
-            if let Some(old) = self.flows.remove(&key) {
-                self.finish_flow(old, Finish::Closed);
+        // One lookup on the hot path: most packets belong to flows whose
+        // record is out (bulk data) and are skipped here.
+        // Finished flows are not promoted in the LRU order: they only need
+        // to outlive their own stragglers, and promotion costs cache misses.
+        let mut known = false;
+        if let Some(f) = self.flows.peek_mut(&key) {
+            known = true;
+            f.last_ts = ts;
+            if matches!(f.status, Status::Done | Status::NotTls) {
+                // A fresh SYN on a finished tuple is a new connection (port reuse).
+                if new_syn && f.syn_dir.is_some() && f.tcp.syn_ack.is_some() {
+                    self.flows.remove(&key);
+                    known = false;
+                } else {
+                    if h.rst || h.fin {
+                        self.flows.remove(&key);
+                    }
+                    return;
+                }
+            } else if new_syn && f.status == Status::Tls && f.syn_dir.is_some() && f.tcp.syn_ack.is_some() {
+                if let Some(old) = self.flows.remove(&key) {
+                    self.finish_flow(old, Finish::Closed);
+                }
+                known = false;
             }
         }
-        if self.flows.get_mut(&key).is_none() {
+        if !known {
             // Only a SYN or a segment with data starts tracking: stray ACKs,
             // FINs and resets of unknown flows cost nothing.
             if !new_syn && payload.is_empty() {
@@ -352,17 +387,7 @@ impl Analyzer {
             }
         }
         let Some(flow) = self.flows.get_mut(&key) else { return };
-        flow.last_ts = ts;
         let dir = usize::from(from != flow.a);
-        match flow.status {
-            Status::Done | Status::NotTls => {
-                if h.rst || h.fin {
-                    self.flows.remove(&key);
-                }
-                return;
-            }
-            Status::Detecting | Status::Tls => {}
-        }
         track_tcp_handshake(flow, dir, ts, h);
         let outcome = Self::payload(flow, dir, ts, h, payload, truncated, &mut self.issued, &mut self.stats);
         // A FIN is a half-close: the peer may still finish the handshake

@@ -104,19 +104,32 @@ impl Default for TlsHandshake {
             server_finished_end: None,
             client_acked_finished: None,
             server_ccs_seen: false,
-            records: [Vec::new(), Vec::new()],
+            records: [Vec::with_capacity(12), Vec::with_capacity(12)],
             records_overflowed: false,
             parse_errors: 0,
         }
     }
 }
 
-/// What the classifier needs to know from the rest of the trace.
-pub trait SessionIds {
+/// What the classifier keeps across connections of one trace.
+pub trait TraceMemory {
     /// Was this session ID issued by a server earlier in the trace?
     fn was_issued(&self, id: &[u8]) -> bool;
     /// A server issued this session ID in a TLS <= 1.2 ServerHello.
     fn issued(&mut self, id: &[u8]);
+    /// Subject and issuer of a leaf certificate (servers send the same one
+    /// to every client, so implementations cache by the DER's hash).
+    fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
+        leaf_names(der)
+    }
+}
+
+/// Parses a DER certificate's subject and issuer (RFC 4514 strings).
+pub fn leaf_names(der: &[u8]) -> (Option<String>, Option<String>) {
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, c)) => (Some(c.subject().to_string()), Some(c.issuer().to_string())),
+        Err(_) => (None, None),
+    }
 }
 
 impl TlsHandshake {
@@ -219,7 +232,7 @@ impl TlsHandshake {
         msg_type: u8,
         body: Option<&[u8]>,
         rec: RecordInfo,
-        ids: &mut dyn SessionIds,
+        ids: &mut dyn TraceMemory,
     ) {
         match (self.state, dir, msg_type) {
             (State::Start | State::HelloRetry, Dir::Client, ht::CLIENT_HELLO) => {
@@ -256,7 +269,7 @@ impl TlsHandshake {
             (State::ServerHello12, Dir::Server, ht::CERTIFICATE) => {
                 self.certs = Some(match body {
                     Some(b) => match parse_certificate_list(b) {
-                        Ok(list) => certs_summary(&list),
+                        Ok(list) => certs_summary(&list, ids),
                         Err(_) => {
                             self.parse_errors += 1;
                             return;
@@ -270,7 +283,7 @@ impl TlsHandshake {
         }
     }
 
-    fn accept_client_hello(&mut self, ch: ClientHello, rec: RecordInfo, ids: &mut dyn SessionIds) {
+    fn accept_client_hello(&mut self, ch: ClientHello, rec: RecordInfo, ids: &mut dyn TraceMemory) {
         // A TLS 1.3 client's legacy session ID is random (compatibility
         // mode) unless a server handed it out earlier in the trace.
         if !ch.session_id.is_empty()
@@ -439,12 +452,7 @@ impl TlsHandshake {
     }
 }
 
-fn certs_summary(list: &[&[u8]]) -> Certs {
-    let leaf = list.first().and_then(|der| x509_parser::parse_x509_certificate(der).ok());
-    Certs {
-        count: list.len(),
-        bytes: list.iter().map(|c| c.len()).sum(),
-        leaf_subject: leaf.as_ref().map(|(_, c)| c.subject().to_string()),
-        leaf_issuer: leaf.as_ref().map(|(_, c)| c.issuer().to_string()),
-    }
+fn certs_summary(list: &[&[u8]], ids: &mut dyn TraceMemory) -> Certs {
+    let (leaf_subject, leaf_issuer) = list.first().map_or((None, None), |der| ids.leaf_names(der));
+    Certs { count: list.len(), bytes: list.iter().map(|c| c.len()).sum(), leaf_subject, leaf_issuer }
 }

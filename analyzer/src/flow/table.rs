@@ -57,6 +57,12 @@ impl<V> FlowTable<V> {
         }
     }
 
+    /// Looks up a flow without marking it used (for flows already finished,
+    /// whose packets should cost as little as possible).
+    pub fn peek_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
+        self.map.peek_mut(key)
+    }
+
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
         self.map.pop(key)
     }
