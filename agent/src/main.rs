@@ -5,6 +5,7 @@ mod live_ebpf;
 mod metrics;
 mod pcap_live;
 mod pcap_out;
+mod ebpf;
 mod replay;
 
 use std::process::ExitCode;

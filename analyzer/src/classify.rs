@@ -51,7 +51,9 @@ pub enum State {
 #[derive(Debug)]
 pub struct TlsHandshake {
     pub state: State,
+    /// The first ClientHello, kept only when a HelloRetryRequest brought a second.
     pub first_client_hello: Option<ClientHello>,
+    /// The latest ClientHello.
     pub client_hello: Option<ClientHello>,
     pub server_hello: Option<ServerHello>,
     pub client_hello_ts: Option<f64>,
@@ -291,11 +293,11 @@ impl TlsHandshake {
         {
             self.session_id_offered = true;
         }
-        if self.first_client_hello.is_none() {
-            self.client_hello_ts.get_or_insert(rec.ts);
-            self.first_client_hello = Some(ch.clone());
+        self.client_hello_ts.get_or_insert(rec.ts);
+        // Keep the first hello only when a second one (after HRR) replaces it.
+        if let Some(first) = self.client_hello.replace(ch) {
+            self.first_client_hello.get_or_insert(first);
         }
-        self.client_hello = Some(ch);
         self.state = State::ClientHello;
     }
 
@@ -305,7 +307,6 @@ impl TlsHandshake {
             (State::Start, Dir::Client, 1) => {
                 let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) else { return };
                 self.client_hello_ts = Some(rec.ts);
-                self.first_client_hello = Some(ch.clone());
                 self.client_hello = Some(ch);
                 self.state = State::ClientHello;
             }
@@ -395,7 +396,8 @@ impl TlsHandshake {
     }
 
     pub fn early_data(&self) -> EarlyData {
-        let offered = self.first_client_hello.as_ref().is_some_and(|ch| ch.early_data);
+        let first = self.first_client_hello.as_ref().or(self.client_hello.as_ref());
+        let offered = first.is_some_and(|ch| ch.early_data);
         if !offered {
             return EarlyData::None;
         }

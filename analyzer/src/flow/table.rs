@@ -7,20 +7,28 @@ use lru::LruCache;
 
 pub type Endpoint = (IpAddr, u16);
 
-/// Both directions of a connection map to the same key.
+/// Both directions of a connection map to the same key: the two endpoints
+/// as 128-bit addresses (IPv4 mapped) and ports, smaller one first. Plain
+/// integers hash in a few instructions (IpAddr's derived Hash is byte-wise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    lo: Endpoint,
-    hi: Endpoint,
+    lo_addr: u128,
+    hi_addr: u128,
+    ports: u32,
+}
+
+fn as_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
 }
 
 impl FlowKey {
     pub fn new(a: Endpoint, b: Endpoint) -> Self {
-        if a <= b {
-            FlowKey { lo: a, hi: b }
-        } else {
-            FlowKey { lo: b, hi: a }
-        }
+        let (a, b) = ((as_u128(a.0), a.1), (as_u128(b.0), b.1));
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        FlowKey { lo_addr: lo.0, hi_addr: hi.0, ports: (u32::from(lo.1) << 16) | u32::from(hi.1) }
     }
 }
 

@@ -179,7 +179,8 @@ impl RecordStream {
                     continue;
                 }
             }
-            // Gather the payload of a plaintext record.
+            // Gather the payload of a plaintext record (one allocation, not doublings).
+            self.buf.reserve_exact((5 + len).saturating_sub(self.buf.len()));
             let have = self.buf.len() - 5;
             let n = (len - have).min(data.len());
             self.buf.extend_from_slice(&data[..n]);
@@ -262,6 +263,7 @@ impl RecordStream {
                 self.hs_skip = len;
                 continue;
             }
+            self.hs_buf.reserve_exact((4 + len).saturating_sub(self.hs_buf.len()));
             let have = self.hs_buf.len() - 4;
             let n = (len - have).min(payload.len());
             self.hs_buf.extend_from_slice(&payload[..n]);

@@ -1,0 +1,459 @@
+//! The eBPF backend against a real kernel: two network namespaces joined by
+//! a veth pair, `openssl s_server` in one and `openssl s_client` in the
+//! other, the TC programs on the server's veth.
+//!
+//! Needs root, BPF, `ip`, `tc`, `ss` and `openssl`. Without them the test
+//! prints why and passes, except under CI=true, where it fails.
+//!
+//! Checks: the handshake arrives (SYN, SYN-ACK, ClientHello at the start of
+//! the client's first payload, a ~25 KB certificate in one piece, FIN) and
+//! the analyzer classifies it; a 200 MB upload after the analyzer finished
+//! the flow (mark_done) and another one never marked (byte budget) each
+//! produce a small, bounded number of events; the netlink attach mode adds
+//! and removes its clsact qdisc, and leaves one it did not add.
+
+#![allow(dead_code)]
+
+#[path = "../src/ebpf.rs"]
+mod ebpf;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use analyzer::{Analyzer, Config};
+use ebpf::{AttachMode, EbpfCapture, EbpfOptions, EventHeader, FlowTuple, EV_DONE};
+
+const SERVER_IP: &str = "192.0.2.1"; // TEST-NET-1, only inside our namespaces
+const CLIENT_IP: &str = "192.0.2.2";
+const PORT: u16 = 4433;
+const BULK_BYTES: u64 = 200_000_000;
+const BUDGET: u32 = 64 * 1024;
+
+// ---- environment ----
+
+fn missing_prerequisite() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "tc", "ss", "openssl"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("{tool} not installed"));
+        }
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() && !Path::new("/proc/sys/net/core/bpf_jit_enable").exists() {
+        return Some("kernel without BPF".into());
+    }
+    None
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two namespaces and the veth between them; deleted on drop.
+struct Topology {
+    server_ns: String,
+    client_ns: String,
+    veth: String,
+    dir: PathBuf,
+}
+
+impl Topology {
+    fn new() -> Self {
+        let pid = std::process::id();
+        let t = Topology {
+            server_ns: format!("tlsrum-s{pid}"),
+            client_ns: format!("tlsrum-c{pid}"),
+            veth: format!("tvs{pid}"),
+            dir: std::env::temp_dir().join(format!("tlsrum-ebpf-{pid}")),
+        };
+        let peer = format!("tvc{pid}");
+        std::fs::create_dir_all(&t.dir).unwrap();
+        run(&["ip", "netns", "add", &t.server_ns]);
+        run(&["ip", "netns", "add", &t.client_ns]);
+        run(&["ip", "link", "add", &t.veth, "netns", &t.server_ns, "type", "veth", "peer", "name", &peer, "netns", &t.client_ns]);
+        for (ns, dev, ip) in [(&t.server_ns, &t.veth, SERVER_IP), (&t.client_ns, &peer, CLIENT_IP)] {
+            run(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev]);
+            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        t
+    }
+
+    fn qdiscs(&self) -> String {
+        run(&["tc", "-n", &self.server_ns, "qdisc", "show", "dev", &self.veth])
+    }
+
+    fn filters(&self, hook: &str) -> String {
+        run(&["tc", "-n", &self.server_ns, "filter", "show", "dev", &self.veth, hook])
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.server_ns, &self.client_ns] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// This thread in the server's namespace (aya's netlink and if_nametoindex
+/// work in the caller's namespace); back to the original on drop.
+struct InNetns(File);
+
+impl InNetns {
+    fn enter(ns: &str) -> Self {
+        let orig = File::open("/proc/thread-self/ns/net").unwrap();
+        let target = File::open(format!("/var/run/netns/{ns}")).unwrap();
+        // SAFETY: setns on valid namespace fds; affects this thread only.
+        assert_eq!(unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+        InNetns(orig)
+    }
+}
+
+impl Drop for InNetns {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) };
+    }
+}
+
+/// Children killed on drop.
+#[derive(Default)]
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn make_cert(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
+    let key = dir.join("key.pem");
+    let cert = dir.join("cert.pem");
+    // ~1500 names make a certificate of about 27 KB: a flight of several
+    // GSO segments and more than one 16 KiB chunk.
+    let sans: Vec<String> = (0..1500).map(|i| format!("DNS:host{i}.big.test")).collect();
+    run(&[
+        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap(), "-days", "1", "-subj", "/CN=big.test",
+        "-addext", &format!("subjectAltName=DNS:big.test,{}", sans.join(",")),
+    ]);
+    let der = Command::new("openssl")
+        .args(["x509", "-in", cert.to_str().unwrap(), "-outform", "DER"])
+        .output()
+        .unwrap()
+        .stdout;
+    assert!(der.len() > 20_000, "certificate only {} bytes", der.len());
+    (cert, key, der)
+}
+
+fn start_server(t: &Topology, cert: &Path, key: &Path, procs: &mut Procs) {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &t.server_ns, "openssl", "s_server", "-accept", &PORT.to_string()])
+        .args(["-cert", cert.to_str().unwrap(), "-key", key.to_str().unwrap(), "-quiet"])
+        // stdin stays open: s_server would stop on its EOF.
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    procs.0.push(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn", &format!("sport = :{PORT}")]);
+        if !out.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "s_server did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A client that sends `input` (a shell pipeline's output) and closes.
+fn start_client(t: &Topology, input: &str, tls: &str) -> Child {
+    let cmd = format!(
+        "{input} | openssl s_client -connect {SERVER_IP}:{PORT} -servername big.test {tls} >/dev/null 2>&1"
+    );
+    Command::new("ip").args(["netns", "exec", &t.client_ns, "sh", "-c", &cmd]).spawn().unwrap()
+}
+
+// ---- events ----
+
+#[derive(Clone)]
+struct Ev {
+    ts: f64,
+    h: EventHeader,
+    payload: Vec<u8>,
+}
+
+impl Ev {
+    fn client_port(&self) -> u16 {
+        if self.h.dport == PORT { self.h.sport } else { self.h.dport }
+    }
+    fn from_client(&self) -> bool {
+        self.h.dport == PORT
+    }
+}
+
+/// Polls until `child` has exited and the ring buffer has been quiet for a
+/// moment; `after` runs after every poll with the new events.
+fn collect(
+    cap: &mut EbpfCapture,
+    child: &mut Child,
+    mut after: impl FnMut(&mut EbpfCapture, &[Ev]),
+) -> Vec<Ev> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut all = Vec::new();
+    let mut exited_at: Option<Instant> = None;
+    let mut last_event = Instant::now();
+    loop {
+        let mut batch = Vec::new();
+        cap.poll(Duration::from_millis(50), &mut |e| {
+            batch.push(Ev { ts: e.ts, h: *e.header, payload: e.payload.to_vec() })
+        })
+        .unwrap();
+        if !batch.is_empty() {
+            last_event = Instant::now();
+            after(cap, &batch);
+            all.extend(batch);
+        }
+        if exited_at.is_none() && child.try_wait().unwrap().is_some() {
+            exited_at = Some(Instant::now());
+        }
+        if let Some(t) = exited_at {
+            if t.elapsed() > Duration::from_millis(500) && last_event.elapsed() > Duration::from_millis(300) {
+                return all;
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("client did not finish in time");
+        }
+    }
+}
+
+fn counters(cap: &EbpfCapture) -> BTreeMap<&'static str, u64> {
+    cap.counters().unwrap().into_iter().collect()
+}
+
+fn diff(after: &BTreeMap<&'static str, u64>, before: &BTreeMap<&'static str, u64>) -> BTreeMap<&'static str, u64> {
+    after.iter().map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0))).collect()
+}
+
+/// The payload of one direction reassembled from sequence numbers, from
+/// the byte after the SYN; None where a byte is missing.
+fn stream(events: &[Ev], from_client: bool) -> Vec<Option<u8>> {
+    let syn = events
+        .iter()
+        .find(|e| e.from_client() == from_client && e.h.tcp_flags & 0x02 != 0)
+        .expect("SYN of the direction");
+    let isn = syn.h.seq.wrapping_add(1);
+    let mut out: Vec<Option<u8>> = Vec::new();
+    for e in events.iter().filter(|e| e.from_client() == from_client && !e.payload.is_empty()) {
+        let syn_adj = u32::from(e.h.tcp_flags & 0x02 != 0);
+        let start = e.h.seq.wrapping_add(e.h.offset).wrapping_add(syn_adj).wrapping_sub(isn) as usize;
+        if start > 10_000_000 {
+            continue;
+        }
+        if out.len() < start + e.payload.len() {
+            out.resize(start + e.payload.len(), None);
+        }
+        for (i, b) in e.payload.iter().enumerate() {
+            out[start + i] = Some(*b);
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+// ---- the test ----
+
+#[test]
+fn ebpf_capture_on_veth() {
+    if let Some(why) = missing_prerequisite() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but the eBPF test cannot run: {why}");
+        }
+        eprintln!("SKIPPED ebpf_capture_on_veth: {why} (needs root, BPF, iproute2 and openssl)");
+        return;
+    }
+
+    // Drop order (reverse of declaration) matters: capture detached in the
+    // namespace, then processes killed, then the namespaces deleted.
+    let topo = Topology::new();
+    let (cert, key, cert_der) = make_cert(&topo.dir);
+    let _netns = InNetns::enter(&topo.server_ns);
+    let mut procs = Procs::default();
+    start_server(&topo, &cert, &key, &mut procs);
+
+    let opts = EbpfOptions {
+        ifaces: vec![topo.veth.clone()],
+        ports: vec![PORT],
+        max_payload_per_dir: BUDGET,
+        ..Default::default()
+    };
+    let mut cap = EbpfCapture::attach(&opts).expect("attach");
+    for (prog, insns) in cap.verified_instructions() {
+        eprintln!("{prog}: verifier processed {insns:?} instructions");
+    }
+    assert!(!topo.qdiscs().contains("clsact"), "TCX attach added a qdisc:\n{}", topo.qdiscs());
+
+    handshake(&topo, &mut cap, &cert_der);
+    bulk_after_done(&topo, &mut cap);
+    bulk_over_budget(&topo, &mut cap);
+
+    cap.detach().expect("detach");
+    assert!(!topo.qdiscs().contains("clsact"));
+
+    netlink_mode(&topo);
+}
+
+/// TLS 1.2 (certificate in the clear) with a ~25 KB certificate.
+fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
+    let before = counters(cap);
+    let wall_start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let mut client = start_client(topo, "echo hello", "-tls1_2");
+    let events = collect(cap, &mut client, |_, _| {});
+    let wall_end = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let delta = diff(&counters(cap), &before);
+    eprintln!("handshake: {} events, counters {delta:?}", events.len());
+
+    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
+    let conn: Vec<Ev> = events.iter().filter(|e| e.client_port() == port).cloned().collect();
+    assert!(conn.iter().all(|e| e.ts > wall_start - 1.0 && e.ts < wall_end + 1.0), "timestamps off the wall clock");
+    assert!(conn.iter().all(|e| e.h.ip_version == 4 && e.h.src().to_string() != "0.0.0.0"));
+    assert!(conn.iter().any(|e| !e.from_client() && e.h.tcp_flags & 0x12 == 0x12), "no SYN-ACK");
+    assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
+    let first = conn.iter().find(|e| e.from_client() && !e.payload.is_empty()).expect("client payload");
+    assert_eq!(&first.payload[..2], &[0x16, 0x03], "ClientHello first");
+    assert!(conn.iter().any(|e| e.h.offset > 0) || conn.iter().all(|e| e.h.payload_len as usize <= ebpf::CHUNK));
+
+    let lost = delta["bytes_lost"] + delta["ringbuf_full"] + delta["payload_truncated"];
+    let server: Vec<u8> = stream(&conn, false).into_iter().map_while(|b| b).collect();
+    if lost == 0 {
+        assert!(contains(&server, cert_der), "certificate not whole in {} server bytes", server.len());
+    } else {
+        eprintln!("handshake: {lost} losses counted");
+    }
+
+    // The analyzer sees a normal TLS 1.2 handshake.
+    let mut a = Analyzer::new(Config::default());
+    for e in &conn {
+        let ev = ebpf::Event { ts: e.ts, header: &e.h, payload: &e.payload };
+        a.push_packet(e.ts, &ev.to_packet());
+    }
+    a.finish();
+    let recs = a.take_records();
+    assert_eq!(recs.len(), 1, "one connection record");
+    let r = &recs[0];
+    eprintln!("handshake record: {} {:?} {:?} certs {:?}", r.handshake.as_str(), r.version, r.sni, r.certs);
+    assert_eq!(r.handshake.as_str(), "full");
+    assert_eq!(r.version, Some("TLS1.2"));
+    assert_eq!(r.sni.as_deref(), Some("big.test"));
+    assert_eq!(r.certs.as_ref().map(|c| c.count), Some(1));
+    assert!(r.timing.tcp_rtt.is_some());
+}
+
+/// 200 MB up one TLS 1.3 connection; the analyzer reports the flow finished
+/// after the handshake and the test marks it done.
+fn bulk_after_done(topo: &Topology, cap: &mut EbpfCapture) {
+    let before = counters(cap);
+    let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+    let mut marked = Vec::new();
+    let started = Instant::now();
+    let mut client = start_client(topo, &format!("head -c {BULK_BYTES} /dev/zero"), "");
+    let events = collect(cap, &mut client, |cap, batch| {
+        for e in batch {
+            let ev = ebpf::Event { ts: e.ts, header: &e.h, payload: &e.payload };
+            a.push_packet(e.ts, &ev.to_packet());
+        }
+        for (x, y) in a.take_finished_flows() {
+            let t = FlowTuple { src: x.0, dst: y.0, src_port: x.1, dst_port: y.1, proto: 6 };
+            cap.mark_done(t).unwrap();
+            marked.push(t);
+        }
+    });
+    let delta = diff(&counters(cap), &before);
+    eprintln!(
+        "bulk/done: {} MB in {:.1}s, {} events, marked {marked:?}, counters {delta:?}",
+        BULK_BYTES / 1_000_000,
+        started.elapsed().as_secs_f64(),
+        events.len()
+    );
+    assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
+    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
+    assert!(marked.iter().any(|t| t.src_port == port || t.dst_port == port), "analyzer never finished the flow");
+    let conn: Vec<&Ev> = events.iter().filter(|e| e.client_port() == port).collect();
+    let up: u64 = conn.iter().filter(|e| e.from_client()).map(|e| e.payload.len() as u64).sum();
+    assert!(conn.len() < 500, "{} events for a done flow", conn.len());
+    assert!(up <= u64::from(BUDGET) * 2, "{up} client bytes forwarded");
+    assert!(delta["done"] > 100, "done counter did not move: {delta:?}");
+    assert!(conn.iter().any(|e| e.h.flags & EV_DONE != 0 && e.h.tcp_flags & 0x05 != 0), "no FIN/RST after done");
+}
+
+/// 200 MB up a connection nobody marks done: the byte budget stops it.
+fn bulk_over_budget(topo: &Topology, cap: &mut EbpfCapture) {
+    let before = counters(cap);
+    let mut client = start_client(topo, &format!("head -c {BULK_BYTES} /dev/zero"), "");
+    let events = collect(cap, &mut client, |_, _| {});
+    let delta = diff(&counters(cap), &before);
+    eprintln!("bulk/budget: {} events, counters {delta:?}", events.len());
+    assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
+    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
+    let conn: Vec<&Ev> = events.iter().filter(|e| e.client_port() == port).collect();
+    let up: u64 = conn.iter().filter(|e| e.from_client()).map(|e| e.payload.len() as u64).sum();
+    assert!(conn.len() < 500, "{} events over the budget", conn.len());
+    assert!(up >= u64::from(BUDGET) && up <= u64::from(BUDGET) * 2, "{up} client bytes forwarded");
+    assert!(delta["budget"] > 100, "budget counter did not move: {delta:?}");
+    assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
+}
+
+/// cls_bpf on clsact: the qdisc we add goes away on detach, one that was
+/// there stays; the verifier also accepts the all-ports + QUIC settings.
+fn netlink_mode(topo: &Topology) {
+    let opts = EbpfOptions {
+        ifaces: vec![topo.veth.clone()],
+        ports: vec![],
+        all_ports: true,
+        quic: true,
+        attach_mode: AttachMode::Netlink,
+        ..Default::default()
+    };
+    let mut cap = EbpfCapture::attach(&opts).expect("netlink attach");
+    assert!(topo.qdiscs().contains("clsact"));
+    assert!(topo.filters("ingress").contains("tlsrum_ingress"), "{}", topo.filters("ingress"));
+    assert!(topo.filters("egress").contains("tlsrum_egress"));
+    let mut client = start_client(topo, "echo hello", "");
+    let events = collect(&mut cap, &mut client, |_, _| {});
+    assert!(events.iter().any(|e| e.from_client() && e.payload.starts_with(&[0x16, 0x03])), "no ClientHello");
+    cap.detach().expect("netlink detach");
+    assert!(!topo.qdiscs().contains("clsact"), "our clsact left behind:\n{}", topo.qdiscs());
+
+    // A clsact that was already there is not ours to remove.
+    run(&["tc", "-n", &topo.server_ns, "qdisc", "add", "dev", &topo.veth, "clsact"]);
+    let cap = EbpfCapture::attach(&opts).expect("attach to existing clsact");
+    cap.detach().expect("detach");
+    assert!(topo.qdiscs().contains("clsact"), "removed a clsact we did not add");
+    assert!(topo.filters("ingress").trim().is_empty(), "filter left: {}", topo.filters("ingress"));
+    assert!(topo.filters("egress").trim().is_empty());
+}
