@@ -210,7 +210,7 @@ impl<'a> Event<'a> {
     ///
     /// UDP events are whole datagrams unless the kernel handed over a GSO
     /// batch (`gso_size` set): see [`Event::datagrams`].
-    pub fn to_packet(&self) -> Packet<'a> {
+    pub fn to_packet(self) -> Packet<'a> {
         let h = self.header;
         let transport = if h.l4_proto == 6 {
             let syn = h.tcp_flags & 0x02 != 0;
@@ -243,7 +243,7 @@ impl<'a> Event<'a> {
     /// set) holds datagrams of `gso_size` bytes back to back (the last may
     /// be shorter); one that straddles the boundary between two events is
     /// returned in pieces marked truncated. TCP: the one packet.
-    pub fn datagrams(&self) -> impl Iterator<Item = Packet<'a>> + 'a {
+    pub fn datagrams(self) -> impl Iterator<Item = Packet<'a>> + 'a {
         let h = *self.header;
         let base = self.to_packet();
         let gso = h.gso_size as usize;

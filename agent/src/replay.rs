@@ -55,7 +55,7 @@ pub struct ReplayArgs {
 
 enum Sink {
     Table(Summary),
-    Ndjson(BufWriter<io::Stdout>, Summary),
+    Ndjson(BufWriter<io::Stdout>, ndjson::NdjsonWriter, Summary),
     Csv(CsvWriter<BufWriter<io::Stdout>>, Summary),
 }
 
@@ -64,8 +64,8 @@ impl Sink {
         for r in &records {
             match self {
                 Sink::Table(s) => s.add(r),
-                Sink::Ndjson(w, s) => {
-                    ndjson::write_record(w, r)?;
+                Sink::Ndjson(w, j, s) => {
+                    j.write(w, r)?;
                     s.add(r);
                 }
                 Sink::Csv(w, s) => {
@@ -116,7 +116,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
     let mut sink = match args.format {
         Format::Table => Sink::Table(Summary::default()),
-        Format::Ndjson => Sink::Ndjson(stdout(), Summary::default()),
+        Format::Ndjson => Sink::Ndjson(stdout(), ndjson::NdjsonWriter::default(), Summary::default()),
         Format::Csv => Sink::Csv(CsvWriter::new(stdout())?, Summary::default()),
     };
     let progress = !args.quiet && io::stderr().is_terminal();
@@ -150,7 +150,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
                 total.flows_evicted
             )?;
         }
-        Sink::Ndjson(w, _) => w.flush()?,
+        Sink::Ndjson(w, _, _) => w.flush()?,
         Sink::Csv(w, _) => w.flush()?,
     }
     if args.stats {

@@ -153,11 +153,10 @@ impl Summary {
     pub fn add(&mut self, r: &ConnectionRecord) {
         self.total.add(r);
         let name = r.sni.as_deref().unwrap_or(NO_SNI);
-        let key = if self.by_name.contains_key(name) || self.by_name.len() < MAX_NAMES {
-            name
-        } else {
-            OTHER
-        };
+        if let Some(a) = self.by_name.get_mut(name) {
+            return a.add(r);
+        }
+        let key = if self.by_name.len() < MAX_NAMES { name } else { OTHER };
         self.by_name.entry(key.to_string()).or_default().add(r);
     }
 

@@ -99,6 +99,8 @@ impl ClientHello {
         r.take(32, "client random")?;
         ch.session_id = SessionId::read(&mut r)?;
         let mut suites = r.sub16("cipher_suites")?;
+        ch.cipher_suites.reserve_exact(suites.left() / 2);
+        ch.extensions.reserve_exact(24);
         while suites.any_left() {
             ch.cipher_suites.push(suites.u16("cipher_suite")?);
         }
@@ -181,12 +183,14 @@ impl ClientHello {
             }
             ext::SUPPORTED_GROUPS => {
                 let mut list = r.sub16("named_group_list")?;
+                self.supported_groups.reserve_exact(list.left() / 2);
                 while list.any_left() {
                     self.supported_groups.push(list.u16("group")?);
                 }
             }
             ext::SIGNATURE_ALGORITHMS => {
                 let mut list = r.sub16("supported_signature_algorithms")?;
+                self.signature_algorithms.reserve_exact(list.left() / 2);
                 while list.any_left() {
                     self.signature_algorithms.push(list.u16("signature scheme")?);
                 }
