@@ -8,7 +8,9 @@ APT_PACKAGES=(
   build-essential pkg-config libpcap-dev clang llvm libbpf-dev linux-libc-dev
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
-  python3
+  python3 python3-pip
+  # headless browser for the HTML report test
+  chromium fonts-dejavu-core
 )
 
 missing=()
@@ -41,4 +43,14 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# Node.js for the browser test (Debian's if none is installed), then its
+# npm packages from the lock file.
+if ! command -v node >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$here/tests/html/node_modules/playwright-core" ]; then
+  (cd "$here/tests/html" && npm ci --no-audit --no-fund --silent)
+fi
+
 echo "install-deps: all dependencies present"

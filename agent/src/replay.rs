@@ -45,6 +45,9 @@ pub struct ReplayArgs {
     /// Seconds (capture time) after which an idle flow is finished.
     #[arg(long, default_value_t = Config::default().idle_timeout)]
     idle_timeout: f64,
+    /// Also write a self-contained HTML report (charts and tables) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
     #[arg(long)]
     stats: bool,
@@ -152,6 +155,17 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         }
         Sink::Ndjson(w, _, _) => w.flush()?,
         Sink::Csv(w, _) => w.flush()?,
+    }
+    if let Some(path) = &args.html {
+        let summary = match &sink {
+            Sink::Table(s) | Sink::Ndjson(_, _, s) | Sink::Csv(_, s) => s,
+        };
+        let title = match files.as_slice() {
+            [one] => one.display().to_string(),
+            many => format!("{} captures under {}", many.len(), args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        };
+        std::fs::write(path, analyzer::output::html::render(summary, &title, args.top))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if args.stats {
         eprintln!("{}", serde_json::to_string_pretty(&total)?);

@@ -48,6 +48,11 @@ impl Histogram {
         None
     }
 
+    /// (upper edge in ms, count) per non-empty bucket, ascending.
+    pub fn buckets(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.counts.iter().map(|(&b, &c)| (if b == 0 { FLOOR_MS } else { FLOOR_MS * GROWTH.powi(b as i32) }, c))
+    }
+
     pub fn merge(&mut self, other: &Histogram) {
         for (&b, &c) in &other.counts {
             *self.counts.entry(b).or_default() += c;
@@ -75,6 +80,11 @@ pub struct Aggregate {
     pub handshake_full_ms: Histogram,
     pub handshake_resumed_ms: Histogram,
     pub ttfb_ms: Histogram,
+    pub ttfb_full_ms: Histogram,
+    pub ttfb_resumed_ms: Histogram,
+    pub tcp_rtt_ms: Histogram,
+    /// Connections by handshake round trips: 0, 1, 2, 3, 4+.
+    pub round_trips: [u64; 5],
     pub avoidable_ms: f64,
 }
 
@@ -108,6 +118,17 @@ impl Aggregate {
         }
         if let Some(ms) = r.timing.ttfb {
             self.ttfb_ms.add(ms);
+            match r.handshake {
+                HandshakeKind::Full => self.ttfb_full_ms.add(ms),
+                HandshakeKind::Resumed => self.ttfb_resumed_ms.add(ms),
+                _ => {}
+            }
+        }
+        if let Some(ms) = r.timing.tcp_rtt {
+            self.tcp_rtt_ms.add(ms);
+        }
+        if let Some(n) = r.timing.round_trips {
+            self.round_trips[(n as usize).min(4)] += 1;
         }
         self.avoidable_ms += r.timing.avoidable.unwrap_or(0.0);
     }
@@ -138,6 +159,12 @@ impl Aggregate {
         self.handshake_full_ms.merge(&o.handshake_full_ms);
         self.handshake_resumed_ms.merge(&o.handshake_resumed_ms);
         self.ttfb_ms.merge(&o.ttfb_ms);
+        self.ttfb_full_ms.merge(&o.ttfb_full_ms);
+        self.ttfb_resumed_ms.merge(&o.ttfb_resumed_ms);
+        self.tcp_rtt_ms.merge(&o.tcp_rtt_ms);
+        for (a, b) in self.round_trips.iter_mut().zip(o.round_trips) {
+            *a += b;
+        }
         self.avoidable_ms += o.avoidable_ms;
     }
 }

@@ -1,4 +1,5 @@
 //! Output formats for connection records and their aggregates.
 pub mod csv;
+pub mod html;
 pub mod ndjson;
 pub mod table;
