@@ -15,7 +15,7 @@ use analyzer::wire::{LinkType, Packet, Transport};
 use anyhow::{Context, Result};
 use etherparse::PacketBuilder;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
 
@@ -45,7 +45,8 @@ impl PacketWriter {
         let idb = InterfaceDescriptionBlock {
             linktype: datalink(frames_as.unwrap_or(LinkType::RawIp)),
             snaplen: 0,
-            options: vec![],
+            // pcap-file writes timestamps in nanoseconds: say so (if_tsresol 9).
+            options: vec![InterfaceDescriptionOption::IfTsResol(9)],
         };
         w.write_pcapng_block(idb).context("writing pcapng interface")?;
         Ok(PacketWriter { w, frames_as, errors: 0 })
