@@ -216,7 +216,11 @@ impl<'a> Event<'a> {
             let syn = h.tcp_flags & 0x02 != 0;
             let first = h.offset == 0;
             let last = h.is_last_chunk();
-            let seq = if first { h.seq } else { h.seq.wrapping_add(h.offset).wrapping_add(u32::from(syn)) };
+            let seq = if first {
+                h.seq
+            } else {
+                h.seq.wrapping_add(h.offset).wrapping_add(u32::from(syn))
+            };
             Transport::Tcp(TcpHeader {
                 src_port: h.sport,
                 dst_port: h.dport,
@@ -228,7 +232,10 @@ impl<'a> Event<'a> {
                 rst: h.tcp_flags & 0x04 != 0 && last,
             })
         } else {
-            Transport::Udp { src_port: h.sport, dst_port: h.dport }
+            Transport::Udp {
+                src_port: h.sport,
+                dst_port: h.dport,
+            }
         };
         Packet {
             src: h.src(),
@@ -270,7 +277,11 @@ impl<'a> Event<'a> {
             let piece = &payload[pos..end_here];
             let whole = dgram_start == seg_pos && h.offset as usize + end_here == dgram_end;
             pos = end_here;
-            Some(Packet { payload: piece, truncated: !whole || (base.truncated && pos >= payload.len()), ..base })
+            Some(Packet {
+                payload: piece,
+                truncated: !whole || (base.truncated && pos >= payload.len()),
+                ..base
+            })
         })
     }
 }
@@ -350,9 +361,23 @@ impl FlowKey {
             t.src_port <= t.dst_port
         };
         if src_first {
-            Self { addr_a: s, addr_b: d, port_a: t.src_port, port_b: t.dst_port, proto: t.proto, _pad: [0; 3] }
+            Self {
+                addr_a: s,
+                addr_b: d,
+                port_a: t.src_port,
+                port_b: t.dst_port,
+                proto: t.proto,
+                _pad: [0; 3],
+            }
         } else {
-            Self { addr_a: d, addr_b: s, port_a: t.dst_port, port_b: t.src_port, proto: t.proto, _pad: [0; 3] }
+            Self {
+                addr_a: d,
+                addr_b: s,
+                port_a: t.dst_port,
+                port_b: t.src_port,
+                proto: t.proto,
+                _pad: [0; 3],
+            }
         }
     }
 }
@@ -432,7 +457,14 @@ pub struct EbpfCapture {
 impl std::fmt::Debug for EbpfCapture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EbpfCapture")
-            .field("attachments", &self.attachments.iter().map(|a| (a.program, &a.iface)).collect::<Vec<_>>())
+            .field(
+                "attachments",
+                &self
+                    .attachments
+                    .iter()
+                    .map(|a| (a.program, &a.iface))
+                    .collect::<Vec<_>>(),
+            )
             .field("our_clsact", &self.our_clsact)
             .finish_non_exhaustive()
     }
@@ -441,9 +473,18 @@ impl std::fmt::Debug for EbpfCapture {
 /// Explains an error of the load or attach steps in the terms a user can act on.
 fn explain(e: impl Into<anyhow::Error>, what: &str) -> anyhow::Error {
     let e: anyhow::Error = e.into();
-    let errno = e.chain().find_map(|c| c.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error));
+    let errno = e.chain().find_map(|c| {
+        c.downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+    });
     let text = format!("{e:#}");
-    let hint = if errno == Some(libc::EPERM)
+    let hint = if text.contains("Verifier output") {
+        // The verifier says EACCES too: not a privilege problem.
+        Some(
+            "the kernel's verifier rejected it (its log follows); please report this with `uname -r`, \
+             and use `--backend pcap` meanwhile",
+        )
+    } else if errno == Some(libc::EPERM)
         || errno == Some(libc::EACCES)
         || text.contains("Operation not permitted")
         || text.contains("Permission denied")
@@ -470,7 +511,10 @@ fn raise_memlock() {
     if KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(5, 11, 0)) {
         return;
     }
-    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: setrlimit reads the struct we pass; failure is reported by
     // the load that follows.
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
@@ -480,13 +524,19 @@ fn raise_memlock() {
 /// reads of the boot clock so that the error is half the sampling window.
 fn boot_to_epoch_ns() -> i128 {
     fn boottime_ns() -> i128 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: clock_gettime writes the timespec we pass.
         unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
         i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
     }
     let b0 = boottime_ns();
-    let real = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
+    let real = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
     let b1 = boottime_ns();
     real - (b0 + b1) / 2
 }
@@ -516,7 +566,10 @@ impl EbpfCapture {
             bail!("eBPF capture: no server port given (or ask for all ports)");
         }
         if opts.ports.len() > MAX_PORTS {
-            bail!("eBPF capture: at most {MAX_PORTS} server ports (got {}); use all ports instead", opts.ports.len());
+            bail!(
+                "eBPF capture: at most {MAX_PORTS} server ports (got {}); use all ports instead",
+                opts.ports.len()
+            );
         }
         for iface in &opts.ifaces {
             if ifindex(iface).is_none() {
@@ -530,7 +583,11 @@ impl EbpfCapture {
         let quic = u8::from(opts.quic);
         // A ring buffer is a power-of-two number of pages.
         let page = 4096u32;
-        let ringbuf = opts.ringbuf_bytes.max(page).checked_next_power_of_two().context("ring buffer too large")?;
+        let ringbuf = opts
+            .ringbuf_bytes
+            .max(page)
+            .checked_next_power_of_two()
+            .context("ring buffer too large")?;
 
         raise_memlock();
         let mut ebpf = EbpfLoader::new()
@@ -550,13 +607,20 @@ impl EbpfCapture {
                 .with_context(|| format!("program {name} missing from the eBPF object"))?
                 .try_into()?;
             // The error carries the verifier log (aya ProgramError::LoadError).
-            prog.load().map_err(|e| explain(e, &format!("the kernel refused eBPF program {name}")))?;
-            verified_insns.push((name, prog.info().ok().and_then(|i| i.verified_instruction_count())));
+            prog.load()
+                .map_err(|e| explain(e, &format!("the kernel refused eBPF program {name}")))?;
+            verified_insns.push((
+                name,
+                prog.info()
+                    .ok()
+                    .and_then(|i| i.verified_instruction_count()),
+            ));
         }
 
         let events = RingBuf::try_from(ebpf.take_map("events").context("map events missing")?)?;
         let flows = BpfHashMap::try_from(ebpf.take_map("flows").context("map flows missing")?)?;
-        let counters = PerCpuArray::try_from(ebpf.take_map("counters").context("map counters missing")?)?;
+        let counters =
+            PerCpuArray::try_from(ebpf.take_map("counters").context("map counters missing")?)?;
 
         let mut cap = Self {
             ebpf,
@@ -573,7 +637,9 @@ impl EbpfCapture {
         let tcx = match opts.attach_mode {
             AttachMode::Tcx => true,
             AttachMode::Netlink => false,
-            AttachMode::Auto => KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
+            AttachMode::Auto => {
+                KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+            }
         };
         for iface in &opts.ifaces {
             cap.attach_iface(iface, tcx)?;
@@ -585,8 +651,14 @@ impl EbpfCapture {
         if !tcx {
             match aya::programs::tc::qdisc_add_clsact(iface) {
                 Ok(()) => self.our_clsact.push(iface.to_owned()),
-                Err(aya::programs::tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(e) => return Err(explain(e, &format!("cannot add the clsact qdisc to {iface}"))),
+                Err(aya::programs::tc::TcError::NetlinkError(e))
+                    if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => {
+                    return Err(explain(
+                        e,
+                        &format!("cannot add the clsact qdisc to {iface}"),
+                    ))
+                }
             }
         }
         let loopback = is_loopback(iface);
@@ -596,7 +668,11 @@ impl EbpfCapture {
             if loopback && hook == TcAttachType::Ingress {
                 continue;
             }
-            let prog: &mut SchedClassifier = self.ebpf.program_mut(name).context("program missing")?.try_into()?;
+            let prog: &mut SchedClassifier = self
+                .ebpf
+                .program_mut(name)
+                .context("program missing")?
+                .try_into()?;
             let options = if tcx {
                 // First in the chain: we see packets before anything that
                 // might drop or rewrite them, and pass them on untouched.
@@ -607,7 +683,11 @@ impl EbpfCapture {
             let link = prog
                 .attach_with_options(iface, hook, options)
                 .map_err(|e| explain(e, &format!("cannot attach {name} to {iface}")))?;
-            self.attachments.push(Attachment { program: name, iface: iface.to_owned(), link });
+            self.attachments.push(Attachment {
+                program: name,
+                iface: iface.to_owned(),
+                link,
+            });
         }
         Ok(())
     }
@@ -623,7 +703,11 @@ impl EbpfCapture {
         self.boot_to_epoch_ns = boot_to_epoch_ns();
         let mut n = self.drain(f);
         if n == 0 {
-            let mut pfd = libc::pollfd { fd: self.events.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: self.events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
             // SAFETY: one valid pollfd for the duration of the call.
             let r = unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -642,11 +726,17 @@ impl EbpfCapture {
         let offset = self.boot_to_epoch_ns;
         let mut n = 0;
         while let Some(item) = self.events.next() {
-            let Some(header) = EventHeader::parse(&item) else { continue };
+            let Some(header) = EventHeader::parse(&item) else {
+                continue;
+            };
             let end = (EVENT_HEADER_LEN + header.len as usize).min(item.len());
             let payload = &item[EVENT_HEADER_LEN..end];
             let ts = (i128::from(header.ts_ns) + offset) as f64 / 1e9;
-            f(Event { ts, header: &header, payload });
+            f(Event {
+                ts,
+                header: &header,
+                payload,
+            });
             n += 1;
         }
         n
@@ -665,7 +755,9 @@ impl EbpfCapture {
             Err(e) => return Err(e).context("reading the eBPF flow map"),
         };
         state.done = 1;
-        self.flows.insert(k, state, 0).context("updating the eBPF flow map")
+        self.flows
+            .insert(k, state, 0)
+            .context("updating the eBPF flow map")
     }
 
     /// The kernel's counters (summed over CPUs), by name.
@@ -674,7 +766,10 @@ impl EbpfCapture {
             .iter()
             .enumerate()
             .map(|(i, &name)| {
-                let v = self.counters.get(&(i as u32), 0).with_context(|| format!("reading counter {name}"))?;
+                let v = self
+                    .counters
+                    .get(&(i as u32), 0)
+                    .with_context(|| format!("reading counter {name}"))?;
                 Ok((name, v.iter().copied().fold(0u64, u64::wrapping_add)))
             })
             .collect()
@@ -747,7 +842,13 @@ mod netlink {
     impl Socket {
         fn open() -> io::Result<Self> {
             // SAFETY: plain syscall; the fd is owned right away.
-            let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_NETLINK,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::NETLINK_ROUTE,
+                )
+            };
             if fd < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -771,7 +872,9 @@ mod netlink {
             let mut counted = 0;
             loop {
                 // SAFETY: buf is valid for writes of its length.
-                let r = unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                let r = unsafe {
+                    libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
+                };
                 if r < 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -780,7 +883,10 @@ mod netlink {
                     let len = u32::from_ne_bytes(msgs[0..4].try_into().expect("4 bytes")) as usize;
                     let ty = u16::from_ne_bytes(msgs[4..6].try_into().expect("2 bytes"));
                     if len < NLMSG_HDRLEN || len > msgs.len() {
-                        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad netlink message"));
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "bad netlink message",
+                        ));
                     }
                     match ty {
                         NLMSG_ERROR => {
@@ -788,7 +894,11 @@ mod netlink {
                                 .get(16..20)
                                 .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
                                 .unwrap_or(-libc::EINVAL);
-                            return if code == 0 { Ok(counted) } else { Err(io::Error::from_raw_os_error(-code)) };
+                            return if code == 0 {
+                                Ok(counted)
+                            } else {
+                                Err(io::Error::from_raw_os_error(-code))
+                            };
                         }
                         NLMSG_DONE => return Ok(counted),
                         t if t == count_type => counted += 1,
@@ -803,14 +913,21 @@ mod netlink {
         }
     }
 
-    fn request(ty: u16, flags: u16, ifindex: i32, handle: u32, parent: u32, kind: Option<&str>) -> Vec<u8> {
+    fn request(
+        ty: u16,
+        flags: u16,
+        ifindex: i32,
+        handle: u32,
+        parent: u32,
+        kind: Option<&str>,
+    ) -> Vec<u8> {
         let mut m = Vec::with_capacity(64);
         m.extend_from_slice(&0u32.to_ne_bytes()); // length, set below
         m.extend_from_slice(&ty.to_ne_bytes());
         m.extend_from_slice(&flags.to_ne_bytes());
         m.extend_from_slice(&1u32.to_ne_bytes()); // seq
         m.extend_from_slice(&0u32.to_ne_bytes()); // pid
-        // struct tcmsg
+                                                  // struct tcmsg
         m.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
         m.extend_from_slice(&ifindex.to_ne_bytes());
         m.extend_from_slice(&handle.to_ne_bytes());
@@ -833,7 +950,9 @@ mod netlink {
     }
 
     fn ifindex(iface: &str) -> Result<i32> {
-        super::ifindex(iface).map(|i| i as i32).with_context(|| format!("no interface {iface:?}"))
+        super::ifindex(iface)
+            .map(|i| i as i32)
+            .with_context(|| format!("no interface {iface:?}"))
     }
 
     /// Filters on the clsact hooks of `iface` (ours already removed).
@@ -843,7 +962,14 @@ mod netlink {
         for min in [TC_H_MIN_INGRESS, TC_H_MIN_EGRESS] {
             let sock = Socket::open()?;
             let parent = (TC_H_CLSACT & 0xffff_0000) | min;
-            sock.send(&request(RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP, idx, 0, parent, None))?;
+            sock.send(&request(
+                RTM_GETTFILTER,
+                NLM_F_REQUEST | NLM_F_DUMP,
+                idx,
+                0,
+                parent,
+                None,
+            ))?;
             n += sock.replies(RTM_NEWTFILTER)?;
         }
         Ok(n)
@@ -857,7 +983,14 @@ mod netlink {
         }
         let sock = Socket::open()?;
         let idx = ifindex(iface)?;
-        sock.send(&request(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, idx, 0xffff_0000, TC_H_CLSACT, Some("clsact")))?;
+        sock.send(&request(
+            RTM_DELQDISC,
+            NLM_F_REQUEST | NLM_F_ACK,
+            idx,
+            0xffff_0000,
+            TC_H_CLSACT,
+            Some("clsact"),
+        ))?;
         sock.replies(0).map(|_| ()).context("RTM_DELQDISC")
     }
 }
@@ -922,7 +1055,14 @@ mod tests {
         assert!(h.contains(&format!("TLSRUM_CNT_MAX == {}", COUNTER_NAMES.len())));
     }
 
-    fn header(flags: u8, tcp_flags: u8, seq: u32, payload_len: u32, offset: u32, len: u32) -> EventHeader {
+    fn header(
+        flags: u8,
+        tcp_flags: u8,
+        seq: u32,
+        payload_len: u32,
+        offset: u32,
+        len: u32,
+    ) -> EventHeader {
         let mut h = EventHeader {
             ts_ns: 1,
             seq,
@@ -971,9 +1111,21 @@ mod tests {
         let first = header(0, 0x02 | 0x01, 1000, 20000, 0, 16384);
         let second = header(0, 0x02 | 0x01, 1000, 20000, 16384, 3616);
         let data = [0u8; 16384];
-        let p1 = Event { ts: 0.0, header: &first, payload: &data }.to_packet();
-        let p2 = Event { ts: 0.0, header: &second, payload: &data[..3616] }.to_packet();
-        let (Transport::Tcp(t1), Transport::Tcp(t2)) = (p1.transport, p2.transport) else { panic!("tcp") };
+        let p1 = Event {
+            ts: 0.0,
+            header: &first,
+            payload: &data,
+        }
+        .to_packet();
+        let p2 = Event {
+            ts: 0.0,
+            header: &second,
+            payload: &data[..3616],
+        }
+        .to_packet();
+        let (Transport::Tcp(t1), Transport::Tcp(t2)) = (p1.transport, p2.transport) else {
+            panic!("tcp")
+        };
         assert_eq!((t1.seq, t1.syn, t1.fin), (1000, true, false));
         assert_eq!((t2.seq, t2.syn, t2.fin), (1000 + 16384 + 1, false, true));
         assert_eq!(p1.src, "192.0.2.2".parse::<IpAddr>().unwrap());
@@ -981,8 +1133,15 @@ mod tests {
 
         // Without SYN, seq + offset, wrapping.
         let h = header(EV_CUT, 0x10, u32::MAX - 10, 40000, 16384, 100);
-        let p = Event { ts: 0.0, header: &h, payload: &data[..100] }.to_packet();
-        let Transport::Tcp(t) = p.transport else { panic!("tcp") };
+        let p = Event {
+            ts: 0.0,
+            header: &h,
+            payload: &data[..100],
+        }
+        .to_packet();
+        let Transport::Tcp(t) = p.transport else {
+            panic!("tcp")
+        };
         assert_eq!(t.seq, (u32::MAX - 10).wrapping_add(16384));
         assert!(p.truncated);
     }
@@ -993,9 +1152,16 @@ mod tests {
         h.l4_proto = 17;
         h.gso_size = 1200;
         let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
-        let ev = Event { ts: 0.0, header: &h, payload: &data };
+        let ev = Event {
+            ts: 0.0,
+            header: &h,
+            payload: &data,
+        };
         let d: Vec<_> = ev.datagrams().collect();
-        assert_eq!(d.iter().map(|p| p.payload.len()).collect::<Vec<_>>(), vec![1200, 1200, 100]);
+        assert_eq!(
+            d.iter().map(|p| p.payload.len()).collect::<Vec<_>>(),
+            vec![1200, 1200, 100]
+        );
         assert!(d.iter().all(|p| !p.truncated));
         assert_eq!(d[1].payload[0], 1200u32 as u8);
         // Straddling the chunk boundary: the pieces are marked truncated.
@@ -1003,10 +1169,20 @@ mod tests {
         h2.payload_len = 40000;
         h2.offset = 16384;
         h2.len = 2000;
-        let ev = Event { ts: 0.0, header: &h2, payload: &data[..2000] };
+        let ev = Event {
+            ts: 0.0,
+            header: &h2,
+            payload: &data[..2000],
+        };
         let d: Vec<_> = ev.datagrams().collect();
-        assert_eq!(d.iter().map(|p| p.payload.len()).collect::<Vec<_>>(), vec![416, 1200, 384]);
-        assert_eq!(d.iter().map(|p| p.truncated).collect::<Vec<_>>(), vec![true, false, true]);
+        assert_eq!(
+            d.iter().map(|p| p.payload.len()).collect::<Vec<_>>(),
+            vec![416, 1200, 384]
+        );
+        assert_eq!(
+            d.iter().map(|p| p.truncated).collect::<Vec<_>>(),
+            vec![true, false, true]
+        );
     }
 
     #[test]
@@ -1018,11 +1194,25 @@ mod tests {
             dst_port: 443,
             proto: 6,
         };
-        let b = FlowTuple { src: a.dst, dst: a.src, src_port: a.dst_port, dst_port: a.src_port, proto: 6 };
+        let b = FlowTuple {
+            src: a.dst,
+            dst: a.src,
+            src_port: a.dst_port,
+            dst_port: a.src_port,
+            proto: 6,
+        };
         assert_eq!(FlowKey::new(&a), FlowKey::new(&b));
         // Same address (loopback): the port decides.
-        let l = FlowTuple { src: "::1".parse().unwrap(), dst: "::1".parse().unwrap(), ..a };
-        let r = FlowTuple { src_port: 443, dst_port: 40000, ..l };
+        let l = FlowTuple {
+            src: "::1".parse().unwrap(),
+            dst: "::1".parse().unwrap(),
+            ..a
+        };
+        let r = FlowTuple {
+            src_port: 443,
+            dst_port: 40000,
+            ..l
+        };
         assert_eq!(FlowKey::new(&l), FlowKey::new(&r));
         assert_eq!(FlowKey::new(&l).port_a, 443);
     }

@@ -52,15 +52,24 @@ fn missing_prerequisite() -> Option<String> {
             return Some(format!("{tool} not installed"));
         }
     }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() && !Path::new("/proc/sys/net/core/bpf_jit_enable").exists() {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists()
+        && !Path::new("/proc/sys/net/core/bpf_jit_enable").exists()
+    {
         return Some("kernel without BPF".into());
     }
     None
 }
 
 fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -85,12 +94,46 @@ impl Topology {
         std::fs::create_dir_all(&t.dir).unwrap();
         run(&["ip", "netns", "add", &t.server_ns]);
         run(&["ip", "netns", "add", &t.client_ns]);
-        run(&["ip", "link", "add", &t.veth, "netns", &t.server_ns, "type", "veth", "peer", "name", &peer, "netns", &t.client_ns]);
-        for (ns, dev, ip, ip6) in
-            [(&t.server_ns, &t.veth, SERVER_IP, SERVER_IP6), (&t.client_ns, &peer, CLIENT_IP, CLIENT_IP6)]
-        {
-            run(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev]);
-            run(&["ip", "-n", ns, "addr", "add", &format!("{ip6}/64"), "dev", dev, "nodad"]);
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &t.veth,
+            "netns",
+            &t.server_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &t.client_ns,
+        ]);
+        for (ns, dev, ip, ip6) in [
+            (&t.server_ns, &t.veth, SERVER_IP, SERVER_IP6),
+            (&t.client_ns, &peer, CLIENT_IP, CLIENT_IP6),
+        ] {
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                dev,
+            ]);
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{ip6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
             run(&["ip", "-n", ns, "link", "set", dev, "up"]);
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
@@ -98,18 +141,38 @@ impl Topology {
     }
 
     fn qdiscs(&self) -> String {
-        run(&["tc", "-n", &self.server_ns, "qdisc", "show", "dev", &self.veth])
+        run(&[
+            "tc",
+            "-n",
+            &self.server_ns,
+            "qdisc",
+            "show",
+            "dev",
+            &self.veth,
+        ])
     }
 
     fn filters(&self, hook: &str) -> String {
-        run(&["tc", "-n", &self.server_ns, "filter", "show", "dev", &self.veth, hook])
+        run(&[
+            "tc",
+            "-n",
+            &self.server_ns,
+            "filter",
+            "show",
+            "dev",
+            &self.veth,
+            hook,
+        ])
     }
 }
 
 impl Drop for Topology {
     fn drop(&mut self) {
         for ns in [&self.server_ns, &self.client_ns] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -124,7 +187,11 @@ impl InNetns {
         let orig = File::open("/proc/thread-self/ns/net").unwrap();
         let target = File::open(format!("/var/run/netns/{ns}")).unwrap();
         // SAFETY: setns on valid namespace fds; affects this thread only.
-        assert_eq!(unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+        assert_eq!(
+            unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) },
+            0,
+            "setns"
+        );
         InNetns(orig)
     }
 }
@@ -156,9 +223,24 @@ fn make_cert(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
     // GSO segments and more than one 16 KiB chunk.
     let sans: Vec<String> = (0..1500).map(|i| format!("DNS:host{i}.big.test")).collect();
     run(&[
-        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap(), "-days", "1", "-subj", "/CN=big.test",
-        "-addext", &format!("subjectAltName=DNS:big.test,{}", sans.join(",")),
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        key.to_str().unwrap(),
+        "-out",
+        cert.to_str().unwrap(),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=big.test",
+        "-addext",
+        &format!("subjectAltName=DNS:big.test,{}", sans.join(",")),
     ]);
     let der = Command::new("openssl")
         .args(["x509", "-in", cert.to_str().unwrap(), "-outform", "DER"])
@@ -171,8 +253,22 @@ fn make_cert(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
 
 fn start_server(t: &Topology, cert: &Path, key: &Path, procs: &mut Procs) {
     let child = Command::new("ip")
-        .args(["netns", "exec", &t.server_ns, "openssl", "s_server", "-accept", &PORT.to_string()])
-        .args(["-cert", cert.to_str().unwrap(), "-key", key.to_str().unwrap(), "-quiet"])
+        .args([
+            "netns",
+            "exec",
+            &t.server_ns,
+            "openssl",
+            "s_server",
+            "-accept",
+            &PORT.to_string(),
+        ])
+        .args([
+            "-cert",
+            cert.to_str().unwrap(),
+            "-key",
+            key.to_str().unwrap(),
+            "-quiet",
+        ])
         // stdin stays open: s_server would stop on its EOF.
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -182,11 +278,22 @@ fn start_server(t: &Topology, cert: &Path, key: &Path, procs: &mut Procs) {
     procs.0.push(child);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn", &format!("sport = :{PORT}")]);
+        let out = run(&[
+            "ip",
+            "netns",
+            "exec",
+            &t.server_ns,
+            "ss",
+            "-Hltn",
+            &format!("sport = :{PORT}"),
+        ]);
         if !out.trim().is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "s_server did not start listening");
+        assert!(
+            Instant::now() < deadline,
+            "s_server did not start listening"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -198,8 +305,13 @@ fn start_client(t: &Topology, input: &str, tls: &str) -> Child {
 }
 
 fn start_client_to(ns: &str, target: &str, input: &str, tls: &str) -> Child {
-    let cmd = format!("{input} | openssl s_client -connect {target} -servername big.test {tls} >/dev/null 2>&1");
-    Command::new("ip").args(["netns", "exec", ns, "sh", "-c", &cmd]).spawn().unwrap()
+    let cmd = format!(
+        "{input} | openssl s_client -connect {target} -servername big.test {tls} >/dev/null 2>&1"
+    );
+    Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", &cmd])
+        .spawn()
+        .unwrap()
 }
 
 // ---- events ----
@@ -213,7 +325,11 @@ struct Ev {
 
 impl Ev {
     fn client_port(&self) -> u16 {
-        if self.h.dport == PORT { self.h.sport } else { self.h.dport }
+        if self.h.dport == PORT {
+            self.h.sport
+        } else {
+            self.h.dport
+        }
     }
     fn sent_by_client(&self) -> bool {
         self.h.dport == PORT
@@ -234,7 +350,11 @@ fn collect(
     loop {
         let mut batch = Vec::new();
         cap.poll(Duration::from_millis(50), &mut |e| {
-            batch.push(Ev { ts: e.ts, h: *e.header, payload: e.payload.to_vec() })
+            batch.push(Ev {
+                ts: e.ts,
+                h: *e.header,
+                payload: e.payload.to_vec(),
+            })
         })
         .unwrap();
         if !batch.is_empty() {
@@ -246,7 +366,9 @@ fn collect(
             exited_at = Some(Instant::now());
         }
         if let Some(t) = exited_at {
-            if t.elapsed() > Duration::from_millis(500) && last_event.elapsed() > Duration::from_millis(300) {
+            if t.elapsed() > Duration::from_millis(500)
+                && last_event.elapsed() > Duration::from_millis(300)
+            {
                 return all;
             }
         }
@@ -261,8 +383,14 @@ fn counters(cap: &EbpfCapture) -> BTreeMap<&'static str, u64> {
     cap.counters().unwrap().into_iter().collect()
 }
 
-fn diff(after: &BTreeMap<&'static str, u64>, before: &BTreeMap<&'static str, u64>) -> BTreeMap<&'static str, u64> {
-    after.iter().map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0))).collect()
+fn diff(
+    after: &BTreeMap<&'static str, u64>,
+    before: &BTreeMap<&'static str, u64>,
+) -> BTreeMap<&'static str, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0)))
+        .collect()
 }
 
 /// The payload of one direction reassembled from sequence numbers, from
@@ -274,9 +402,16 @@ fn stream(events: &[Ev], from_client: bool) -> Vec<Option<u8>> {
         .expect("SYN of the direction");
     let isn = syn.h.seq.wrapping_add(1);
     let mut out: Vec<Option<u8>> = Vec::new();
-    for e in events.iter().filter(|e| e.sent_by_client() == from_client && !e.payload.is_empty()) {
+    for e in events
+        .iter()
+        .filter(|e| e.sent_by_client() == from_client && !e.payload.is_empty())
+    {
         let syn_adj = u32::from(e.h.tcp_flags & 0x02 != 0);
-        let start = e.h.seq.wrapping_add(e.h.offset).wrapping_add(syn_adj).wrapping_sub(isn) as usize;
+        let start =
+            e.h.seq
+                .wrapping_add(e.h.offset)
+                .wrapping_add(syn_adj)
+                .wrapping_sub(isn) as usize;
         if start > 10_000_000 {
             continue;
         }
@@ -296,7 +431,9 @@ fn handshake_bytes(mut tls: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while tls.len() >= 5 {
         let len = usize::from(u16::from_be_bytes([tls[3], tls[4]]));
-        let Some(body) = tls.get(5..5 + len) else { break };
+        let Some(body) = tls.get(5..5 + len) else {
+            break;
+        };
         if tls[0] == 0x16 {
             out.extend_from_slice(body);
         }
@@ -318,6 +455,19 @@ fn ebpf_capture_on_veth() {
             panic!("CI=true but the eBPF test cannot run: {why}");
         }
         eprintln!("SKIPPED ebpf_capture_on_veth: {why} (needs root, BPF, iproute2 and openssl)");
+        if why == "not root" {
+            // What an unprivileged user is told.
+            let opts = EbpfOptions {
+                ifaces: vec!["lo".into()],
+                ..Default::default()
+            };
+            let err = format!(
+                "{:#}",
+                EbpfCapture::attach(&opts).expect_err("attach without privileges")
+            );
+            eprintln!("unprivileged attach: {err}");
+            assert!(err.contains("--backend pcap"), "no hint in: {err}");
+        }
         return;
     }
 
@@ -339,7 +489,11 @@ fn ebpf_capture_on_veth() {
     for (prog, insns) in cap.verified_instructions() {
         eprintln!("{prog}: verifier processed {insns:?} instructions");
     }
-    assert!(!topo.qdiscs().contains("clsact"), "TCX attach added a qdisc:\n{}", topo.qdiscs());
+    assert!(
+        !topo.qdiscs().contains("clsact"),
+        "TCX attach added a qdisc:\n{}",
+        topo.qdiscs()
+    );
 
     handshake(&topo, &mut cap, &cert_der);
     bulk_after_done(&topo, &mut cap);
@@ -355,28 +509,62 @@ fn ebpf_capture_on_veth() {
 /// TLS 1.2 (certificate in the clear) with a ~25 KB certificate.
 fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
     let before = counters(cap);
-    let wall_start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let wall_start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let mut client = start_client(topo, "echo hello", "-tls1_2");
     let events = collect(cap, &mut client, |_, _| {});
-    let wall_end = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let wall_end = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let delta = diff(&counters(cap), &before);
     eprintln!("handshake: {} events, counters {delta:?}", events.len());
 
-    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
-    let conn: Vec<Ev> = events.iter().filter(|e| e.client_port() == port).cloned().collect();
-    assert!(conn.iter().all(|e| e.ts > wall_start - 1.0 && e.ts < wall_end + 1.0), "timestamps off the wall clock");
-    assert!(conn.iter().all(|e| e.h.ip_version == 4 && e.h.src().to_string() != "0.0.0.0"));
-    assert!(conn.iter().any(|e| !e.sent_by_client() && e.h.tcp_flags & 0x12 == 0x12), "no SYN-ACK");
+    let port = events
+        .iter()
+        .find(|e| e.h.tcp_flags == 0x02)
+        .expect("client SYN")
+        .client_port();
+    let conn: Vec<Ev> = events
+        .iter()
+        .filter(|e| e.client_port() == port)
+        .cloned()
+        .collect();
+    assert!(
+        conn.iter()
+            .all(|e| e.ts > wall_start - 1.0 && e.ts < wall_end + 1.0),
+        "timestamps off the wall clock"
+    );
+    assert!(conn
+        .iter()
+        .all(|e| e.h.ip_version == 4 && e.h.src().to_string() != "0.0.0.0"));
+    assert!(
+        conn.iter()
+            .any(|e| !e.sent_by_client() && e.h.tcp_flags & 0x12 == 0x12),
+        "no SYN-ACK"
+    );
     assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
-    let first = conn.iter().find(|e| e.sent_by_client() && !e.payload.is_empty()).expect("client payload");
+    let first = conn
+        .iter()
+        .find(|e| e.sent_by_client() && !e.payload.is_empty())
+        .expect("client payload");
     assert_eq!(&first.payload[..2], &[0x16, 0x03], "ClientHello first");
-    assert!(conn.iter().any(|e| e.h.offset > 0) || conn.iter().all(|e| e.h.payload_len as usize <= ebpf::CHUNK));
+    assert!(
+        conn.iter().any(|e| e.h.offset > 0)
+            || conn.iter().all(|e| e.h.payload_len as usize <= ebpf::CHUNK)
+    );
 
     let lost = delta["bytes_lost"] + delta["ringbuf_full"] + delta["payload_truncated"];
     let server: Vec<u8> = stream(&conn, false).into_iter().map_while(|b| b).collect();
     if lost == 0 {
         let hs = handshake_bytes(&server);
-        assert!(contains(&hs, cert_der), "certificate not whole in {} server bytes", server.len());
+        assert!(
+            contains(&hs, cert_der),
+            "certificate not whole in {} server bytes",
+            server.len()
+        );
     } else {
         eprintln!("handshake: {lost} losses counted");
     }
@@ -384,14 +572,24 @@ fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
     // The analyzer sees a normal TLS 1.2 handshake.
     let mut a = Analyzer::new(Config::default());
     for e in &conn {
-        let ev = ebpf::Event { ts: e.ts, header: &e.h, payload: &e.payload };
+        let ev = ebpf::Event {
+            ts: e.ts,
+            header: &e.h,
+            payload: &e.payload,
+        };
         a.push_packet(e.ts, &ev.to_packet());
     }
     a.finish();
     let recs = a.take_records();
     assert_eq!(recs.len(), 1, "one connection record");
     let r = &recs[0];
-    eprintln!("handshake record: {} {:?} {:?} certs {:?}", r.handshake.as_str(), r.version, r.sni, r.certs);
+    eprintln!(
+        "handshake record: {} {:?} {:?} certs {:?}",
+        r.handshake.as_str(),
+        r.version,
+        r.sni,
+        r.certs
+    );
     assert_eq!(r.handshake.as_str(), "full");
     assert_eq!(r.version, Some("TLS1.2"));
     assert_eq!(r.sni.as_deref(), Some("big.test"));
@@ -403,17 +601,30 @@ fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
 /// after the handshake and the test marks it done.
 fn bulk_after_done(topo: &Topology, cap: &mut EbpfCapture) {
     let before = counters(cap);
-    let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+    let mut a = Analyzer::new(Config {
+        report_finished_flows: true,
+        ..Config::default()
+    });
     let mut marked = Vec::new();
     let started = Instant::now();
     let mut client = start_client(topo, &format!("head -c {BULK_BYTES} /dev/zero"), "");
     let events = collect(cap, &mut client, |cap, batch| {
         for e in batch {
-            let ev = ebpf::Event { ts: e.ts, header: &e.h, payload: &e.payload };
+            let ev = ebpf::Event {
+                ts: e.ts,
+                header: &e.h,
+                payload: &e.payload,
+            };
             a.push_packet(e.ts, &ev.to_packet());
         }
         for (x, y) in a.take_finished_flows() {
-            let t = FlowTuple { src: x.0, dst: y.0, src_port: x.1, dst_port: y.1, proto: 6 };
+            let t = FlowTuple {
+                src: x.0,
+                dst: y.0,
+                src_port: x.1,
+                dst_port: y.1,
+                proto: 6,
+            };
             cap.mark_done(t).unwrap();
             marked.push(t);
         }
@@ -426,14 +637,31 @@ fn bulk_after_done(topo: &Topology, cap: &mut EbpfCapture) {
         events.len()
     );
     assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
-    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
-    assert!(marked.iter().any(|t| t.src_port == port || t.dst_port == port), "analyzer never finished the flow");
+    let port = events
+        .iter()
+        .find(|e| e.h.tcp_flags == 0x02)
+        .expect("client SYN")
+        .client_port();
+    assert!(
+        marked
+            .iter()
+            .any(|t| t.src_port == port || t.dst_port == port),
+        "analyzer never finished the flow"
+    );
     let conn: Vec<&Ev> = events.iter().filter(|e| e.client_port() == port).collect();
-    let up: u64 = conn.iter().filter(|e| e.sent_by_client()).map(|e| e.payload.len() as u64).sum();
+    let up: u64 = conn
+        .iter()
+        .filter(|e| e.sent_by_client())
+        .map(|e| e.payload.len() as u64)
+        .sum();
     assert!(conn.len() < 500, "{} events for a done flow", conn.len());
     assert!(up <= u64::from(BUDGET) * 2, "{up} client bytes forwarded");
     assert!(delta["done"] > 100, "done counter did not move: {delta:?}");
-    assert!(conn.iter().any(|e| e.h.flags & EV_DONE != 0 && e.h.tcp_flags & 0x05 != 0), "no FIN/RST after done");
+    assert!(
+        conn.iter()
+            .any(|e| e.h.flags & EV_DONE != 0 && e.h.tcp_flags & 0x05 != 0),
+        "no FIN/RST after done"
+    );
 }
 
 /// 200 MB up a connection nobody marks done: the byte budget stops it.
@@ -444,12 +672,26 @@ fn bulk_over_budget(topo: &Topology, cap: &mut EbpfCapture) {
     let delta = diff(&counters(cap), &before);
     eprintln!("bulk/budget: {} events, counters {delta:?}", events.len());
     assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
-    let port = events.iter().find(|e| e.h.tcp_flags == 0x02).expect("client SYN").client_port();
+    let port = events
+        .iter()
+        .find(|e| e.h.tcp_flags == 0x02)
+        .expect("client SYN")
+        .client_port();
     let conn: Vec<&Ev> = events.iter().filter(|e| e.client_port() == port).collect();
-    let up: u64 = conn.iter().filter(|e| e.sent_by_client()).map(|e| e.payload.len() as u64).sum();
+    let up: u64 = conn
+        .iter()
+        .filter(|e| e.sent_by_client())
+        .map(|e| e.payload.len() as u64)
+        .sum();
     assert!(conn.len() < 500, "{} events over the budget", conn.len());
-    assert!(up >= u64::from(BUDGET) && up <= u64::from(BUDGET) * 2, "{up} client bytes forwarded");
-    assert!(delta["budget"] > 100, "budget counter did not move: {delta:?}");
+    assert!(
+        up >= u64::from(BUDGET) && up <= u64::from(BUDGET) * 2,
+        "{up} client bytes forwarded"
+    );
+    assert!(
+        delta["budget"] > 100,
+        "budget counter did not move: {delta:?}"
+    );
     assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
 }
 
@@ -466,13 +708,27 @@ fn netlink_mode(topo: &Topology) {
     };
     let mut cap = EbpfCapture::attach(&opts).expect("netlink attach");
     assert!(topo.qdiscs().contains("clsact"));
-    assert!(topo.filters("ingress").contains("tlsrum_ingress"), "{}", topo.filters("ingress"));
+    assert!(
+        topo.filters("ingress").contains("tlsrum_ingress"),
+        "{}",
+        topo.filters("ingress")
+    );
     assert!(topo.filters("egress").contains("tlsrum_egress"));
     let mut client = start_client(topo, "echo hello", "");
     let events = collect(&mut cap, &mut client, |_, _| {});
-    assert!(events.iter().any(|e| e.sent_by_client() && e.payload.starts_with(&[0x16, 0x03])), "no ClientHello");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.sent_by_client() && e.payload.starts_with(&[0x16, 0x03])),
+        "no ClientHello"
+    );
     // IPv6 too.
-    let mut client = start_client_to(&topo.client_ns, &format!("[{SERVER_IP6}]:{PORT}"), "echo hello", "");
+    let mut client = start_client_to(
+        &topo.client_ns,
+        &format!("[{SERVER_IP6}]:{PORT}"),
+        "echo hello",
+        "",
+    );
     let events = collect(&mut cap, &mut client, |_, _| {});
     let hello = events
         .iter()
@@ -481,17 +737,42 @@ fn netlink_mode(topo: &Topology) {
     assert_eq!(hello.h.ip_version, 6);
     assert_eq!(hello.h.src().to_string(), CLIENT_IP6);
     assert_eq!(hello.h.dst().to_string(), SERVER_IP6);
-    assert!(events.iter().any(|e| e.h.ip_version == 6 && e.h.tcp_flags & 0x01 != 0), "no IPv6 FIN");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.h.ip_version == 6 && e.h.tcp_flags & 0x01 != 0),
+        "no IPv6 FIN"
+    );
     quic_datagrams(&mut cap);
     cap.detach().expect("netlink detach");
-    assert!(!topo.qdiscs().contains("clsact"), "our clsact left behind:\n{}", topo.qdiscs());
+    assert!(
+        !topo.qdiscs().contains("clsact"),
+        "our clsact left behind:\n{}",
+        topo.qdiscs()
+    );
 
     // A clsact that was already there is not ours to remove.
-    run(&["tc", "-n", &topo.server_ns, "qdisc", "add", "dev", &topo.veth, "clsact"]);
+    run(&[
+        "tc",
+        "-n",
+        &topo.server_ns,
+        "qdisc",
+        "add",
+        "dev",
+        &topo.veth,
+        "clsact",
+    ]);
     let cap = EbpfCapture::attach(&opts).expect("attach to existing clsact");
     cap.detach().expect("detach");
-    assert!(topo.qdiscs().contains("clsact"), "removed a clsact we did not add");
-    assert!(topo.filters("ingress").trim().is_empty(), "filter left: {}", topo.filters("ingress"));
+    assert!(
+        topo.qdiscs().contains("clsact"),
+        "removed a clsact we did not add"
+    );
+    assert!(
+        topo.filters("ingress").trim().is_empty(),
+        "filter left: {}",
+        topo.filters("ingress")
+    );
     assert!(topo.filters("egress").trim().is_empty());
 }
 
@@ -504,26 +785,46 @@ fn loopback_gso() {
     let biggest = events.iter().map(|e| e.h.payload_len).max().unwrap_or(0);
     let chunked = events.iter().filter(|e| e.h.offset > 0).count();
     eprintln!("loopback: {} events, biggest segment {biggest}, {chunked} later chunks, counters {delta:?}", events.len());
-    assert!(events.iter().all(|e| e.h.direction == ebpf::DIR_EGRESS), "loopback seen twice");
-    assert!(biggest as usize > 3 * ebpf::CHUNK, "no GSO packet of more than three chunks");
-    assert!(events.iter().any(|e| e.h.offset as usize >= 3 * ebpf::CHUNK));
+    assert!(
+        events.iter().all(|e| e.h.direction == ebpf::DIR_EGRESS),
+        "loopback seen twice"
+    );
+    assert!(
+        biggest as usize > 3 * ebpf::CHUNK,
+        "no GSO packet of more than three chunks"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e.h.offset as usize >= 3 * ebpf::CHUNK));
     let lost = delta["bytes_lost"] + delta["ringbuf_full"] + delta["payload_truncated"];
     match first_bad {
         None => {}
-        Some(at) if lost > 0 => eprintln!("loopback: {lost} losses counted, stream right up to {at}"),
+        Some(at) if lost > 0 => {
+            eprintln!("loopback: {lost} losses counted, stream right up to {at}")
+        }
         Some(at) => panic!("stream wrong or missing at byte {at} with no loss counted"),
     }
 
     // A ring buffer of 64 KiB (three full chunks) that nobody reads during
     // the transfer: most records do not fit, and every lost byte is counted.
     let (events, delta, first_bad) = loopback_transfer(64 << 10);
-    eprintln!("loopback, tiny ring: {} events, counters {delta:?}", events.len());
+    eprintln!(
+        "loopback, tiny ring: {} events, counters {delta:?}",
+        events.len()
+    );
     assert!(first_bad.is_some());
-    assert!(delta["ringbuf_full"] > 0 && delta["bytes_sent"] > 0, "{delta:?}");
+    assert!(
+        delta["ringbuf_full"] > 0 && delta["bytes_sent"] > 0,
+        "{delta:?}"
+    );
     let sent: u64 = events.iter().map(|e| e.payload.len() as u64).sum();
     assert_eq!(sent, delta["bytes_sent"]);
     // Only the client sends payload: every byte was sent or counted lost.
-    assert_eq!(delta["bytes_sent"] + delta["bytes_lost"], 3_000_000, "{delta:?}");
+    assert_eq!(
+        delta["bytes_sent"] + delta["bytes_lost"],
+        3_000_000,
+        "{delta:?}"
+    );
 }
 
 /// 3 MB of a known pattern over loopback in one write; returns the events,
@@ -559,14 +860,22 @@ fn loopback_transfer(ringbuf_bytes: u32) -> (Vec<Ev>, BTreeMap<&'static str, u64
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
         cap.poll(Duration::from_millis(50), &mut |e| {
-            events.push(Ev { ts: e.ts, h: *e.header, payload: e.payload.to_vec() })
+            events.push(Ev {
+                ts: e.ts,
+                h: *e.header,
+                payload: e.payload.to_vec(),
+            })
         })
         .unwrap();
     }
     let delta = diff(&counters(&cap), &before);
     cap.detach().expect("detach lo");
     // The client's side: the events whose destination is the listener.
-    let up: Vec<Ev> = events.iter().filter(|e| e.h.dport == port).cloned().collect();
+    let up: Vec<Ev> = events
+        .iter()
+        .filter(|e| e.h.dport == port)
+        .cloned()
+        .collect();
     let syn = up.iter().find(|e| e.h.tcp_flags & 0x02 != 0).expect("SYN");
     let isn = syn.h.seq.wrapping_add(1);
     let mut got = vec![None; SIZE];
@@ -611,7 +920,11 @@ fn quic_datagrams(cap: &mut EbpfCapture) {
     send(0xc3, 3); // long header (Initial)
     send(0x43, 3); // short header
     let got = drain(cap);
-    assert_eq!(got, vec![(0xc3, 1200), (0xc3, 1200), (0xc3, 1200), (0x43, 1200)], "QUIC forwarding");
+    assert_eq!(
+        got,
+        vec![(0xc3, 1200), (0xc3, 1200), (0xc3, 1200), (0x43, 1200)],
+        "QUIC forwarding"
+    );
     let before = counters(cap);
     let flow = FlowTuple {
         src: local.ip(),

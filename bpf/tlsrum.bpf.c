@@ -1,0 +1,681 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * tlsrum TC programs: watch TCP (and, optionally, QUIC over UDP) flows on
+ * the configured server ports and copy to user space, through a ring
+ * buffer, only what the TLS analyzer needs: SYN/FIN/RST and the ACKs of the
+ * handshake phase, and the payload of each direction up to a byte budget.
+ * Once user space marks a flow done, nothing but FIN/RST leaves the kernel.
+ *
+ * The programs never drop, redirect or change a packet: both always return
+ * TC_ACT_UNSPEC (-1). With cls_bpf in direct-action mode that means "no
+ * verdict, continue with the next filter", and with TCX (Linux 6.6+) it is
+ * TCX_NEXT: the next program of the chain runs. TC_ACT_OK would end the
+ * chain and hide the packet from the filters attached after us (cilium and
+ * friends), so it is never returned.
+ *
+ * Needs Linux 5.8 (ring buffer). Helpers used: map lookup/update,
+ * bpf_skb_load_bytes, bpf_skb_pull_data, bpf_ktime_get_boot_ns (5.7),
+ * bpf_ringbuf_output (5.8). __sk_buff->gso_size needs 5.7.
+ *
+ * All TLS parsing happens in user space: this file only filters and copies.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "tlsrum.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* ---- settings, written by user space before load (.rodata) ---- */
+
+/* Server ports (host order); the first nports entries are used. */
+const volatile __u16 ports[TLSRUM_MAX_PORTS] = { 443 };
+const volatile __u32 nports = 1;
+/* Any TCP/UDP flow is a candidate: user space decides by content. */
+const volatile __u8 all_ports = 0;
+/* Also forward QUIC (UDP) on the ports. */
+const volatile __u8 quic = 0;
+/* Payload bytes forwarded per flow direction at most. */
+const volatile __u32 max_payload_per_dir = 65536;
+
+/* ---- maps ---- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	/* Overridden from user space (EbpfOptions::ringbuf_bytes). */
+	__uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tlsrum_flow_key);
+	__type(value, struct tlsrum_flow_state);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TLSRUM_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* One record being built: header then payload, handed whole to
+ * bpf_ringbuf_output. Per CPU: TC programs run with bottom halves disabled,
+ * so two runs never share it. Too big for the 512-byte stack. */
+struct scratch {
+	struct tlsrum_event hdr;
+	__u8 data[TLSRUM_CHUNK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+/* ---- packet parsing (xdp-tutorial parsing_helpers.h style) ---- */
+
+#define VLAN_MAX_DEPTH		2
+#define IPV6_EXT_MAX		6
+/* Bytes made linear when the headers are not (see handle()). */
+#define PULL_LEN		256
+
+#define TCP_FLAG_FIN		0x01
+#define TCP_FLAG_SYN		0x02
+#define TCP_FLAG_RST		0x04
+#define TCP_FLAG_ACK		0x10
+
+#ifndef IPPROTO_HOPOPTS
+#define IPPROTO_HOPOPTS		0
+#endif
+#ifndef IPPROTO_ROUTING
+#define IPPROTO_ROUTING		43
+#endif
+#ifndef IPPROTO_FRAGMENT
+#define IPPROTO_FRAGMENT	44
+#endif
+#ifndef IPPROTO_DSTOPTS
+#define IPPROTO_DSTOPTS		60
+#endif
+
+struct hdr_cursor {
+	void *pos;
+};
+
+struct vlan_hdr {
+	__be16	h_vlan_TCI;
+	__be16	h_vlan_encapsulated_proto;
+};
+
+/* linux/ipv6.h has no userspace struct for the fragment header. */
+struct frag_hdr {
+	__u8	nexthdr;
+	__u8	reserved;
+	__be16	frag_off;
+	__be32	identification;
+};
+
+/* AH (RFC 4302): length in 4-byte units minus 2. */
+struct auth_hdr {
+	__u8	nexthdr;
+	__u8	hdrlen;
+	__be16	reserved;
+};
+
+union addr {
+	__u8	b[16];
+	__u32	w[4];
+	__u64	d[2];
+};
+
+/* What the parser found. Offsets are from skb->data (the MAC header in
+ * TC), as bpf_skb_load_bytes wants them. */
+struct pkt {
+	union addr	saddr;
+	union addr	daddr;
+	__u32		payload_off;
+	__u32		payload_len;
+	__u32		seq;
+	__u32		ack;
+	__u16		sport;
+	__u16		dport;
+	__u8		ip_version;
+	__u8		proto;
+	__u8		tcp_flags;
+	__u8		first_fragment;
+};
+
+enum parse_result {
+	PARSE_OK = 0,
+	PARSE_IGNORE,	/* not IP, not TCP/UDP, non-first fragment */
+	PARSE_ERROR,	/* malformed */
+	PARSE_SHORT,	/* a header lies past the linear data */
+};
+
+static __always_inline void count(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+
+	/* Per-CPU value: no other CPU writes it, a plain add is enough. */
+	if (v)
+		*v += n;
+}
+
+static __always_inline int proto_is_vlan(__u16 h_proto)
+{
+	return h_proto == bpf_htons(ETH_P_8021Q) ||
+	       h_proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* Ethernet and up to VLAN_MAX_DEPTH 802.1Q/802.1ad tags. Returns the
+ * network protocol (network byte order) or -1 if the header is cut. In TC
+ * the loopback device has an all-zero Ethernet header with a real type.
+ * Tags the driver stripped into skb->vlan_tci are not in the packet. */
+static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end)
+{
+	struct ethhdr *eth = nh->pos;
+	__u16 h_proto;
+	int i;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	nh->pos = eth + 1;
+	h_proto = eth->h_proto;
+
+#pragma unroll
+	for (i = 0; i < VLAN_MAX_DEPTH; i++) {
+		struct vlan_hdr *vlh = nh->pos;
+
+		if (!proto_is_vlan(h_proto))
+			break;
+		if ((void *)(vlh + 1) > data_end)
+			return -1;
+		h_proto = vlh->h_vlan_encapsulated_proto;
+		nh->pos = vlh + 1;
+	}
+	return h_proto;
+}
+
+/* IPv4: sets addresses, the L4 protocol and *l3_end (offset of the end of
+ * the IP packet: tot_len, or skb->len for BIG TCP's tot_len 0). */
+static __always_inline int parse_ipv4(struct hdr_cursor *nh, void *data,
+				      void *data_end, struct __sk_buff *skb,
+				      struct pkt *p, __u32 *l3_end)
+{
+	struct iphdr *iph = nh->pos;
+	__u32 hdrsize, tot_len, l3_off;
+	__u16 frag;
+
+	if ((void *)(iph + 1) > data_end)
+		return PARSE_SHORT;
+	if (iph->version != 4 || iph->ihl < 5)
+		return PARSE_ERROR;
+	hdrsize = iph->ihl * 4;
+	if (nh->pos + hdrsize > data_end)
+		return PARSE_SHORT;
+
+	frag = bpf_ntohs(iph->frag_off);
+	if (frag & 0x1fff) {
+		/* Not the first fragment: no L4 header to read. */
+		count(TLSRUM_CNT_FRAGMENT, 1);
+		return PARSE_IGNORE;
+	}
+	if (frag & 0x2000) {
+		count(TLSRUM_CNT_FRAGMENT, 1);
+		p->first_fragment = 1;
+	}
+
+	l3_off = (void *)iph - data;
+	tot_len = bpf_ntohs(iph->tot_len);
+	if (tot_len == 0)
+		*l3_end = skb->len;
+	else if (tot_len < hdrsize)
+		return PARSE_ERROR;
+	else
+		*l3_end = l3_off + tot_len;
+
+	p->ip_version = 4;
+	p->proto = iph->protocol;
+	p->saddr.w[0] = iph->saddr;
+	p->daddr.w[0] = iph->daddr;
+	nh->pos += hdrsize;
+	return PARSE_OK;
+}
+
+/* IPv6 and up to IPV6_EXT_MAX extension headers (hop-by-hop, routing,
+ * destination options, fragment, AH). */
+static __always_inline int parse_ipv6(struct hdr_cursor *nh, void *data,
+				      void *data_end, struct __sk_buff *skb,
+				      struct pkt *p, __u32 *l3_end)
+{
+	struct ipv6hdr *ip6h = nh->pos;
+	__u32 plen, l3_off;
+	__u8 nexthdr;
+	int i;
+
+	if ((void *)(ip6h + 1) > data_end)
+		return PARSE_SHORT;
+	if (ip6h->version != 6)
+		return PARSE_ERROR;
+
+	l3_off = (void *)ip6h - data;
+	plen = bpf_ntohs(ip6h->payload_len);
+	/* 0: jumbogram or BIG TCP, the skb knows the length. */
+	*l3_end = plen ? l3_off + sizeof(*ip6h) + plen : skb->len;
+
+	p->ip_version = 6;
+	__builtin_memcpy(p->saddr.b, &ip6h->saddr, 16);
+	__builtin_memcpy(p->daddr.b, &ip6h->daddr, 16);
+	nexthdr = ip6h->nexthdr;
+	nh->pos = ip6h + 1;
+
+#pragma unroll
+	for (i = 0; i < IPV6_EXT_MAX; i++) {
+		switch (nexthdr) {
+		case IPPROTO_HOPOPTS:
+		case IPPROTO_ROUTING:
+		case IPPROTO_DSTOPTS: {
+			struct ipv6_opt_hdr *oh = nh->pos;
+			__u32 len;
+
+			if ((void *)(oh + 1) > data_end)
+				return PARSE_SHORT;
+			len = ((__u32)oh->hdrlen + 1) * 8;
+			if (nh->pos + len > data_end)
+				return PARSE_SHORT;
+			nexthdr = oh->nexthdr;
+			nh->pos += len;
+			break;
+		}
+		case IPPROTO_FRAGMENT: {
+			struct frag_hdr *fh = nh->pos;
+			__u16 off;
+
+			if ((void *)(fh + 1) > data_end)
+				return PARSE_SHORT;
+			off = bpf_ntohs(fh->frag_off);
+			count(TLSRUM_CNT_FRAGMENT, 1);
+			if (off & 0xfff8)
+				return PARSE_IGNORE;
+			p->first_fragment = 1;
+			nexthdr = fh->nexthdr;
+			nh->pos = fh + 1;
+			break;
+		}
+		case IPPROTO_AH: {
+			struct auth_hdr *ah = nh->pos;
+			__u32 len;
+
+			if ((void *)(ah + 1) > data_end)
+				return PARSE_SHORT;
+			len = ((__u32)ah->hdrlen + 2) * 4;
+			if (nh->pos + len > data_end)
+				return PARSE_SHORT;
+			nexthdr = ah->nexthdr;
+			nh->pos += len;
+			break;
+		}
+		default:
+			goto out;
+		}
+	}
+out:
+	p->proto = nexthdr;
+	return PARSE_OK;
+}
+
+/* Parses the whole packet into *p. Reads skb->data/data_end itself, so a
+ * call after bpf_skb_pull_data sees the new pointers. */
+static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct hdr_cursor nh = { .pos = data };
+	__u32 l3_end = 0, l4_off, end;
+	int h_proto, ret;
+
+	h_proto = parse_ethhdr(&nh, data_end);
+	if (h_proto < 0)
+		return PARSE_SHORT;
+	if (h_proto == bpf_htons(ETH_P_IP))
+		ret = parse_ipv4(&nh, data, data_end, skb, p, &l3_end);
+	else if (h_proto == bpf_htons(ETH_P_IPV6))
+		ret = parse_ipv6(&nh, data, data_end, skb, p, &l3_end);
+	else
+		return PARSE_IGNORE;
+	if (ret != PARSE_OK)
+		return ret;
+
+	/* Ethernet padding of short frames is in skb->len, not in l3_end;
+	 * a lying IP length is capped by what the skb holds. */
+	end = skb->len;
+	if (l3_end < end)
+		end = l3_end;
+	l4_off = nh.pos - data;
+
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = nh.pos;
+		__u32 hdrsize;
+
+		if ((void *)(th + 1) > data_end)
+			return PARSE_SHORT;
+		if (th->doff < 5)
+			return PARSE_ERROR;
+		/* Options are not read: no need for them to be linear. */
+		hdrsize = th->doff * 4;
+		p->sport = bpf_ntohs(th->source);
+		p->dport = bpf_ntohs(th->dest);
+		p->seq = bpf_ntohl(th->seq);
+		p->ack = bpf_ntohl(th->ack_seq);
+		p->tcp_flags = ((__u8 *)th)[13];
+		p->payload_off = l4_off + hdrsize;
+	} else if (p->proto == IPPROTO_UDP) {
+		struct udphdr *uh = nh.pos;
+
+		if ((void *)(uh + 1) > data_end)
+			return PARSE_SHORT;
+		p->sport = bpf_ntohs(uh->source);
+		p->dport = bpf_ntohs(uh->dest);
+		p->payload_off = l4_off + sizeof(*uh);
+	} else {
+		return PARSE_IGNORE;
+	}
+	if (p->payload_off > end)
+		return PARSE_ERROR;
+	p->payload_len = end - p->payload_off;
+	return PARSE_OK;
+}
+
+/* ---- flows ---- */
+
+static __always_inline int port_match(__u16 sport, __u16 dport)
+{
+	int i;
+
+	if (all_ports)
+		return 1;
+#pragma unroll
+	for (i = 0; i < TLSRUM_MAX_PORTS; i++) {
+		if (i >= nports)
+			break;
+		if (ports[i] == sport || ports[i] == dport)
+			return 1;
+	}
+	return 0;
+}
+
+/* Builds the direction-independent key; returns the sender's side (0: the
+ * source is side a). The order is documented in tlsrum.h. */
+static __always_inline int flow_key(const struct pkt *p,
+				    struct tlsrum_flow_key *key)
+{
+	int src_first;
+
+	if (p->saddr.d[0] != p->daddr.d[0])
+		src_first = p->saddr.d[0] < p->daddr.d[0];
+	else if (p->saddr.d[1] != p->daddr.d[1])
+		src_first = p->saddr.d[1] < p->daddr.d[1];
+	else
+		src_first = p->sport <= p->dport;
+
+	if (src_first) {
+		__builtin_memcpy(key->addr_a, p->saddr.b, 16);
+		__builtin_memcpy(key->addr_b, p->daddr.b, 16);
+		key->port_a = p->sport;
+		key->port_b = p->dport;
+	} else {
+		__builtin_memcpy(key->addr_a, p->daddr.b, 16);
+		__builtin_memcpy(key->addr_b, p->saddr.b, 16);
+		key->port_a = p->dport;
+		key->port_b = p->sport;
+	}
+	key->proto = p->proto;
+	return src_first ? 0 : 1;
+}
+
+/* Finds or creates the flow's state. *created tells whether this packet
+ * created it. NULL (counted) if the map refuses. */
+static __always_inline struct tlsrum_flow_state *
+flow_state(struct tlsrum_flow_key *key, int side, int *created)
+{
+	struct tlsrum_flow_state *st, init = {};
+	long err;
+
+	st = bpf_map_lookup_elem(&flows, key);
+	if (st)
+		return st;
+	init.initiator = side;
+	err = bpf_map_update_elem(&flows, key, &init, BPF_NOEXIST);
+	if (err == 0) {
+		*created = 1;
+		count(TLSRUM_CNT_NEW_FLOWS, 1);
+	} else if (err != -17 /* EEXIST: another CPU created it */) {
+		count(TLSRUM_CNT_FLOW_MAP_ERROR, 1);
+		return NULL;
+	}
+	st = bpf_map_lookup_elem(&flows, key);
+	if (!st)
+		count(TLSRUM_CNT_FLOW_MAP_ERROR, 1);
+	return st;
+}
+
+/* ---- events ---- */
+
+/* Sends the segment's header with its first send_len payload bytes, as
+ * records of at most TLSRUM_CHUNK bytes. Every byte not sent is counted. */
+static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
+				 __u8 dir, __u64 ts, __u32 send_len, __u8 flags)
+{
+	struct tlsrum_event *ev;
+	struct scratch *sc;
+	__u32 zero = 0, off;
+	int i;
+
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return;
+	ev = &sc->hdr;
+	ev->ts_ns = ts;
+	ev->ifindex = skb->ifindex;
+	ev->seq = p->seq;
+	ev->ack = p->ack;
+	ev->payload_len = p->payload_len;
+	ev->gso_size = skb->gso_size;
+	ev->sport = p->sport;
+	ev->dport = p->dport;
+	__builtin_memcpy(ev->saddr, p->saddr.b, 16);
+	__builtin_memcpy(ev->daddr, p->daddr.b, 16);
+	ev->direction = dir;
+	ev->ip_version = p->ip_version;
+	ev->l4_proto = p->proto;
+	ev->tcp_flags = p->tcp_flags;
+	ev->_pad[0] = 0;
+	ev->_pad[1] = 0;
+	ev->_pad[2] = 0;
+	if (p->first_fragment)
+		flags |= TLSRUM_EV_CUT;
+
+	if (send_len == 0) {
+		ev->offset = 0;
+		ev->len = 0;
+		ev->flags = flags | (p->payload_len ? TLSRUM_EV_CUT : 0);
+		if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0)) {
+			count(TLSRUM_CNT_RINGBUF_FULL, 1);
+			return;
+		}
+		count(TLSRUM_CNT_EVENTS_SENT, 1);
+		return;
+	}
+
+	if (send_len > TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK) {
+		count(TLSRUM_CNT_PAYLOAD_TRUNCATED, 1);
+		count(TLSRUM_CNT_BYTES_LOST,
+		      send_len - TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK);
+		send_len = TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK;
+	}
+
+	for (i = 0; i < TLSRUM_MAX_CHUNKS; i++) {
+		__u64 n;
+
+		off = i * TLSRUM_CHUNK;
+		if (off >= send_len)
+			break;
+		n = send_len - off;
+		if (n > TLSRUM_CHUNK)
+			n = TLSRUM_CHUNK;
+		/* Helper sizes must be provably in [1, TLSRUM_CHUNK], and
+		 * clang would otherwise check a copy of n and pass another
+		 * register to the helper: test the very register. */
+		barrier_var(n);
+		if (n == 0 || n > TLSRUM_CHUNK)
+			break;
+		ev->offset = off;
+		ev->len = n;
+		ev->flags = flags;
+		if (off + n >= send_len && send_len < p->payload_len)
+			ev->flags |= TLSRUM_EV_CUT;
+		if (bpf_skb_load_bytes(skb, p->payload_off + off, sc->data, n)) {
+			count(TLSRUM_CNT_LOAD_ERROR, 1);
+			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
+			return;
+		}
+		if (bpf_ringbuf_output(&events, sc, sizeof(*ev) + n, 0)) {
+			count(TLSRUM_CNT_RINGBUF_FULL, 1);
+			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
+			return;
+		}
+		count(TLSRUM_CNT_EVENTS_SENT, 1);
+		count(TLSRUM_CNT_BYTES_SENT, n);
+	}
+}
+
+/* Reads the first payload byte (QUIC header form). -1 if unreadable. */
+static __always_inline int first_payload_byte(struct __sk_buff *skb,
+					       const struct pkt *p)
+{
+	__u8 b;
+
+	if (bpf_skb_load_bytes(skb, p->payload_off, &b, 1)) {
+		count(TLSRUM_CNT_LOAD_ERROR, 1);
+		return -1;
+	}
+	return b;
+}
+
+static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
+{
+	struct tlsrum_flow_state *st;
+	struct tlsrum_flow_key key = {};
+	struct pkt p = {};
+	__u32 send_len, room, budget = max_payload_per_dir;
+	__u64 sent, ts;
+	__u8 flags = 0;
+	int ret, side, created = 0;
+
+	ret = parse_packet(skb, &p);
+	if (ret == PARSE_SHORT && skb->len > skb->data_end - skb->data) {
+		/* Headers in paged data (some drivers, tunnels). Make the
+		 * first PULL_LEN bytes linear and parse again: the helper
+		 * invalidates all packet pointers, parse_packet reloads them.
+		 * This does not change the packet's bytes. */
+		__u32 len = skb->len < PULL_LEN ? skb->len : PULL_LEN;
+
+		count(TLSRUM_CNT_PULLED, 1);
+		__builtin_memset(&p, 0, sizeof(p));
+		if (bpf_skb_pull_data(skb, len) == 0)
+			ret = parse_packet(skb, &p);
+	}
+	if (ret == PARSE_IGNORE)
+		return;
+	if (ret != PARSE_OK) {
+		count(TLSRUM_CNT_PARSE_ERROR, 1);
+		return;
+	}
+
+	if (p.proto == IPPROTO_UDP && !quic)
+		return;
+	if (!port_match(p.sport, p.dport))
+		return;
+
+	side = flow_key(&p, &key);
+	st = flow_state(&key, side, &created);
+	if (!st)
+		return;
+	if (created)
+		flags |= TLSRUM_EV_NEW_FLOW;
+	__sync_fetch_and_add(&st->packets[side & 1], 1);
+	ts = bpf_ktime_get_boot_ns();
+
+	if (st->done) {
+		if (p.proto == IPPROTO_TCP &&
+		    (p.tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))) {
+			emit(skb, &p, dir, ts, 0, flags | TLSRUM_EV_DONE);
+			return;
+		}
+		count(TLSRUM_CNT_DONE, 1);
+		return;
+	}
+
+	/* The budget check and the add below race between CPUs: a direction
+	 * may overshoot by what the CPUs send at the same moment. */
+	sent = st->bytes[side & 1];
+	room = sent >= budget ? 0 : budget - (__u32)sent;
+	send_len = p.payload_len < room ? p.payload_len : room;
+	if (send_len < p.payload_len)
+		count(TLSRUM_CNT_BUDGET, 1);
+
+	if (p.proto == IPPROTO_UDP) {
+		int b;
+
+		if (p.payload_len == 0)
+			return;
+		b = first_payload_byte(skb, &p);
+		if (b < 0)
+			return;
+		if (!(b & 0x80)) {
+			/* Short header: the first one each way, for timing. */
+			if (st->quic_short[side & 1])
+				return;
+			st->quic_short[side & 1] = 1;
+		}
+		if (send_len == 0)
+			return;
+	} else if (send_len == 0 &&
+		   !(p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
+		/* Data past the budget: stays in the kernel. */
+		if (p.payload_len)
+			return;
+		/* A bare ACK matters while the data it acknowledges is still
+		 * forwarded (RTT at the server, TLS 1.2 completion). */
+		if (st->bytes[(side & 1) ^ 1] >= budget)
+			return;
+	}
+
+	if (send_len)
+		__sync_fetch_and_add(&st->bytes[side & 1], send_len);
+	emit(skb, &p, dir, ts, send_len, flags);
+}
+
+SEC("classifier")
+int tlsrum_ingress(struct __sk_buff *skb)
+{
+	handle(skb, TLSRUM_DIR_INGRESS);
+	return TC_ACT_UNSPEC;
+}
+
+SEC("classifier")
+int tlsrum_egress(struct __sk_buff *skb)
+{
+	handle(skb, TLSRUM_DIR_EGRESS);
+	return TC_ACT_UNSPEC;
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Structures shared by the TC programs in tlsrum.bpf.c and user space
+ * (agent/src/ebpf.rs mirrors every one of them with #[repr(C)] and a test
+ * that checks sizes and offsets). All layouts are fixed: explicit padding,
+ * no implicit holes, sizes a multiple of 8. Multi-byte fields are in host
+ * byte order unless the comment says otherwise.
+ */
+#ifndef TLSRUM_H
+#define TLSRUM_H
+
+#include <linux/types.h>
+
+/* Payload bytes carried by one ring-buffer event at most. */
+#define TLSRUM_CHUNK		16384
+/* Events per segment at most: 16 * 16 KiB = 256 KiB covers GSO/GRO packets
+ * (64 KiB) and most BIG TCP ones; anything beyond is counted, never silent. */
+#define TLSRUM_MAX_CHUNKS	16
+/* Server ports the filter can hold. */
+#define TLSRUM_MAX_PORTS	8
+
+/* tlsrum_event.direction */
+enum tlsrum_direction {
+	TLSRUM_DIR_INGRESS	= 0,
+	TLSRUM_DIR_EGRESS	= 1,
+};
+
+/* tlsrum_event.flags */
+enum tlsrum_event_flag {
+	/* Bytes of this segment after offset + len are in no event (byte
+	 * budget, chunk limit, ring buffer full, IP fragment, load error). */
+	TLSRUM_EV_CUT		= 1 << 0,
+	/* The flow is marked done: a FIN/RST forwarded without payload. */
+	TLSRUM_EV_DONE		= 1 << 1,
+	/* First packet of the flow seen by the kernel (state created). */
+	TLSRUM_EV_NEW_FLOW	= 1 << 2,
+};
+
+/*
+ * One ring-buffer record: this header, then `len` payload bytes.
+ *
+ * ts_ns is bpf_ktime_get_boot_ns() (CLOCK_BOOTTIME, available since 5.7 and
+ * counting suspend); user space adds (CLOCK_REALTIME - CLOCK_BOOTTIME) to get
+ * wall time. Addresses are in network byte order; IPv4 addresses fill the
+ * first 4 bytes and the other 12 are zero. Ports, seq and ack are in host
+ * byte order.
+ *
+ * A segment whose payload is larger than TLSRUM_CHUNK is sent as several
+ * records with the same header fields except offset/len: the bytes of a
+ * record start at TCP sequence number seq + offset.
+ */
+struct tlsrum_event {
+	__u64	ts_ns;		/*  0 */
+	__u32	ifindex;	/*  8 */
+	__u32	seq;		/* 12 TCP sequence number (0 for UDP) */
+	__u32	ack;		/* 16 TCP acknowledgment number (0 for UDP) */
+	__u32	payload_len;	/* 20 L4 payload bytes of the whole segment */
+	__u32	offset;		/* 24 where this record's bytes start in it */
+	__u32	len;		/* 28 payload bytes following this header */
+	__u32	gso_size;	/* 32 skb gso_size (0: not a GSO/GRO packet) */
+	__u16	sport;		/* 36 */
+	__u16	dport;		/* 38 */
+	__u8	saddr[16];	/* 40 */
+	__u8	daddr[16];	/* 56 */
+	__u8	direction;	/* 72 enum tlsrum_direction */
+	__u8	ip_version;	/* 73 4 or 6 */
+	__u8	l4_proto;	/* 74 IPPROTO_TCP or IPPROTO_UDP */
+	__u8	tcp_flags;	/* 75 TCP header byte 13: FIN 0x01 SYN 0x02 RST 0x04 PSH 0x08 ACK 0x10 */
+	__u8	flags;		/* 76 enum tlsrum_event_flag */
+	__u8	_pad[3];	/* 77 */
+};				/* 80 */
+
+/*
+ * Flow key, the same for both directions: side "a" is the (address, port)
+ * that sorts first. The order compares the address as two native-endian
+ * u64 words (bytes 0..8, then 8..16), then the port; user space builds keys
+ * for mark_done the same way.
+ */
+struct tlsrum_flow_key {
+	__u8	addr_a[16];	/*  0 */
+	__u8	addr_b[16];	/* 16 */
+	__u16	port_a;		/* 32 */
+	__u16	port_b;		/* 34 */
+	__u8	proto;		/* 36 */
+	__u8	_pad[3];	/* 37 */
+};				/* 40 */
+
+/* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
+struct tlsrum_flow_state {
+	__u64	bytes[2];	/*  0 payload bytes forwarded per sender */
+	__u64	packets[2];	/* 16 packets seen per sender */
+	__u32	done;		/* 32 set to 1 by user space: forward only FIN/RST */
+	__u8	initiator;	/* 36 side of the first packet seen (0 = a, 1 = b) */
+	__u8	quic_short[2];	/* 37 QUIC: first short-header packet forwarded */
+	__u8	_pad;		/* 39 */
+};				/* 40 */
+
+/* Index in the per-CPU `counters` array. Names in agent/src/ebpf.rs. */
+enum tlsrum_counter {
+	TLSRUM_CNT_EVENTS_SENT = 0,	/* records written to the ring buffer */
+	TLSRUM_CNT_BYTES_SENT,		/* payload bytes in those records */
+	TLSRUM_CNT_RINGBUF_FULL,	/* records lost: ring buffer full */
+	TLSRUM_CNT_PAYLOAD_TRUNCATED,	/* segments over TLSRUM_MAX_CHUNKS chunks */
+	TLSRUM_CNT_BYTES_LOST,		/* wanted payload bytes lost (ring buffer, chunks, load) */
+	TLSRUM_CNT_BUDGET,		/* segments cut by max_payload_per_dir */
+	TLSRUM_CNT_DONE,		/* packets of done flows not forwarded */
+	TLSRUM_CNT_PARSE_ERROR,		/* IP/TCP/UDP headers malformed or cut */
+	TLSRUM_CNT_FRAGMENT,		/* IP fragments (non-first ones are skipped) */
+	TLSRUM_CNT_LOAD_ERROR,		/* bpf_skb_load_bytes failed */
+	TLSRUM_CNT_FLOW_MAP_ERROR,	/* flow state could not be created */
+	TLSRUM_CNT_NEW_FLOWS,		/* flow states created */
+	TLSRUM_CNT_PULLED,		/* headers not linear: bpf_skb_pull_data */
+	TLSRUM_CNT_MAX,
+};
+
+/* The layouts above are a contract with agent/src/ebpf.rs, whose tests
+ * assert the same numbers with std::mem::offset_of!. */
+#define TLSRUM_ASSERT_OFFSET(type, field, off) \
+	_Static_assert(__builtin_offsetof(struct type, field) == (off), \
+		       #type "." #field " moved")
+TLSRUM_ASSERT_OFFSET(tlsrum_event, ifindex, 8);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, seq, 12);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, ack, 16);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, payload_len, 20);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, offset, 24);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, len, 28);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, gso_size, 32);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, sport, 36);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, dport, 38);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, saddr, 40);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, daddr, 56);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, direction, 72);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, ip_version, 73);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, l4_proto, 74);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, tcp_flags, 75);
+TLSRUM_ASSERT_OFFSET(tlsrum_event, flags, 76);
+_Static_assert(sizeof(struct tlsrum_event) == 80, "tlsrum_event size");
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, addr_b, 16);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_a, 32);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_b, 34);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, proto, 36);
+_Static_assert(sizeof(struct tlsrum_flow_key) == 40, "tlsrum_flow_key size");
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, packets, 16);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 32);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 36);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 37);
+_Static_assert(sizeof(struct tlsrum_flow_state) == 40, "tlsrum_flow_state size");
+_Static_assert(TLSRUM_CNT_MAX == 13, "counter names in ebpf.rs");
+
+#endif /* TLSRUM_H */
