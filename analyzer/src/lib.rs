@@ -4,6 +4,7 @@ pub mod aggregate;
 pub mod classify;
 pub mod flow;
 pub mod output;
+pub mod quic;
 pub mod record;
 pub mod timing;
 pub mod tls;

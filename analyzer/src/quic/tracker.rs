@@ -1,0 +1,805 @@
+//! QUIC connections: found by connection ID (the 5-tuple only as a hint),
+//! followed through Retry and Version Negotiation, their Initial packets
+//! decrypted both ways, the hellos read from the reassembled CRYPTO
+//! streams, then classified and timed into a [`ConnectionRecord`].
+//!
+//! What an observer sees, and what tlsrum reports from it (docs/quic.md):
+//! * `tcp_rtt`: the client Initial the server's first Initial answers -> that
+//!   server Initial (the QUIC RTT sample).
+//! * `handshake`: the client's first Initial -> its first 1-RTT (short
+//!   header) packet. A client can only send 1-RTT packets once it has the
+//!   server's Finished, so that packet proves completion; its Handshake
+//!   packets can be bare ACKs sent before it.
+//! * `ttfb`: the client's first Initial -> the server's first 1-RTT packet
+//!   captured after the client's first 1-RTT packet.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
+use serde::Serialize;
+
+use super::crypto_stream::CryptoStream;
+use super::initial::InitialKeys;
+use super::packet::{self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN};
+use crate::flow::table::{Endpoint, FlowKey};
+use crate::record::{endpoint, ConnectionRecord, EarlyData, HandshakeBytes, HandshakeKind, Resumption, Timing, Transport};
+use crate::tls::codec::Reader;
+use crate::tls::enums::{alert_name, cipher_suite_name, handshake_type as ht};
+use crate::tls::handshake::{ClientHello, ServerHello};
+
+/// Smallest UDP payload that can carry a client's first Initial (RFC 9000
+/// §14.1): anything smaller starts no connection, and costs no crypto.
+pub const MIN_CLIENT_INITIAL: usize = 1200;
+/// Failed attempts to open a new connection's first Initial per 5-tuple
+/// before tlsrum stops trying on that tuple (hostile or foreign traffic).
+pub const MAX_DECRYPT_FAILURES_PER_TUPLE: u8 = 8;
+/// Decryption failures within one connection before its Initials are skipped.
+pub const MAX_DECRYPT_FAILURES_PER_CONN: u8 = 16;
+/// 5-tuples whose hints (Version Negotiation, failed attempts) are kept.
+pub const MAX_HINTS: usize = 4096;
+/// A Version Negotiation joins the next connection on its 5-tuple only if
+/// that connection starts within this many seconds.
+pub const VN_WINDOW: f64 = 10.0;
+/// Connection IDs remembered per connection (original DCID, Retry SCID,
+/// both endpoints' chosen IDs, a few spares).
+const MAX_CIDS_PER_CONN: usize = 6;
+/// 5-tuples remembered per connection.
+const MAX_TUPLES_PER_CONN: usize = 4;
+
+/// QUIC counters, by reason. Every cap hit and every packet tlsrum could
+/// not use is counted here.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct QuicStats {
+    /// UDP datagrams handed to the QUIC tracker.
+    pub datagrams: u64,
+    /// QUIC packets read (coalesced packets counted one by one).
+    pub packets: u64,
+    /// QUIC connection records emitted.
+    pub connections: u64,
+    /// Datagrams that are not QUIC (or short headers of no known connection).
+    pub not_quic: u64,
+    /// Long headers whose fields overrun the datagram or break the rules.
+    pub bad_header: u64,
+    /// Connection IDs longer than 20 bytes, or a first Initial's DCID shorter than 8.
+    pub bad_cid_len: u64,
+    /// Long headers of versions tlsrum cannot decrypt (gQUIC, grease, future versions).
+    pub unknown_version: u64,
+    /// Initial packets that did not decrypt (wrong keys, corruption, truncation).
+    pub decrypt_failed: u64,
+    /// Decryption attempts skipped: the per-tuple or per-connection cap was hit.
+    pub decrypt_capped: u64,
+    /// Would-be first Initials in datagrams below 1200 bytes.
+    pub short_initial: u64,
+    /// Long-header packets (not a first Initial) of no known connection.
+    pub orphan_packets: u64,
+    /// Initial payloads with a frame tlsrum cannot read.
+    pub bad_frames: u64,
+    /// Connections whose CRYPTO stream kept a hole to the end.
+    pub crypto_gap: u64,
+    /// CRYPTO bytes dropped by the stream caps.
+    pub crypto_capped: u64,
+    /// ClientHello/ServerHello bodies that did not parse.
+    pub hello_parse_errors: u64,
+    /// Connections evicted from the full table.
+    pub evicted: u64,
+    /// Connections finished by the idle timeout.
+    pub expired: u64,
+    pub version_negotiation: u64,
+    pub retry: u64,
+}
+
+impl QuicStats {
+    pub fn merge(&mut self, o: &QuicStats) {
+        self.datagrams += o.datagrams;
+        self.packets += o.packets;
+        self.connections += o.connections;
+        self.not_quic += o.not_quic;
+        self.bad_header += o.bad_header;
+        self.bad_cid_len += o.bad_cid_len;
+        self.unknown_version += o.unknown_version;
+        self.decrypt_failed += o.decrypt_failed;
+        self.decrypt_capped += o.decrypt_capped;
+        self.short_initial += o.short_initial;
+        self.orphan_packets += o.orphan_packets;
+        self.bad_frames += o.bad_frames;
+        self.crypto_gap += o.crypto_gap;
+        self.crypto_capped += o.crypto_capped;
+        self.hello_parse_errors += o.hello_parse_errors;
+        self.evicted += o.evicted;
+        self.expired += o.expired;
+        self.version_negotiation += o.version_negotiation;
+        self.retry += o.retry;
+    }
+}
+
+/// A connection ID as a fixed-size, cheaply hashed key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Cid {
+    len: u8,
+    bytes: [u8; MAX_CID_LEN],
+}
+
+impl Cid {
+    fn new(b: &[u8]) -> Self {
+        let n = b.len().min(MAX_CID_LEN);
+        let mut bytes = [0; MAX_CID_LEN];
+        bytes[..n].copy_from_slice(&b[..n]);
+        Cid { len: n as u8, bytes }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client = 0,
+    Server = 1,
+}
+
+/// What one 5-tuple taught before a connection on it was decodable.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hint {
+    /// First long-header packet of an undecodable version (a client's first try).
+    first_attempt: Option<f64>,
+    /// A Version Negotiation packet was seen.
+    vn: Option<f64>,
+    decrypt_failures: u8,
+}
+
+/// Handshake state of a connection whose record is not out yet.
+struct Active {
+    version: Version,
+    keys: InitialKeys,
+    largest_pn: [Option<u64>; 2],
+    crypto: [CryptoStream; 2],
+    first_client_hello: Option<ClientHello>,
+    client_hello: Option<ClientHello>,
+    server_hello: Option<ServerHello>,
+    hrr: bool,
+    retry: bool,
+    vn: bool,
+    /// The client's first Initial (the first attempt, across VN).
+    start: f64,
+    /// The latest client Initial before the server's first Initial.
+    last_client_initial: Option<f64>,
+    server_initial: Option<f64>,
+    rtt: Option<f64>,
+    /// The client's first 1-RTT packet after the ServerHello.
+    client_done: Option<f64>,
+    /// The server's first 1-RTT packet after `client_done`.
+    server_data: Option<f64>,
+    zero_rtt_packets: u32,
+    /// CONNECTION_CLOSE in an Initial: the failure string.
+    close: Option<String>,
+    /// Handshake packets' bytes each way (encrypted: counted whole).
+    handshake_bytes: [u64; 2],
+    decrypt_failures: u8,
+    notes: Vec<&'static str>,
+}
+
+struct Conn {
+    client: Endpoint,
+    server: Endpoint,
+    first_ts: f64,
+    last_ts: f64,
+    /// Connection IDs registered in the tracker's index, and whose they are.
+    cids: Vec<(Cid, Side)>,
+    tuples: Vec<FlowKey>,
+    /// None once the record is out (a tombstone that swallows stragglers).
+    active: Option<Box<Active>>,
+}
+
+enum Why {
+    CaptureEnd,
+    Evicted,
+    Expired,
+    Done,
+}
+
+/// Follows QUIC connections and emits one record per connection.
+pub struct QuicTracker {
+    conns: LruCache<u64, Conn>,
+    by_cid: HashMap<Cid, u64>,
+    by_tuple: HashMap<FlowKey, u64>,
+    hints: LruCache<FlowKey, Hint>,
+    next_id: u64,
+    idle_timeout: f64,
+    scratch: Vec<u8>,
+    /// Records finished, in order; the analyzer drains them.
+    pub out: Vec<ConnectionRecord>,
+}
+
+impl QuicTracker {
+    pub fn new(max_connections: usize, idle_timeout: f64) -> Self {
+        let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
+        QuicTracker {
+            conns: LruCache::new(nz(max_connections)),
+            by_cid: HashMap::new(),
+            by_tuple: HashMap::new(),
+            hints: LruCache::new(nz(MAX_HINTS)),
+            next_id: 0,
+            idle_timeout,
+            scratch: Vec::with_capacity(1500),
+            out: Vec::new(),
+        }
+    }
+
+    pub fn active_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// One UDP datagram (`src` -> `dst`).
+    pub fn on_datagram(&mut self, ts: f64, src: Endpoint, dst: Endpoint, d: &[u8], stats: &mut QuicStats) {
+        stats.datagrams += 1;
+        let Some(&first) = d.first() else {
+            stats.not_quic += 1;
+            return;
+        };
+        if first & 0x80 == 0 {
+            // Short header: only worth a look on a tuple with a known connection.
+            if self.by_tuple.is_empty() {
+                stats.not_quic += 1;
+                return;
+            }
+            match self.by_tuple.get(&FlowKey::new(src, dst)).copied() {
+                Some(id) => self.short(id, ts, src, d, stats),
+                None => stats.not_quic += 1,
+            }
+            return;
+        }
+        if !packet::looks_like_long_header(d) {
+            self.unknown_long(ts, src, dst, d, stats);
+            return;
+        }
+        let mut rest = d;
+        let mut size = d.len();
+        let mut conn_of_datagram = None;
+        while let Some(&b) = rest.first() {
+            if b & 0x80 == 0 {
+                // A short-header packet ends a datagram; zero bytes are padding.
+                if b != 0 {
+                    if let Some(id) = conn_of_datagram {
+                        self.short(id, ts, src, rest, stats);
+                    }
+                }
+                break;
+            }
+            match packet::parse(rest) {
+                Ok((p, used)) => {
+                    stats.packets += 1;
+                    match p {
+                        Packet::Long(l) => conn_of_datagram = self.long(ts, src, dst, l, size, stats).or(conn_of_datagram),
+                        Packet::VersionNegotiation { dcid, scid, .. } => self.version_negotiation(ts, src, dst, dcid, scid, stats),
+                        Packet::UnknownVersion { .. } => stats.unknown_version += 1,
+                        Packet::Short { .. } => {}
+                    }
+                    rest = &rest[used..];
+                    size = rest.len();
+                }
+                Err(HeaderError::CidLen) => {
+                    stats.bad_cid_len += 1;
+                    break;
+                }
+                Err(_) => {
+                    stats.bad_header += 1;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A long header of a version tlsrum cannot read: counted; a plausible
+    /// one is remembered on its tuple (a client's first try before a
+    /// Version Negotiation).
+    fn unknown_long(&mut self, ts: f64, src: Endpoint, dst: Endpoint, d: &[u8], stats: &mut QuicStats) {
+        let plausible = d.len() >= 7 && d[0] & 0x40 != 0 && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _)) if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN);
+        if !plausible {
+            stats.not_quic += 1;
+            return;
+        }
+        stats.unknown_version += 1;
+        let key = FlowKey::new(src, dst);
+        match self.hints.get_mut(&key) {
+            Some(h) => {
+                h.first_attempt.get_or_insert(ts);
+            }
+            None => {
+                self.hints.put(key, Hint { first_attempt: Some(ts), ..Hint::default() });
+            }
+        }
+    }
+
+    fn version_negotiation(&mut self, ts: f64, src: Endpoint, dst: Endpoint, dcid: &[u8], scid: &[u8], stats: &mut QuicStats) {
+        stats.version_negotiation += 1;
+        let key = FlowKey::new(src, dst);
+        // A VN answering a decodable first try: that attempt is abandoned and
+        // the client's next connection on this tuple carries on.
+        let target = [scid, dcid].into_iter().filter(|c| !c.is_empty()).find_map(|c| self.by_cid.get(&Cid::new(c)).copied()).or_else(|| self.by_tuple.get(&key).copied());
+        let mut first_attempt = None;
+        if let Some(id) = target {
+            let abandoned = self.conns.peek(&id).is_some_and(|c| c.active.as_ref().is_some_and(|a| a.server_initial.is_none() && a.server_hello.is_none()));
+            if abandoned {
+                if let Some(c) = self.conns.pop(&id) {
+                    first_attempt = c.active.as_ref().map(|a| a.start);
+                    self.unregister(id, &c);
+                }
+            }
+        }
+        let h = match self.hints.get_mut(&key) {
+            Some(h) => h,
+            None => {
+                self.hints.put(key, Hint::default());
+                let Some(h) = self.hints.get_mut(&key) else { return };
+                h
+            }
+        };
+        h.vn.get_or_insert(ts);
+        if let Some(t) = first_attempt {
+            h.first_attempt = Some(h.first_attempt.map_or(t, |f| f.min(t)));
+        }
+    }
+
+    /// Which connection a long-header packet belongs to, and who sent it.
+    /// An Initial whose DCID is unknown may start a new connection on a
+    /// known tuple; other packets fall back to the tuple.
+    fn find(&self, src: Endpoint, dst: Endpoint, dcid: &[u8], initial: bool) -> Option<(u64, Side)> {
+        if !dcid.is_empty() {
+            if let Some(&id) = self.by_cid.get(&Cid::new(dcid)) {
+                let c = self.conns.peek(&id)?;
+                let owner = c.cids.iter().find(|(cid, _)| cid.as_slice() == dcid).map(|&(_, s)| s)?;
+                // The DCID names the receiver.
+                return Some((id, if owner == Side::Server { Side::Client } else { Side::Server }));
+            }
+            if initial {
+                return None;
+            }
+        }
+        let id = *self.by_tuple.get(&FlowKey::new(src, dst))?;
+        let c = self.conns.peek(&id)?;
+        Some((id, if src == c.client { Side::Client } else { Side::Server }))
+    }
+
+    /// Returns the connection the packet belongs to.
+    fn long(&mut self, ts: f64, src: Endpoint, dst: Endpoint, l: LongPacket<'_>, datagram_len: usize, stats: &mut QuicStats) -> Option<u64> {
+        let Some((id, side)) = self.find(src, dst, l.dcid, l.ty == LongType::Initial) else {
+            if l.ty == LongType::Initial {
+                return self.new_connection(ts, src, dst, l, datagram_len, stats);
+            }
+            stats.orphan_packets += 1;
+            return None;
+        };
+        let conn = self.conns.get_mut(&id)?;
+        conn.last_ts = ts;
+        let key = FlowKey::new(src, dst);
+        if !conn.tuples.contains(&key) && conn.tuples.len() < MAX_TUPLES_PER_CONN {
+            conn.tuples.push(key);
+            self.by_tuple.insert(key, id);
+        }
+        let Some(act) = conn.active.as_deref_mut() else { return Some(id) };
+        let mut new_cids: Vec<(Cid, Side)> = Vec::new();
+        match (l.ty, side) {
+            (LongType::Initial, _) => {
+                if side == Side::Server && !l.scid.is_empty() {
+                    new_cids.push((Cid::new(l.scid), Side::Server));
+                }
+                if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
+                    stats.decrypt_capped += 1;
+                } else {
+                    open_initial(act, side, ts, &l, &mut self.scratch, stats);
+                }
+            }
+            (LongType::Handshake, _) => {
+                act.handshake_bytes[side as usize] += l.bytes.len() as u64;
+                if side == Side::Server && !l.scid.is_empty() {
+                    new_cids.push((Cid::new(l.scid), Side::Server));
+                }
+            }
+            (LongType::ZeroRtt, Side::Client) => act.zero_rtt_packets += 1,
+            (LongType::Retry, Side::Server) if act.server_initial.is_none() && !l.scid.is_empty() => {
+                if !act.retry {
+                    stats.retry += 1;
+                }
+                // Keys change to the Retry's SCID (RFC 9001 §5.2); the
+                // client's CRYPTO data is resent from offset 0.
+                act.retry = true;
+                act.keys = InitialKeys::new(act.version, l.scid);
+                act.last_client_initial = None;
+                new_cids.push((Cid::new(l.scid), Side::Server));
+            }
+            _ => {}
+        }
+        for (cid, owner) in new_cids {
+            if !conn.cids.iter().any(|(c, _)| *c == cid) && conn.cids.len() < MAX_CIDS_PER_CONN {
+                conn.cids.push((cid, owner));
+                self.by_cid.insert(cid, id);
+            }
+        }
+        if conn.active.as_ref().is_some_and(|a| a.close.is_some()) {
+            self.finish(id, Why::Done, stats);
+        }
+        Some(id)
+    }
+
+    fn new_connection(&mut self, ts: f64, src: Endpoint, dst: Endpoint, l: LongPacket<'_>, datagram_len: usize, stats: &mut QuicStats) -> Option<u64> {
+        if datagram_len < MIN_CLIENT_INITIAL {
+            stats.short_initial += 1;
+            return None;
+        }
+        if l.dcid.len() < 8 {
+            stats.bad_cid_len += 1;
+            return None;
+        }
+        let key = FlowKey::new(src, dst);
+        let hint = self.hints.peek(&key).copied().unwrap_or_default();
+        if hint.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_TUPLE {
+            stats.decrypt_capped += 1;
+            return None;
+        }
+        let mut act = Box::new(Active {
+            version: l.version,
+            keys: InitialKeys::new(l.version, l.dcid),
+            largest_pn: [None; 2],
+            crypto: [CryptoStream::default(), CryptoStream::default()],
+            first_client_hello: None,
+            client_hello: None,
+            server_hello: None,
+            hrr: false,
+            retry: false,
+            vn: false,
+            start: ts,
+            last_client_initial: None,
+            server_initial: None,
+            rtt: None,
+            client_done: None,
+            server_data: None,
+            zero_rtt_packets: 0,
+            close: None,
+            handshake_bytes: [0; 2],
+            decrypt_failures: 0,
+            notes: Vec::new(),
+        });
+        if !open_initial(&mut act, Side::Client, ts, &l, &mut self.scratch, stats) {
+            let h = match self.hints.get_mut(&key) {
+                Some(h) => h,
+                None => {
+                    self.hints.put(key, Hint::default());
+                    self.hints.get_mut(&key)?
+                }
+            };
+            h.decrypt_failures = h.decrypt_failures.saturating_add(1);
+            return None;
+        }
+        let mut first_ts = ts;
+        if let Some(vn) = hint.vn.filter(|&v| ts - v <= VN_WINDOW && ts >= v) {
+            act.vn = true;
+            act.notes.push("version_negotiation");
+            let start = hint.first_attempt.map_or(vn, |f| f.min(vn));
+            act.start = start;
+            first_ts = start;
+            self.hints.pop(&key);
+        }
+        match l.version {
+            Version::V2 => act.notes.push("quic_v2"),
+            Version::Draft(_) | Version::Mvfst(_) => act.notes.push("quic_draft"),
+            Version::V1 => {}
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut conn = Conn { client: src, server: dst, first_ts, last_ts: ts, cids: Vec::with_capacity(4), tuples: vec![key], active: Some(act) };
+        conn.cids.push((Cid::new(l.dcid), Side::Server));
+        if !l.scid.is_empty() {
+            conn.cids.push((Cid::new(l.scid), Side::Client));
+        }
+        for (cid, _) in &conn.cids {
+            self.by_cid.insert(*cid, id);
+        }
+        self.by_tuple.insert(key, id);
+        if let Some((old_id, old)) = self.conns.push(id, conn) {
+            if old_id != id {
+                stats.evicted += 1;
+                self.emit(old_id, old, Why::Evicted, stats);
+            }
+        }
+        Some(id)
+    }
+
+    fn short(&mut self, id: u64, ts: f64, src: Endpoint, bytes: &[u8], stats: &mut QuicStats) {
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        conn.last_ts = ts;
+        let side = if src == conn.client { Side::Client } else { Side::Server };
+        let Some(act) = conn.active.as_deref_mut() else { return };
+        // The DCID must be one the receiver chose, if we know it.
+        let receiver = if side == Side::Client { Side::Server } else { Side::Client };
+        let mut known = conn.cids.iter().filter(|(_, s)| *s == receiver).peekable();
+        if known.peek().is_some() && !known.any(|(c, _)| bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice())) {
+            return;
+        }
+        stats.packets += 1;
+        match side {
+            Side::Client if act.server_hello.is_some() && act.client_done.is_none() => act.client_done = Some(ts),
+            Side::Server if act.client_done.is_some() && act.server_data.is_none() => act.server_data = Some(ts),
+            _ => {}
+        }
+        if act.server_data.is_some() {
+            self.finish(id, Why::Done, stats);
+        }
+    }
+
+    /// Unregisters a connection's IDs and tuples (those still pointing at it).
+    fn unregister(&mut self, id: u64, c: &Conn) {
+        for (cid, _) in &c.cids {
+            if self.by_cid.get(cid) == Some(&id) {
+                self.by_cid.remove(cid);
+            }
+        }
+        for t in &c.tuples {
+            if self.by_tuple.get(t) == Some(&id) {
+                self.by_tuple.remove(t);
+            }
+        }
+    }
+
+    /// Emits the record of a connection still in the table; keeps it as a tombstone.
+    fn finish(&mut self, id: u64, why: Why, stats: &mut QuicStats) {
+        let Some(conn) = self.conns.peek_mut(&id) else { return };
+        let Some(act) = conn.active.take() else { return };
+        let rec = build_record(conn, *act, why, stats);
+        stats.connections += 1;
+        self.out.push(rec);
+    }
+
+    /// Emits the record of a connection removed from the table.
+    fn emit(&mut self, id: u64, mut conn: Conn, why: Why, stats: &mut QuicStats) {
+        self.unregister(id, &conn);
+        if let Some(act) = conn.active.take() {
+            let rec = build_record(&conn, *act, why, stats);
+            stats.connections += 1;
+            self.out.push(rec);
+        }
+    }
+
+    /// Finishes connections idle for longer than the idle timeout.
+    pub fn expire_idle(&mut self, now: f64, stats: &mut QuicStats) {
+        while let Some((_, c)) = self.conns.peek_lru() {
+            if c.last_ts + self.idle_timeout >= now {
+                break;
+            }
+            let Some((id, conn)) = self.conns.pop_lru() else { break };
+            if conn.active.is_some() {
+                stats.expired += 1;
+            }
+            self.emit(id, conn, Why::Expired, stats);
+        }
+    }
+
+    /// End of input: every connection still open is finished.
+    pub fn finish_all(&mut self, stats: &mut QuicStats) {
+        // Oldest first, like the TCP flow table.
+        while let Some((id, conn)) = self.conns.pop_lru() {
+            self.emit(id, conn, Why::CaptureEnd, stats);
+        }
+        self.hints.clear();
+    }
+}
+
+/// Decrypts an Initial and feeds its frames; returns whether it opened.
+fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) -> bool {
+    scratch.clear();
+    scratch.extend_from_slice(l.bytes);
+    let keys = if side == Side::Client { &act.keys.client } else { &act.keys.server };
+    let s = side as usize;
+    let (pn, range) = match keys.open(scratch, l.pn_offset, act.largest_pn[s]) {
+        Ok(v) => v,
+        Err(_) => {
+            stats.decrypt_failed += 1;
+            act.decrypt_failures = act.decrypt_failures.saturating_add(1);
+            act.notes.push(if side == Side::Client { "client_decrypt_failed" } else { "server_decrypt_failed" });
+            return false;
+        }
+    };
+    act.largest_pn[s] = Some(act.largest_pn[s].map_or(pn, |p| p.max(pn)));
+    match side {
+        Side::Client => {
+            if act.server_initial.is_none() {
+                act.last_client_initial = Some(ts);
+            }
+        }
+        Side::Server => {
+            if act.server_initial.is_none() {
+                act.server_initial = Some(ts);
+                act.rtt = act.last_client_initial.map(|c| ts - c);
+            }
+        }
+    }
+    let capped_before = act.crypto[s].capped;
+    if let Err(what) = read_frames(&scratch[range], &mut act.crypto[s], &mut act.close) {
+        let _ = what;
+        stats.bad_frames += 1;
+    }
+    if act.crypto[s].capped && !capped_before {
+        stats.crypto_capped += 1;
+        act.notes.push("crypto_capped");
+    }
+    while let Some((typ, body)) = act.crypto[s].next_message() {
+        match (side, typ) {
+            (Side::Client, ht::CLIENT_HELLO) => match ClientHello::parse(&body) {
+                Ok(ch) => {
+                    if let Some(first) = act.client_hello.replace(ch) {
+                        act.first_client_hello.get_or_insert(first);
+                    }
+                }
+                Err(_) => stats.hello_parse_errors += 1,
+            },
+            (Side::Server, ht::SERVER_HELLO) => match ServerHello::parse(&body) {
+                Ok(sh) if sh.is_hrr => act.hrr = true,
+                Ok(sh) => act.server_hello = Some(sh),
+                Err(_) => stats.hello_parse_errors += 1,
+            },
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Frames allowed in Initial packets (RFC 9000 §12.4): PADDING, PING, ACK,
+/// CRYPTO, CONNECTION_CLOSE. Anything else ends the packet's parse.
+fn read_frames(payload: &[u8], crypto: &mut CryptoStream, close: &mut Option<String>) -> Result<(), &'static str> {
+    let mut r = Reader::new(payload);
+    while r.any_left() {
+        let typ = varint(&mut r, "frame type").map_err(|_| "frame type")?;
+        match typ {
+            0x00 | 0x01 => {}
+            0x02 | 0x03 => {
+                let e = |_| "ACK";
+                varint(&mut r, "largest").map_err(e)?;
+                varint(&mut r, "delay").map_err(e)?;
+                let ranges = varint(&mut r, "range count").map_err(e)?;
+                varint(&mut r, "first range").map_err(e)?;
+                for _ in 0..ranges.min(payload.len() as u64) {
+                    varint(&mut r, "gap").map_err(e)?;
+                    varint(&mut r, "range").map_err(e)?;
+                }
+                if typ == 0x03 {
+                    for _ in 0..3 {
+                        varint(&mut r, "ecn").map_err(e)?;
+                    }
+                }
+            }
+            0x06 => {
+                let e = |_| "CRYPTO";
+                let offset = varint(&mut r, "offset").map_err(e)?;
+                let len = varint(&mut r, "length").map_err(e)?;
+                let data = r.take(usize::try_from(len).map_err(|_| "CRYPTO")?, "crypto data").map_err(e)?;
+                crypto.push(offset, data);
+            }
+            0x1c | 0x1d => {
+                let e = |_| "CONNECTION_CLOSE";
+                let code = varint(&mut r, "error code").map_err(e)?;
+                if typ == 0x1c {
+                    varint(&mut r, "frame type").map_err(e)?;
+                }
+                let n = varint(&mut r, "reason length").map_err(e)?;
+                r.take(usize::try_from(n).map_err(|_| "CONNECTION_CLOSE")?, "reason").map_err(e)?;
+                close.get_or_insert_with(|| close_reason(typ, code));
+            }
+            _ => return Err("frame not allowed in Initial"),
+        }
+    }
+    Ok(())
+}
+
+/// A CONNECTION_CLOSE as a failure string: TLS alerts (crypto errors
+/// 0x0100-0x01ff, RFC 9001 §4.8) by name, like TCP's `alert:<name>`.
+fn close_reason(typ: u64, code: u64) -> String {
+    if typ == 0x1c && (0x100..0x200).contains(&code) {
+        format!("alert:{}", alert_name((code - 0x100) as u8))
+    } else if typ == 0x1c {
+        format!("quic_close:0x{code:x}")
+    } else {
+        format!("app_close:0x{code:x}")
+    }
+}
+
+fn ms(seconds: f64) -> f64 {
+    (seconds * 1e6).round() / 1e3
+}
+
+fn build_record(conn: &Conn, mut act: Active, why: Why, stats: &mut QuicStats) -> ConnectionRecord {
+    let complete = act.server_hello.is_some() && act.client_done.is_some();
+    let failed = act.close.is_some() && !complete;
+    if !complete && !failed {
+        match why {
+            Why::CaptureEnd => act.notes.push("capture_ended"),
+            Why::Evicted => act.notes.push("evicted"),
+            Why::Expired => act.notes.push("idle_timeout"),
+            Why::Done => {}
+        }
+    }
+    for (s, name) in [(0, "client_crypto_gap"), (1, "server_crypto_gap")] {
+        if act.crypto[s].has_gap() {
+            stats.crypto_gap += 1;
+            act.notes.push(name);
+        }
+    }
+    if act.zero_rtt_packets > 0 {
+        act.notes.push("zero_rtt_packets");
+    }
+    if act.client_hello.is_none() {
+        act.notes.push("no_client_hello");
+    }
+    let sh = act.server_hello.as_ref();
+    let psk_accepted = sh.is_some_and(|s| s.psk_selected.is_some());
+    let kind = if failed {
+        HandshakeKind::Failed
+    } else if complete && psk_accepted {
+        HandshakeKind::Resumed
+    } else if complete {
+        HandshakeKind::Full
+    } else {
+        HandshakeKind::Incomplete
+    };
+    let hellos = [act.first_client_hello.as_ref(), act.client_hello.as_ref()];
+    let offered: Vec<Resumption> = if hellos.iter().flatten().any(|ch| ch.psk.is_some()) { vec![Resumption::Psk] } else { Vec::new() };
+    let first = act.first_client_hello.as_ref().or(act.client_hello.as_ref());
+    let early_data = if !first.is_some_and(|ch| ch.early_data) {
+        EarlyData::None
+    } else if act.hrr {
+        EarlyData::Rejected // RFC 8446 §4.2.10: HelloRetryRequest rejects 0-RTT.
+    } else {
+        match sh {
+            Some(s) if s.psk_selected.is_none() => EarlyData::Rejected,
+            // PSK accepted (or no ServerHello): the answer is in the
+            // encrypted EncryptedExtensions.
+            _ => EarlyData::Attempted,
+        }
+    };
+    let since = |t: Option<f64>| t.filter(|&t| t >= act.start).map(|t| ms(t - act.start));
+    let round_trips = complete.then(|| {
+        let base = match early_data {
+            EarlyData::Attempted => None,
+            EarlyData::Accepted => Some(0),
+            _ => Some(1),
+        };
+        base.map(|b| b + u8::from(act.hrr) + u8::from(act.retry) + u8::from(act.vn))
+    });
+    let avoidable = (kind == HandshakeKind::Full && !offered.is_empty())
+        .then(|| u8::from(early_data != EarlyData::None))
+        .zip(act.rtt)
+        .map(|(n, rtt)| ms(f64::from(n) * rtt));
+    let cipher = sh.map(|s| cipher_suite_name(s.cipher_suite).map_or_else(|| format!("0x{:04x}", s.cipher_suite), str::to_string));
+    let mut notes = act.notes.clone();
+    notes.sort_unstable();
+    notes.dedup();
+    ConnectionRecord {
+        ts: conn.first_ts,
+        transport: Transport::Quic,
+        client: endpoint(conn.client.0, conn.client.1),
+        server: endpoint(conn.server.0, conn.server.1),
+        sni: act.client_hello.as_ref().and_then(|c| c.server_name.clone()),
+        version: sh.and_then(|s| s.version().name()),
+        cipher,
+        alpn: act.client_hello.as_ref().map(|c| c.alpn.clone()).unwrap_or_default(),
+        handshake: kind,
+        offered,
+        resumption: (kind == HandshakeKind::Resumed).then_some(Resumption::Psk),
+        early_data,
+        hrr: act.hrr,
+        retry: act.retry,
+        timing: Timing {
+            tcp_rtt: act.rtt.map(ms),
+            handshake: if complete { since(act.client_done) } else { None },
+            ttfb: if complete { since(act.server_data) } else { None },
+            round_trips: round_trips.flatten(),
+            avoidable,
+        },
+        bytes: HandshakeBytes {
+            client_handshake: act.crypto[0].highest + act.handshake_bytes[0],
+            server_handshake: act.crypto[1].highest + act.handshake_bytes[1],
+        },
+        certs: None,
+        failure: if failed { act.close.take() } else { None },
+        notes,
+    }
+}
