@@ -25,9 +25,7 @@ fn lines(o: &Output) -> usize {
 /// Classic pcap global header for a link type, then the given packets.
 fn pcap_file(linktype: u32, packets: &[&[u8]]) -> Vec<u8> {
     let mut f = Vec::new();
-    for v in [0xa1b2c3d4u32] {
-        f.extend(v.to_le_bytes());
-    }
+    f.extend(0xa1b2c3d4u32.to_le_bytes());
     f.extend(2u16.to_le_bytes());
     f.extend(4u16.to_le_bytes());
     f.extend([0; 8]);

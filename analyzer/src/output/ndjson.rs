@@ -202,35 +202,35 @@ mod tests {
     fn sample(text: &str, n: u32) -> ConnectionRecord {
         ConnectionRecord {
             ts: 1_700_000_000.123_456 + n as f64 * 0.000_001,
-            transport: if n % 2 == 0 { Transport::Tcp } else { Transport::Quic },
+            transport: if n.is_multiple_of(2) { Transport::Tcp } else { Transport::Quic },
             client: format!("10.0.0.{n}:4{n}"),
             server: "[2001:db8::1]:443".into(),
-            sni: (n % 3 != 0).then(|| text.to_string()),
+            sni: (!n.is_multiple_of(3)).then(|| text.to_string()),
             version: Some("TLS1.3"),
-            cipher: (n % 2 == 0).then(|| "TLS_AES_128_GCM_SHA256".into()),
+            cipher: (n.is_multiple_of(2)).then(|| "TLS_AES_128_GCM_SHA256".into()),
             alpn: vec![text.to_string(), "h2".into()],
             handshake: [HandshakeKind::Full, HandshakeKind::Resumed, HandshakeKind::Failed, HandshakeKind::Incomplete][n as usize % 4],
             offered: vec![Resumption::SessionId, Resumption::Psk][..(n as usize % 3)].to_vec(),
             resumption: (n % 2 == 1).then_some(Resumption::Ticket),
             early_data: [EarlyData::None, EarlyData::Accepted, EarlyData::Rejected, EarlyData::Attempted][n as usize % 4],
-            hrr: n % 5 == 0,
-            retry: n % 7 == 0,
+            hrr: n.is_multiple_of(5),
+            retry: n.is_multiple_of(7),
             timing: Timing {
                 tcp_rtt: Some(0.025 * n as f64),
-                handshake: (n % 2 == 0).then_some(1.0 / (n as f64 + 3.0)),
+                handshake: (n.is_multiple_of(2)).then_some(1.0 / (n as f64 + 3.0)),
                 ttfb: Some(1e-7 * n as f64),
-                round_trips: (n % 3 != 0).then_some((n % 4) as u8),
-                avoidable: (n % 4 == 0).then_some(100.0),
+                round_trips: (!n.is_multiple_of(3)).then_some((n % 4) as u8),
+                avoidable: (n.is_multiple_of(4)).then_some(100.0),
             },
             bytes: HandshakeBytes { client_handshake: n as u64 * 517, server_handshake: u64::MAX - n as u64 },
-            certs: (n % 2 == 0).then(|| Certs {
+            certs: (n.is_multiple_of(2)).then(|| Certs {
                 count: n as usize,
                 bytes: 1234,
                 leaf_subject: Some(format!("CN={text}")),
                 leaf_issuer: None,
             }),
-            failure: (n % 3 == 0).then(|| "alert:handshake_failure".into()),
-            notes: if n % 2 == 0 { vec!["no_syn", "capture_ended"] } else { vec![] },
+            failure: (n.is_multiple_of(3)).then(|| "alert:handshake_failure".into()),
+            notes: if n.is_multiple_of(2) { vec!["no_syn", "capture_ended"] } else { vec![] },
         }
     }
 

@@ -209,7 +209,7 @@ impl ClientHello {
         let spec_len = r.u16("cipher_spec_length")? as usize;
         let sid_len = r.u16("session_id_length")? as usize;
         let challenge_len = r.u16("challenge_length")? as usize;
-        if spec_len % 3 != 0 {
+        if !spec_len.is_multiple_of(3) {
             return Err(InvalidMessage::Invalid("cipher_spec_length"));
         }
         let mut specs = Reader::new(r.take(spec_len, "cipher_specs")?);

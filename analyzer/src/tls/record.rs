@@ -208,11 +208,7 @@ impl RecordStream {
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
         match ctype {
-            content_type::CHANGE_CIPHER_SPEC => {
-                if self.ccs_encrypts {
-                    self.encrypted = true;
-                }
-            }
+            content_type::CHANGE_CIPHER_SPEC if self.ccs_encrypts => self.encrypted = true,
             content_type::ALERT => {
                 let mut r = Reader::new(payload);
                 while r.left() >= 2 {
