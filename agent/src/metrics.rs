@@ -143,7 +143,7 @@ impl Metrics {
         registry.register("tls_time_to_first_byte_seconds", "ClientHello to the server's first application data, by kind", ttfb_seconds.clone());
         let tcp_rtt_seconds = Family::<TransportLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register("tls_tcp_rtt_seconds", "TCP round-trip time from the three-way handshake", tcp_rtt_seconds.clone());
-        let round_trips = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0].into_iter()));
+        let round_trips = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0]));
         registry.register("tls_handshake_round_trips", "Handshake round trips before the client could send data", round_trips.clone());
         let avoidable_seconds = Family::<NameLabels, Counter<f64, AtomicU64>>::default();
         registry.register("tls_avoidable_handshake_seconds", "Time full handshakes cost beyond a resumed one, where the client offered resumption", avoidable_seconds.clone());

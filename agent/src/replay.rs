@@ -57,9 +57,9 @@ pub struct ReplayArgs {
 }
 
 enum Sink {
-    Table(Summary),
-    Ndjson(BufWriter<io::Stdout>, ndjson::NdjsonWriter, Summary),
-    Csv(CsvWriter<BufWriter<io::Stdout>>, Summary),
+    Table(Box<Summary>),
+    Ndjson(BufWriter<io::Stdout>, ndjson::NdjsonWriter, Box<Summary>),
+    Csv(Box<CsvWriter<BufWriter<io::Stdout>>>, Box<Summary>),
 }
 
 impl Sink {
@@ -118,9 +118,9 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     };
     let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
     let mut sink = match args.format {
-        Format::Table => Sink::Table(Summary::default()),
-        Format::Ndjson => Sink::Ndjson(stdout(), ndjson::NdjsonWriter::default(), Summary::default()),
-        Format::Csv => Sink::Csv(CsvWriter::new(stdout())?, Summary::default()),
+        Format::Table => Sink::Table(Box::default()),
+        Format::Ndjson => Sink::Ndjson(stdout(), ndjson::NdjsonWriter::default(), Box::default()),
+        Format::Csv => Sink::Csv(Box::new(CsvWriter::new(stdout())?), Box::default()),
     };
     let progress = !args.quiet && io::stderr().is_terminal();
     let mut failures = 0;
@@ -210,7 +210,7 @@ fn replay_file(
                 n += 1;
                 let ts = pkt.header.ts.tv_sec as f64 + pkt.header.ts.tv_usec as f64 * 1e-6;
                 analyzer.push_frame(ts, link, pkt.data);
-                if n % 4096 == 0 {
+                if n.is_multiple_of(4096) {
                     sink.write(analyzer.take_records())?;
                     if let Some(pb) = &bar {
                         pb.set_position(n);
