@@ -38,10 +38,8 @@ fn tool_missing(what: &str) -> bool {
 fn report_renders_in_chromium_and_matches_the_records() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let html_dir = root.join("tests/html");
-    if !Path::new("/usr/bin/chromium").exists() && std::env::var_os("CHROMIUM").is_none() {
-        if tool_missing("chromium") {
-            return;
-        }
+    if !Path::new("/usr/bin/chromium").exists() && std::env::var_os("CHROMIUM").is_none() && tool_missing("chromium") {
+        return;
     }
     if !html_dir.join("node_modules/playwright-core").exists() && tool_missing("tests/html/node_modules (npm ci)") {
         return;
@@ -134,7 +132,7 @@ fn report_renders_in_chromium_and_matches_the_records() {
         // Medians come from ~1%-wide histogram buckets: within 2% of the exact one.
         let mut v = c.handshake_full.clone();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let exact = v[(v.len() + 1) / 2 - 1];
+        let exact = v[v.len().div_ceil(2) - 1];
         let shown: f64 = get(&format!("{name}/handshake_full_p50_ms")).parse().unwrap();
         assert!((shown - exact).abs() <= exact * 0.02 + 0.01, "{name}: median {shown} vs exact {exact}");
     }
