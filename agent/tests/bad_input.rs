@@ -130,3 +130,31 @@ fn corrupted_packets_never_panic() {
         assert_eq!(a.stats().packets as usize, frames.len());
     }
 }
+
+#[test]
+fn bpf_filter_selects_packets_and_a_bad_one_is_a_clear_error() {
+    let all = tlsrum(&["replay", "--format", "ndjson"], &[&sample()]);
+    assert!(lines(&all) >= 2);
+    let none = tlsrum(&["replay", "--format", "ndjson", "--filter", "tcp port 1"], &[&sample()]);
+    assert!(none.status.success());
+    assert_eq!(lines(&none), 0);
+    let same = tlsrum(&["replay", "--format", "ndjson", "--filter", "tcp"], &[&sample()]);
+    assert_eq!(same.stdout, all.stdout);
+    let bad = tlsrum(&["replay", "--filter", "tcp port ((("], &[&sample()]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_ne!(bad.status.code(), Some(0));
+    assert!(err.contains("bad --filter expression"), "{err}");
+}
+
+#[test]
+fn port_option_limits_the_flows_examined() {
+    let all = tlsrum(&["replay", "--format", "ndjson"], &[&sample()]);
+    let port = {
+        let first: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&all.stdout).lines().next().unwrap()).unwrap();
+        first["server"].as_str().unwrap().rsplit(':').next().unwrap().to_string()
+    };
+    let on = tlsrum(&["replay", "--format", "ndjson", "--port", &port], &[&sample()]);
+    assert_eq!(on.stdout, all.stdout);
+    let off = tlsrum(&["replay", "--format", "ndjson", "--port", "1"], &[&sample()]);
+    assert_eq!(lines(&off), 0);
+}
