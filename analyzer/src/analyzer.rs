@@ -480,7 +480,9 @@ impl Analyzer {
         }
         let Active { reasm, stream, probe, client, hs, notes } = act;
         let mut status = flow.status;
-        let seg = Segment { seq: h.seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
+        // Data on a SYN (TCP Fast Open) starts after the SYN's sequence number.
+        let seq = if h.syn { h.seq.wrapping_add(1) } else { h.seq };
+        let seg = Segment { seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
         let mut handle = |c: Chunk<'_>| {
             handle_chunk(&mut status, probe, stream, hs, notes, client, dir, c, issued, stats)
         };

@@ -423,7 +423,9 @@ impl TlsHandshake {
                 EarlyData::Attempted => return None,
                 _ => 1,
             }
-        } else if self.abbreviated {
+        } else if self.abbreviated || self.false_start {
+            // A False Start client sends data after its own Finished, one
+            // round trip in, without waiting for the server's.
             1
         } else {
             2
@@ -437,12 +439,11 @@ impl TlsHandshake {
         if self.kind() != HandshakeKind::Full || self.offered().is_empty() {
             return None;
         }
-        if self.is_tls13() {
-            // PSK alone saves no round trip; accepted early data would have saved one.
-            Some(u8::from(self.early_data() != EarlyData::None))
-        } else {
-            Some(1)
-        }
+        let took = self.round_trips()?.saturating_sub(self.hrr as u8);
+        // What the resumed handshake would have taken: TLS 1.2 one round
+        // trip, TLS 1.3 one, or none with early data (if the client offered it).
+        let resumed = if self.is_tls13() && self.early_data() != EarlyData::None { 0 } else { 1 };
+        Some(took.saturating_sub(resumed))
     }
 
     pub fn cipher(&self) -> Option<String> {
@@ -457,4 +458,75 @@ impl TlsHandshake {
 fn certs_summary(list: &[&[u8]], ids: &mut dyn TraceMemory) -> Certs {
     let (leaf_subject, leaf_issuer) = list.first().map_or((None, None), |der| ids.leaf_names(der));
     Certs { count: list.len(), bytes: list.iter().map(|c| c.len()).sum(), leaf_subject, leaf_issuer }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoMemory;
+    impl TraceMemory for NoMemory {
+        fn was_issued(&self, _: &[u8]) -> bool {
+            false
+        }
+        fn issued(&mut self, _: &[u8]) {}
+    }
+
+    fn rec(ts: f64, content_type: u8, seq: u32, len: u16, ack: u32) -> RecordInfo {
+        RecordInfo { ts, content_type, len, seq, end: seq + 5 + len as u32, ack: Some(ack) }
+    }
+
+    /// A TLS 1.2-only ClientHello with an empty session ID and no extensions.
+    fn client_hello12() -> Vec<u8> {
+        let mut b = vec![3, 3];
+        b.extend([7; 32]);
+        b.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
+        b
+    }
+
+    fn server_hello12() -> Vec<u8> {
+        let mut b = vec![3, 3];
+        b.extend([9; 32]);
+        b.extend([0, 0xc0, 0x2f, 0]);
+        b
+    }
+
+    /// Drives a full TLS 1.2 handshake; `false_start` makes the client send
+    /// application data before the server's ChangeCipherSpec.
+    fn full12(false_start: bool) -> TlsHandshake {
+        let mut hs = TlsHandshake::default();
+        let mut m = NoMemory;
+        let (c, s) = (Dir::Client, Dir::Server);
+        let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+        hs.on_record(c, ch);
+        hs.on_message(c, ht::CLIENT_HELLO, Some(&client_hello12()), ch, &mut m);
+        let sh = rec(0.1, ct::HANDSHAKE, 5000, 42, ch.end);
+        hs.on_record(s, sh);
+        hs.on_message(s, ht::SERVER_HELLO, Some(&server_hello12()), sh, &mut m);
+        hs.on_message(s, ht::SERVER_HELLO_DONE, Some(&[]), sh, &mut m);
+        hs.on_record(c, rec(0.2, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sh.end));
+        if false_start {
+            hs.on_record(c, rec(0.2, ct::APPLICATION_DATA, ch.end + 6, 100, sh.end));
+        }
+        hs.on_record(s, rec(0.3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end + 200));
+        hs
+    }
+
+    #[test]
+    fn tls12_full_is_two_round_trips() {
+        let hs = full12(false);
+        assert_eq!(hs.kind(), HandshakeKind::Full);
+        assert_eq!(hs.round_trips(), Some(2));
+        assert!(!hs.false_start);
+    }
+
+    /// Regression: browsers' TLS 1.2 False Start (corpus browsers-x509.pcapng)
+    /// sends data after one round trip; round_trips must say so.
+    #[test]
+    fn tls12_false_start_is_one_round_trip() {
+        let hs = full12(true);
+        assert_eq!(hs.kind(), HandshakeKind::Full);
+        assert!(hs.false_start);
+        assert_eq!(hs.round_trips(), Some(1));
+    }
 }
