@@ -11,6 +11,8 @@ APT_PACKAGES=(
   python3 python3-pip
   # headless browser for the HTML report test
   chromium fonts-dejavu-core
+  # real Prometheus for the dashboard test (agent/tests/dashboards.rs)
+  prometheus
 )
 
 missing=()
@@ -29,10 +31,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  # The Debian nginx package starts a server on port 80; tlsrum runs its own.
-  if command -v systemctl >/dev/null && systemctl is-active -q nginx 2>/dev/null; then
-    systemctl stop nginx || true
-  fi
+  # The Debian nginx package starts a server on port 80, and the prometheus
+  # package one on port 9090; tlsrum's tests run their own.
+  for svc in nginx prometheus; do
+    if command -v systemctl >/dev/null && systemctl is-active -q "$svc" 2>/dev/null; then
+      systemctl stop "$svc" || true
+    fi
+  done
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -51,6 +56,11 @@ fi
 here="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -d "$here/tests/html/node_modules/playwright-core" ]; then
   (cd "$here/tests/html" && npm ci --no-audit --no-fund --silent)
+fi
+# Grafana's dashboard schema (TypeScript types) and the compiler that checks
+# dashboards/*.json against it.
+if [ ! -d "$here/tests/dashboards/node_modules/@grafana/schema" ] || [ ! -d "$here/tests/dashboards/node_modules/typescript" ]; then
+  (cd "$here/tests/dashboards" && npm ci --no-audit --no-fund --silent)
 fi
 
 echo "install-deps: all dependencies present"
