@@ -45,6 +45,10 @@ pub struct ReplayArgs {
     /// Seconds (capture time) after which an idle flow is finished.
     #[arg(long, default_value_t = Config::default().idle_timeout)]
     idle_timeout: f64,
+    /// TLS key log (SSLKEYLOGFILE format): lets tlsrum read TLS 1.3
+    /// EncryptedExtensions and say whether 0-RTT data was accepted.
+    #[arg(long, value_name = "FILE")]
+    keylog: Option<PathBuf>,
     /// Also write a self-contained HTML report (charts and tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
@@ -114,6 +118,17 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         max_flow_buffer: args.max_flow_buffer,
         idle_timeout: args.idle_timeout,
         server_ports: args.ports.clone(),
+        keylog: match &args.keylog {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading key log {}", path.display()))?;
+                let log = analyzer::tls::keylog::KeyLog::parse(&text);
+                if log.is_empty() {
+                    bail!("{}: no TLS secrets in this key log ({} malformed lines)", path.display(), log.bad_lines);
+                }
+                Some(std::sync::Arc::new(log))
+            }
+            None => None,
+        },
         ..Config::default()
     };
     let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());

@@ -14,13 +14,19 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn replay(capture: &Path) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
-        .args(["replay", "--format", "ndjson"])
-        .arg(capture)
-        .output()
-        .expect("run tlsrum");
-    assert!(out.status.success(), "tlsrum failed on {}: {}", capture.display(), String::from_utf8_lossy(&out.stderr));
+fn replay(capture: &Path, keylog: Option<&Path>) -> Vec<Value> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tlsrum"));
+    cmd.args(["replay", "--format", "ndjson"]);
+    if let Some(k) = keylog {
+        cmd.arg("--keylog").arg(k);
+    }
+    let out = cmd.arg(capture).output().expect("run tlsrum");
+    assert!(
+        out.status.success(),
+        "tlsrum failed on {}: {}",
+        capture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -29,17 +35,30 @@ fn replay(capture: &Path) -> Vec<Value> {
 }
 
 fn port(endpoint: &str) -> u64 {
-    endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).expect("ip:port")
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("ip:port")
 }
 
 /// Compares one labelled field; returns a description of the mismatch.
-fn mismatch(field: &str, want: &Value, got: &Value, record: &Value) -> Option<String> {
+/// With a key log, early data must match exactly.
+fn mismatch(
+    field: &str,
+    want: &Value,
+    got: &Value,
+    record: &Value,
+    keylog: bool,
+) -> Option<String> {
     if want == got {
         return None;
     }
     // Early data accepted or rejected under an accepted PSK is decided in the
-    // encrypted EncryptedExtensions: the contract says "attempted" then.
+    // encrypted EncryptedExtensions: without a key log the contract says
+    // "attempted" then.
     if field == "early_data"
+        && !keylog
         && got == "attempted"
         && (want == "accepted" || want == "rejected")
         && record["resumption"] == "psk"
@@ -49,8 +68,14 @@ fn mismatch(field: &str, want: &Value, got: &Value, record: &Value) -> Option<St
     if field == "offered" {
         // The label lists what the client was given by construction; tlsrum may
         // see more (e.g. a TLS 1.2 client's session ID next to its ticket).
-        let got: Vec<&Value> = got.as_array().map(|a| a.iter().collect()).unwrap_or_default();
-        if want.as_array().is_some_and(|w| w.iter().all(|m| got.contains(&m))) {
+        let got: Vec<&Value> = got
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        if want
+            .as_array()
+            .is_some_and(|w| w.iter().all(|m| got.contains(&m)))
+        {
             return None;
         }
     }
@@ -66,40 +91,99 @@ fn every_capture_matches_its_labels() {
         .filter(|p| p.extension().is_some_and(|e| e == "pcapng" || e == "pcap"))
         .collect();
     captures.sort();
-    assert!(captures.len() >= 10, "expected the generated captures in pcaps/, found {}", captures.len());
+    assert!(
+        captures.len() >= 10,
+        "expected the generated captures in pcaps/, found {}",
+        captures.len()
+    );
     let mut failures = Vec::new();
     let mut compared = 0;
     for cap in &captures {
         let labels_path = cap.with_extension("expected.json");
         let labels: Value = serde_json::from_str(
-            &std::fs::read_to_string(&labels_path).unwrap_or_else(|_| panic!("{} has no labels", cap.display())),
+            &std::fs::read_to_string(&labels_path)
+                .unwrap_or_else(|_| panic!("{} has no labels", cap.display())),
         )
         .expect("labels are JSON");
-        let records = replay(cap);
-        let by_port: BTreeMap<u64, &Value> = records.iter().map(|r| (port(r["client"].as_str().unwrap()), r)).collect();
-        let name = cap.file_name().unwrap().to_string_lossy();
-        let expected = labels["connections"].as_array().expect("connections");
-        if records.len() != expected.len() {
-            failures.push(format!("{name}: {} labelled connections, tlsrum reports {}", expected.len(), records.len()));
-        }
-        for want in expected {
-            let p = want["client_port"].as_u64().expect("client_port");
-            let Some(got) = by_port.get(&p) else {
-                failures.push(format!("{name}: client port {p}: no record"));
-                continue;
-            };
-            for field in ["sni", "version", "cipher", "handshake", "resumption", "offered", "early_data", "hrr", "alpn"] {
-                if let Some(w) = want.get(field) {
-                    compared += 1;
-                    if let Some(m) = mismatch(field, w, &got[field], got) {
-                        failures.push(format!("{name}: client port {p}: {m} (label evidence: {})", want["evidence"]));
+        let keylog = cap.with_extension("keylog");
+        let runs: Vec<Option<&Path>> = if keylog.exists() {
+            vec![None, Some(&keylog)]
+        } else {
+            vec![None]
+        };
+        for keylog in runs {
+            let records = replay(cap, keylog);
+            let by_port: BTreeMap<u64, &Value> = records
+                .iter()
+                .map(|r| (port(r["client"].as_str().unwrap()), r))
+                .collect();
+            let name = format!(
+                "{}{}",
+                cap.file_name().unwrap().to_string_lossy(),
+                if keylog.is_some() {
+                    " (with key log)"
+                } else {
+                    ""
+                }
+            );
+            let expected = labels["connections"].as_array().expect("connections");
+            if records.len() != expected.len() {
+                failures.push(format!(
+                    "{name}: {} labelled connections, tlsrum reports {}",
+                    expected.len(),
+                    records.len()
+                ));
+            }
+            for want in expected {
+                let p = want["client_port"].as_u64().expect("client_port");
+                let Some(got) = by_port.get(&p) else {
+                    failures.push(format!("{name}: client port {p}: no record"));
+                    continue;
+                };
+                for field in [
+                    "sni",
+                    "version",
+                    "cipher",
+                    "handshake",
+                    "resumption",
+                    "offered",
+                    "early_data",
+                    "hrr",
+                    "alpn",
+                ] {
+                    if let Some(w) = want.get(field) {
+                        compared += 1;
+                        if let Some(m) = mismatch(field, w, &got[field], got, keylog.is_some()) {
+                            failures.push(format!(
+                                "{name}: client port {p}: {m} (label evidence: {})",
+                                want["evidence"]
+                            ));
+                        }
                     }
                 }
-            }
-            if want["handshake"] != "failed" && got["failure"] != Value::Null {
-                failures.push(format!("{name}: client port {p}: unexpected failure {}", got["failure"]));
+                if want["handshake"] != "failed" && got["failure"] != Value::Null {
+                    failures.push(format!(
+                        "{name}: client port {p}: unexpected failure {}",
+                        got["failure"]
+                    ));
+                }
+                // Accepted 0-RTT is zero round trips, once it is known.
+                if keylog.is_some()
+                    && want["early_data"] == "accepted"
+                    && got["timing"]["round_trips"] != 0
+                {
+                    failures.push(format!(
+                        "{name}: client port {p}: accepted 0-RTT with round_trips {}",
+                        got["timing"]["round_trips"]
+                    ));
+                }
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {compared} labelled fields differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} labelled fields differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -35,6 +35,9 @@ pub struct Config {
     /// Keep a list of finished flows for `take_finished_flows` (live capture
     /// uses it to stop the kernel sending them; replay does not need it).
     pub report_finished_flows: bool,
+    /// TLS secrets (SSLKEYLOGFILE) to read TLS 1.3 EncryptedExtensions:
+    /// early data `accepted`/`rejected` instead of `attempted`.
+    pub keylog: Option<std::sync::Arc<crate::tls::keylog::KeyLog>>,
 }
 
 impl Default for Config {
@@ -47,6 +50,7 @@ impl Default for Config {
             server_ports: Vec::new(),
             max_session_ids: 100_000,
             report_finished_flows: false,
+            keylog: None,
         }
     }
 }
@@ -192,6 +196,7 @@ const CERT_CACHE: usize = 4096;
 struct IssuedIds {
     ids: LruCache<u64, ()>,
     certs: LruCache<u64, (Option<String>, Option<String>)>,
+    keylog: Option<std::sync::Arc<crate::tls::keylog::KeyLog>>,
 }
 
 impl IssuedIds {
@@ -208,6 +213,9 @@ impl TraceMemory for IssuedIds {
     }
     fn issued(&mut self, id: &[u8]) {
         self.ids.put(Self::hash(id), ());
+    }
+    fn server_handshake_secret(&self, client_random: &[u8; 32]) -> Option<Vec<u8>> {
+        self.keylog.as_ref()?.get(client_random)?.server_handshake.clone()
     }
     fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
         let h = Self::hash(der);
@@ -258,6 +266,7 @@ impl Analyzer {
             issued: IssuedIds {
                 ids: LruCache::new(ids),
                 certs: LruCache::new(std::num::NonZeroUsize::new(CERT_CACHE).unwrap_or(std::num::NonZeroUsize::MIN)),
+                keylog: cfg.keylog.clone(),
             },
             out: Vec::new(),
             finished: Vec::new(),
@@ -569,6 +578,9 @@ impl Analyzer {
                 if act.hs.client_hello_lost {
                     act.notes.push("client_hello_lost");
                 }
+                if act.hs.early_data_accepted.is_some() {
+                    act.notes.push("decrypted_with_keylog");
+                }
                 if act.hs.false_start {
                     act.notes.push("false_start");
                 }
@@ -682,7 +694,20 @@ fn feed_stream(
         }
         StreamEvent::Alert { level, description, .. } => hs.on_alert(level, description),
         StreamEvent::Sslv2 { msg_type, body, record } => hs.on_sslv2(side, msg_type, body, record),
+        StreamEvent::Encrypted { header, payload, .. } => {
+            if side == Dir::Server {
+                hs.on_server_encrypted(&header, payload);
+            }
+        }
     });
+    // With a key log entry for this ClientHello, keep the server's first
+    // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
+    if side == Dir::Client && hs.server_handshake_secret.is_none() {
+        if let Some(secret) = hs.client_hello.as_ref().and_then(|ch| issued.server_handshake_secret(&ch.random)) {
+            hs.server_handshake_secret = Some(secret);
+            stream[1 - dir].capture_encrypted = true;
+        }
+    }
     if tls13_known && !hs.is_tls13() {
         // TLS <= 1.2: after a side's ChangeCipherSpec its records are encrypted.
         stream[0].ccs_encrypts = true;

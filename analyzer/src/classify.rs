@@ -81,6 +81,10 @@ pub struct TlsHandshake {
     server_ccs_seen: bool,
     pub records: [Vec<RecordInfo>; 2],
     pub records_overflowed: bool,
+    /// The server's handshake traffic secret, from a key log.
+    pub server_handshake_secret: Option<Vec<u8>>,
+    /// Decrypted EncryptedExtensions: did the server accept early data?
+    pub early_data_accepted: Option<bool>,
     pub parse_errors: u32,
 }
 
@@ -108,6 +112,8 @@ impl Default for TlsHandshake {
             server_ccs_seen: false,
             records: [Vec::with_capacity(12), Vec::with_capacity(12)],
             records_overflowed: false,
+            server_handshake_secret: None,
+            early_data_accepted: None,
             parse_errors: 0,
         }
     }
@@ -123,6 +129,10 @@ pub trait TraceMemory {
     /// to every client, so implementations cache by the DER's hash).
     fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
         leaf_names(der)
+    }
+    /// The server handshake traffic secret a key log holds for this client random.
+    fn server_handshake_secret(&self, _client_random: &[u8; 32]) -> Option<Vec<u8>> {
+        None
     }
 }
 
@@ -301,6 +311,17 @@ impl TlsHandshake {
         self.state = State::ClientHello;
     }
 
+    /// The server's first encrypted TLS 1.3 record (EncryptedExtensions
+    /// first), kept whole because a key log has the secret to open it.
+    pub fn on_server_encrypted(&mut self, header: &[u8; 5], payload: &[u8]) {
+        let (Some(secret), Some(sh)) = (self.server_handshake_secret.as_deref(), self.server_hello.as_ref()) else {
+            return;
+        };
+        if let Some((22, plain)) = crate::tls::keylog::decrypt_record(sh.cipher_suite, secret, 0, header, payload) {
+            self.early_data_accepted = crate::tls::keylog::accepts_early_data(&plain);
+        }
+    }
+
     /// The first record of a direction came in SSLv2 format.
     pub fn on_sslv2(&mut self, dir: Dir, msg_type: u8, body: &[u8], rec: RecordInfo) {
         match (self.state, dir, msg_type) {
@@ -407,8 +428,12 @@ impl TlsHandshake {
         match self.server_hello.as_ref() {
             Some(sh) if !sh.version().is_tls13() || sh.psk_selected.is_none() => EarlyData::Rejected,
             // PSK accepted: whether early data was too is in the encrypted
-            // EncryptedExtensions, which tlsrum does not see.
-            _ => EarlyData::Attempted,
+            // EncryptedExtensions, readable only with a key log.
+            _ => match self.early_data_accepted {
+                Some(true) => EarlyData::Accepted,
+                Some(false) => EarlyData::Rejected,
+                None => EarlyData::Attempted,
+            },
         }
     }
 

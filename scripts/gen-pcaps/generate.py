@@ -397,7 +397,11 @@ class Ctx:
         connection (HTTP/1.0), otherwise closing stdin makes it send
         close_notify and exit.  The hold also lets TLS 1.3 tickets arrive."""
         addr = f"[::1]:{self.port}" if ipv6 else f"127.0.0.1:{self.port}"
-        cmd = ["openssl", "s_client", "-connect", addr, "-servername", HOST, "-trace"] + args
+        # The TLS secrets go to a key log (NSS format), saved beside the
+        # capture, so `tlsrum replay --keylog` can read encrypted handshake
+        # messages (whether 0-RTT was accepted) — throwaway test sessions only.
+        cmd = ["openssl", "s_client", "-connect", addr, "-servername", HOST, "-trace",
+               "-keylogfile", str(self.path("keylog.txt"))] + args
         logf = self.next_log("s_client")
         p = self.procs.spawn(cmd, stdin=subprocess.PIPE, out=logf, cwd=self.tmp)
         try:
@@ -1242,6 +1246,9 @@ def run_scenario(name, fn, port, outdir, tmp, pki, procs):
            "connections": conns}
     shutil.copyfile(pcap_tmp, outdir / f"{name}.pcapng")
     (outdir / f"{name}.expected.json").write_text(json.dumps(doc, indent=2) + "\n")
+    keylog = ctx.path("keylog.txt")
+    if keylog.exists() and keylog.stat().st_size > 0:
+        shutil.copyfile(keylog, outdir / f"{name}.keylog")
     return len(conns), size
 
 
@@ -1296,7 +1303,8 @@ def main():
                 else:
                     log(f"FAILED {name}: {e!r}")
                     traceback.print_exc()
-                for stale in (outdir / f"{name}.pcapng", outdir / f"{name}.expected.json"):
+                for stale in (outdir / f"{name}.pcapng", outdir / f"{name}.expected.json",
+                              outdir / f"{name}.keylog"):
                     if stale.exists():
                         stale.unlink()
             finally:

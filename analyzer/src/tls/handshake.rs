@@ -58,6 +58,8 @@ pub struct PskOffer {
 #[derive(Debug, Clone, Default)]
 pub struct ClientHello {
     pub legacy_version: u16,
+    /// Keys the connection's entry in a TLS key log.
+    pub random: [u8; 32],
     pub session_id: SessionId,
     pub cipher_suites: Vec<u16>,
     /// Extension types in the order the client sent them (GREASE included).
@@ -96,7 +98,7 @@ impl ClientHello {
             legacy_version: r.u16("client_version")?,
             ..Default::default()
         };
-        r.take(32, "client random")?;
+        ch.random.copy_from_slice(r.take(32, "client random")?);
         ch.session_id = SessionId::read(&mut r)?;
         let mut suites = r.sub16("cipher_suites")?;
         ch.cipher_suites.reserve_exact(suites.left() / 2);

@@ -2,4 +2,5 @@
 pub mod codec;
 pub mod enums;
 pub mod handshake;
+pub mod keylog;
 pub mod record;

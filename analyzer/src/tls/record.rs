@@ -36,6 +36,8 @@ pub enum StreamEvent<'a> {
     Alert { level: u8, description: u8, record: RecordInfo },
     /// The first record of a direction in SSL 2.0 format: message type and body.
     Sslv2 { msg_type: u8, body: &'a [u8], record: RecordInfo },
+    /// An encrypted record kept whole because `capture_encrypted` asked for it.
+    Encrypted { header: [u8; 5], payload: &'a [u8], record: RecordInfo },
 }
 
 /// Why a direction stopped being parsed.
@@ -80,6 +82,9 @@ pub struct RecordStream {
     pub encrypted: bool,
     /// Set once the negotiated version is known to be <= 1.2.
     pub ccs_encrypts: bool,
+    /// Keep the next application_data record whole (to decrypt it with a key log).
+    pub capture_encrypted: bool,
+
     /// The current record's header has been reported.
     announced: bool,
     started: bool,
@@ -164,10 +169,12 @@ impl RecordStream {
                 end: start.wrapping_add(5 + len as u32),
                 ack,
             };
-            let opaque = ctype == content_type::APPLICATION_DATA
-                || ctype == content_type::HEARTBEAT
-                || (self.encrypted
-                    && (ctype == content_type::HANDSHAKE || ctype == content_type::ALERT));
+            let capture = self.capture_encrypted && ctype == content_type::APPLICATION_DATA;
+            let opaque = !capture
+                && (ctype == content_type::APPLICATION_DATA
+                    || ctype == content_type::HEARTBEAT
+                    || (self.encrypted
+                        && (ctype == content_type::HANDSHAKE || ctype == content_type::ALERT)));
             if !self.announced {
                 sink(StreamEvent::Record(record));
                 self.announced = true;
@@ -192,6 +199,14 @@ impl RecordStream {
             let payload = std::mem::take(&mut self.buf);
             self.current = None;
             self.announced = false;
+            if capture {
+                self.capture_encrypted = false;
+                let header = [payload[0], payload[1], payload[2], payload[3], payload[4]];
+                sink(StreamEvent::Encrypted { header, payload: &payload[5..], record });
+                self.buf = payload;
+                self.buf.clear();
+                continue;
+            }
             let res = self.plaintext_record(ctype, &payload[5..], record, sink);
             self.buf = payload;
             self.buf.clear();
@@ -370,6 +385,7 @@ mod tests {
                         }
                         StreamEvent::Alert { level, description, .. } => format!("alert {level} {description}"),
                         StreamEvent::Sslv2 { msg_type, .. } => format!("v2 {msg_type}"),
+                        StreamEvent::Encrypted { payload, .. } => format!("enc {}", payload.len()),
                     })
                 })
                 .unwrap();
@@ -395,6 +411,15 @@ mod tests {
             let want: Vec<String> = whole.iter().map(|s| s.split(" @").next().unwrap().to_string()).collect();
             assert_eq!(plain, want, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn capture_keeps_one_encrypted_record_whole() {
+        let mut s = RecordStream::new(1024);
+        s.capture_encrypted = true;
+        let wire = [23u8, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 9, 9];
+        let got = collect(&mut s, &[&wire[..6], &wire[6..]]);
+        assert_eq!(got, ["rec 23 3 @0 seq1000", "enc 3", "rec 23 2 @1 seq1008"]);
     }
 
     #[test]

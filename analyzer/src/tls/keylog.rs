@@ -1,0 +1,187 @@
+//! TLS key logs (the NSS `SSLKEYLOGFILE` format that OpenSSL, GnuTLS, curl,
+//! browsers and Wireshark share) and what tlsrum does with them: decrypt
+//! the server's first encrypted TLS 1.3 record, the EncryptedExtensions,
+//! to see whether early data was accepted (RFC 8446 §4.2.10). Without a key
+//! log that answer stays `attempted`: it is never guessed.
+
+use std::collections::HashMap;
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use hkdf::Hkdf;
+use sha2::{Sha256, Sha384};
+
+use super::codec::Reader;
+use super::enums::{extension_type, handshake_type};
+
+/// Secrets of one connection, keyed in the log by the ClientHello.random.
+#[derive(Debug, Default, Clone)]
+pub struct Secrets {
+    pub server_handshake: Option<Vec<u8>>,
+    pub client_handshake: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+pub struct KeyLog {
+    entries: HashMap<[u8; 32], Secrets>,
+    /// Lines that were neither comments nor well-formed entries.
+    pub bad_lines: usize,
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl KeyLog {
+    /// Parses a key log; unknown labels are ignored, malformed lines counted.
+    pub fn parse(text: &str) -> Self {
+        let mut log = KeyLog::default();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let mut f = line.split_whitespace();
+            let (Some(label), Some(random), Some(secret), None) = (f.next(), f.next(), f.next(), f.next()) else {
+                log.bad_lines += 1;
+                continue;
+            };
+            let (Some(random), Some(secret)) = (unhex(random).and_then(|r| <[u8; 32]>::try_from(r).ok()), unhex(secret)) else {
+                log.bad_lines += 1;
+                continue;
+            };
+            let e = log.entries.entry(random).or_default();
+            match label {
+                "SERVER_HANDSHAKE_TRAFFIC_SECRET" => e.server_handshake = Some(secret),
+                "CLIENT_HANDSHAKE_TRAFFIC_SECRET" => e.client_handshake = Some(secret),
+                _ => {}
+            }
+        }
+        log
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, client_random: &[u8; 32]) -> Option<&Secrets> {
+        self.entries.get(client_random)
+    }
+}
+
+/// HKDF-Expand-Label info: length, "tls13 " + label, empty context.
+fn label_info(label: &str, len: usize) -> Vec<u8> {
+    let full = format!("tls13 {label}");
+    let mut info = Vec::with_capacity(4 + full.len());
+    info.extend((len as u16).to_be_bytes());
+    info.push(full.len() as u8);
+    info.extend(full.as_bytes());
+    info.push(0);
+    info
+}
+
+fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Option<Vec<u8>> {
+    let info = label_info(label, len);
+    let mut out = vec![0; len];
+    if sha384 {
+        Hkdf::<Sha384>::from_prk(secret).ok()?.expand(&info, &mut out).ok()?;
+    } else {
+        Hkdf::<Sha256>::from_prk(secret).ok()?.expand(&info, &mut out).ok()?;
+    }
+    Some(out)
+}
+
+/// Decrypts the record with sequence number `seq` protected under a TLS 1.3
+/// traffic secret; returns (inner content type, plaintext).
+pub fn decrypt_record(suite: u16, secret: &[u8], seq: u64, header: &[u8; 5], payload: &[u8]) -> Option<(u8, Vec<u8>)> {
+    let (key_len, sha384) = match suite {
+        0x1301 => (16, false),
+        0x1302 => (32, true),
+        0x1303 => (32, false),
+        _ => return None, // CCM suites: not supported
+    };
+    let key = expand(sha384, secret, "key", key_len)?;
+    let mut nonce = expand(sha384, secret, "iv", 12)?;
+    for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *n ^= s;
+    }
+    let msg = Payload { msg: payload, aad: header };
+    let nonce = aes_gcm::Nonce::from_slice(&nonce);
+    let mut plain = match suite {
+        0x1301 => aes_gcm::Aes128Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+        0x1302 => aes_gcm::Aes256Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+        _ => chacha20poly1305::ChaCha20Poly1305::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+    };
+    // TLSInnerPlaintext: content, content type, zero padding.
+    while plain.last() == Some(&0) {
+        plain.pop();
+    }
+    let inner = plain.pop()?;
+    Some((inner, plain))
+}
+
+/// Whether the EncryptedExtensions at the start of a decrypted server
+/// flight carries `early_data` (the server accepted 0-RTT). None if the
+/// plaintext does not start with an EncryptedExtensions message.
+pub fn accepts_early_data(plain: &[u8]) -> Option<bool> {
+    let mut r = Reader::new(plain);
+    if r.u8("handshake type").ok()? != handshake_type::ENCRYPTED_EXTENSIONS {
+        return None;
+    }
+    let mut body = r.sub24("EncryptedExtensions").ok()?;
+    let mut exts = body.sub16("extensions").ok()?;
+    while exts.any_left() {
+        let typ = exts.u16("extension type").ok()?;
+        exts.sub16("extension data").ok()?;
+        if typ == extension_type::EARLY_DATA {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nss_key_logs() {
+        let r = "aa".repeat(32);
+        let text = format!("# comment\nSERVER_HANDSHAKE_TRAFFIC_SECRET {r} 0102\nCLIENT_RANDOM {r} 03\nbroken line\n");
+        let log = KeyLog::parse(&text);
+        assert_eq!(log.len(), 1);
+        assert_eq!(log.bad_lines, 1);
+        assert_eq!(log.get(&[0xaa; 32]).unwrap().server_handshake.as_deref(), Some(&[1u8, 2][..]));
+    }
+
+    /// RFC 8448 §3: the server's handshake traffic key and IV derived from
+    /// its handshake traffic secret (TLS_AES_128_GCM_SHA256).
+    #[test]
+    fn rfc8448_key_schedule() {
+        let secret = unhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38").unwrap();
+        assert_eq!(expand(false, &secret, "key", 16).unwrap(), unhex("3fce516009c21727d0f2e4e86ee403bc").unwrap());
+        assert_eq!(expand(false, &secret, "iv", 12).unwrap(), unhex("5d313eb2671276ee13000b30").unwrap());
+    }
+
+    #[test]
+    fn round_trip_and_early_data_extension() {
+        use aes_gcm::aead::Aead;
+        let secret = [7u8; 32];
+        let key = expand(false, &secret, "key", 16).unwrap();
+        let iv = expand(false, &secret, "iv", 12).unwrap();
+        // EncryptedExtensions with early_data (42), then inner type 22.
+        let plain = [8u8, 0, 0, 6, 0, 4, 0, 42, 0, 0, 22];
+        let header = [23u8, 3, 3, 0, (plain.len() + 16) as u8];
+        let cipher = aes_gcm::Aes128Gcm::new_from_slice(&key)
+            .unwrap()
+            .encrypt(aes_gcm::Nonce::from_slice(&iv), Payload { msg: &plain, aad: &header })
+            .unwrap();
+        let (inner, body) = decrypt_record(0x1301, &secret, 0, &header, &cipher).unwrap();
+        assert_eq!(inner, 22);
+        assert_eq!(accepts_early_data(&body), Some(true));
+        assert_eq!(accepts_early_data(&[8, 0, 0, 2, 0, 0]), Some(false));
+        assert!(decrypt_record(0x1301, &[8u8; 32], 0, &header, &cipher).is_none(), "wrong key fails");
+    }
+}
