@@ -79,6 +79,8 @@ pub struct Stats {
     /// Bytes the peer acknowledged that the capture never showed.
     pub capture_loss_bytes: u64,
     pub record_limit_hits: u64,
+    /// QUIC counters, by reason (see `quic::tracker::QuicStats`).
+    pub quic: crate::quic::QuicStats,
 }
 
 impl Stats {
@@ -103,6 +105,7 @@ impl Stats {
         self.retransmitted_bytes += o.retransmitted_bytes;
         self.truncated_segments += o.truncated_segments;
         self.record_limit_hits += o.record_limit_hits;
+        self.quic.merge(&o.quic);
     }
 }
 
@@ -248,6 +251,7 @@ pub struct Analyzer {
     finished: Vec<(Endpoint, Endpoint)>,
     stats: Stats,
     last_sweep: f64,
+    quic: crate::quic::QuicTracker,
 }
 
 enum Finish {
@@ -272,6 +276,7 @@ impl Analyzer {
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
+            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout),
             cfg,
         }
     }
@@ -324,7 +329,13 @@ impl Analyzer {
                 self.stats.tcp_packets += 1;
                 self.tcp(ts, p.src, p.dst, &h, p.payload, p.truncated);
             }
-            Transport::Udp { .. } => self.stats.udp_packets += 1,
+            Transport::Udp { src_port, dst_port } => {
+                self.stats.udp_packets += 1;
+                if self.wanted(src_port, dst_port) {
+                    self.quic.on_datagram(ts, (p.src, src_port), (p.dst, dst_port), p.payload, &mut self.stats.quic);
+                    self.out.append(&mut self.quic.out);
+                }
+            }
         }
     }
 
@@ -341,6 +352,8 @@ impl Analyzer {
         while let Some((_, flow)) = self.flows.pop_oldest() {
             self.finish_flow(flow, Finish::CaptureEnd);
         }
+        self.quic.finish_all(&mut self.stats.quic);
+        self.out.append(&mut self.quic.out);
     }
 
     fn wanted(&self, src_port: u16, dst_port: u16) -> bool {
@@ -531,6 +544,8 @@ impl Analyzer {
     }
 
     fn expire_idle(&mut self, now: f64) {
+        self.quic.expire_idle(now, &mut self.stats.quic);
+        self.out.append(&mut self.quic.out);
         while let Some((_, f)) = self.flows.oldest() {
             if f.last_ts + self.cfg.idle_timeout >= now {
                 break;

@@ -151,7 +151,7 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
     let scid = r.sub8("scid")?.rest();
     if version == 0 {
         let versions = r.rest();
-        if versions.is_empty() || versions.len() % 4 != 0 {
+        if versions.is_empty() || versions.len() & 3 != 0 {
             return Err(HeaderError::Bad("version list"));
         }
         return Ok((Packet::VersionNegotiation { dcid, scid, versions }, datagram.len()));
@@ -162,11 +162,8 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
     if dcid.len() > MAX_CID_LEN || scid.len() > MAX_CID_LEN {
         return Err(HeaderError::CidLen);
     }
-    if first & 0x40 == 0 {
-        // The fixed bit (RFC 9000 §17.2); RFC 9287 greasing is only for
-        // peers that asked for it, never in a first Initial.
-        return Err(HeaderError::Bad("fixed bit"));
-    }
+    // The fixed bit (0x40) is not checked: peers that negotiated RFC 9287
+    // grease it, in long headers too.
     let ty = v.long_type(first);
     let mut token: &[u8] = &[];
     if ty == LongType::Retry {

@@ -152,6 +152,11 @@ struct Hint {
 struct Active {
     version: Version,
     keys: InitialKeys,
+    /// The connection ID `keys` derive from.
+    keys_cid: Cid,
+    /// Source Connection IDs of the Retry packets seen: a client answers
+    /// one of them (the first it receives), which its next Initial shows.
+    retry_cids: Vec<Cid>,
     largest_pn: [Option<u64>; 2],
     crypto: [CryptoStream; 2],
     first_client_hello: Option<ClientHello>,
@@ -282,7 +287,10 @@ impl QuicTracker {
                     stats.bad_cid_len += 1;
                     break;
                 }
-                Err(_) => {
+                Err(e) => {
+                    if std::env::var_os("TLSRUM_DEBUG").is_some() {
+                        eprintln!("quic: {e} in datagram {src:?} -> {dst:?} at byte {}", d.len() - rest.len());
+                    }
                     stats.bad_header += 1;
                     break;
                 }
@@ -367,6 +375,9 @@ impl QuicTracker {
             if l.ty == LongType::Initial {
                 return self.new_connection(ts, src, dst, l, datagram_len, stats);
             }
+            if std::env::var_os("TLSRUM_DEBUG").is_some() {
+                eprintln!("quic: orphan {:?} {src:?} -> {dst:?} dcid {:02x?}", l.ty, l.dcid);
+            }
             stats.orphan_packets += 1;
             return None;
         };
@@ -379,10 +390,19 @@ impl QuicTracker {
         }
         let Some(act) = conn.active.as_deref_mut() else { return Some(id) };
         let mut new_cids: Vec<(Cid, Side)> = Vec::new();
+        if !l.dcid.is_empty() && !conn.cids.iter().any(|(c, _)| c.as_slice() == l.dcid) {
+            // Found by tuple: an ID issued in encrypted frames (NEW_CONNECTION_ID).
+            new_cids.push((Cid::new(l.dcid), if side == Side::Client { Side::Server } else { Side::Client }));
+        }
         match (l.ty, side) {
             (LongType::Initial, _) => {
                 if side == Side::Server && !l.scid.is_empty() {
                     new_cids.push((Cid::new(l.scid), Side::Server));
+                }
+                let dcid = Cid::new(l.dcid);
+                if side == Side::Client && dcid != act.keys_cid && act.retry_cids.contains(&dcid) {
+                    act.keys = InitialKeys::new(act.version, l.dcid);
+                    act.keys_cid = dcid;
                 }
                 if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
@@ -398,15 +418,22 @@ impl QuicTracker {
             }
             (LongType::ZeroRtt, Side::Client) => act.zero_rtt_packets += 1,
             (LongType::Retry, Side::Server) if act.server_initial.is_none() && !l.scid.is_empty() => {
+                // Keys change to the Retry's SCID (RFC 9001 §5.2); the
+                // client's CRYPTO data is resent from offset 0. A client
+                // takes only the first Retry it receives (RFC 9000
+                // §17.2.5.2); if several cross, its next Initial tells which.
+                let cid = Cid::new(l.scid);
                 if !act.retry {
                     stats.retry += 1;
+                    act.retry = true;
+                    act.keys = InitialKeys::new(act.version, l.scid);
+                    act.keys_cid = cid;
+                    act.last_client_initial = None;
                 }
-                // Keys change to the Retry's SCID (RFC 9001 §5.2); the
-                // client's CRYPTO data is resent from offset 0.
-                act.retry = true;
-                act.keys = InitialKeys::new(act.version, l.scid);
-                act.last_client_initial = None;
-                new_cids.push((Cid::new(l.scid), Side::Server));
+                if act.retry_cids.len() < 4 && !act.retry_cids.contains(&cid) {
+                    act.retry_cids.push(cid);
+                }
+                new_cids.push((cid, Side::Server));
             }
             _ => {}
         }
@@ -440,6 +467,8 @@ impl QuicTracker {
         let mut act = Box::new(Active {
             version: l.version,
             keys: InitialKeys::new(l.version, l.dcid),
+            keys_cid: Cid::new(l.dcid),
+            retry_cids: Vec::new(),
             largest_pn: [None; 2],
             crypto: [CryptoStream::default(), CryptoStream::default()],
             first_client_hello: None,
@@ -505,17 +534,26 @@ impl QuicTracker {
         Some(id)
     }
 
+    /// A short-header packet on a tuple whose latest connection is `id`.
+    /// Its DCID's length is unknown: if it starts with another connection's
+    /// ID of the lengths this one uses, it is that connection's (many
+    /// connections on one tuple); otherwise the tuple decides (the client
+    /// may already use an ID the server issued in encrypted frames).
     fn short(&mut self, id: u64, ts: f64, src: Endpoint, bytes: &[u8], stats: &mut QuicStats) {
+        let Some(conn) = self.conns.peek(&id) else { return };
+        let mut id = id;
+        let own = conn.cids.iter().any(|(c, _)| !c.as_slice().is_empty() && bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice()));
+        if !own {
+            let mut lens: Vec<usize> = conn.cids.iter().map(|(c, _)| c.as_slice().len()).filter(|&n| n > 0).collect();
+            lens.dedup();
+            if let Some(other) = lens.iter().find_map(|&n| bytes.get(1..1 + n).and_then(|c| self.by_cid.get(&Cid::new(c)))) {
+                id = *other;
+            }
+        }
         let Some(conn) = self.conns.get_mut(&id) else { return };
         conn.last_ts = ts;
         let side = if src == conn.client { Side::Client } else { Side::Server };
         let Some(act) = conn.active.as_deref_mut() else { return };
-        // The DCID must be one the receiver chose, if we know it.
-        let receiver = if side == Side::Client { Side::Server } else { Side::Client };
-        let mut known = conn.cids.iter().filter(|(_, s)| *s == receiver).peekable();
-        if known.peek().is_some() && !known.any(|(c, _)| bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice())) {
-            return;
-        }
         stats.packets += 1;
         match side {
             Side::Client if act.server_hello.is_some() && act.client_done.is_none() => act.client_done = Some(ts),
