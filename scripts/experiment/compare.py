@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Checks of an accuracy run (accuracy.py's JSON): tlsrum at each vantage
+point against the configured RTT, the server's own log and the client's own
+clock. The same rules as agent/tests/wan_accuracy.rs, which is what CI
+asserts; this prints them as a table.
+
+    python3 scripts/experiment/compare.py /tmp/acc.json
+
+Offsets between vantage points (all follow from tlsrum's definitions):
+  client side   handshake and ttfb start at the ClientHello leaving the client;
+                the client's clock (curl -w) starts when connect() returns,
+                just before the ClientHello goes out. Same figures.
+  server side   phases start when the ClientHello arrives, one one-way delay
+                later. The handshake ends with a client action (its Finished,
+                or its first data / ACK of the server Finished), which also
+                arrives one one-way delay later: same length as at the client.
+                ttfb ends when the server sends its first data, which reaches
+                the client one one-way delay later: server ttfb = client ttfb
+                - RTT.
+"""
+
+import json
+import sys
+
+TCP_RTT_TOL_MS = 1.0
+
+
+def tolerance(value_ms):
+    """2 ms or 2 %, whichever is larger."""
+    return max(2.0, 0.02 * abs(value_ms))
+
+
+def kind_of(rec):
+    if rec is None:
+        return None
+    if rec["handshake"] != "resumed":
+        return f'{rec["version"]} {rec["handshake"]}'
+    return f'{rec["version"]} {rec["resumption"]}' + (" 0-RTT" if rec["early_data"] == "accepted" else "")
+
+
+def client_figures(c):
+    """The client's own handshake and ttfb (ms), as curl -w defines them, or None."""
+    if c.get("time_connect") is None:
+        return None, None
+    hs = (c["time_appconnect"] - c["time_connect"]) * 1000
+    ttfb = (c["time_starttransfer"] - c["time_connect"]) * 1000
+    return hs, ttfb
+
+
+def rows(doc):
+    """One row per (connection, vantage point)."""
+    out = []
+    for lab in doc["labs"]:
+        rtt = lab["rtt"]
+        for c in lab["connections"]:
+            chs, cttfb = client_figures(c)
+            for vantage in ("client", "server", "live"):
+                rec = c.get(f"tlsrum_{vantage}")
+                if vantage == "live" and rec is None and not lab.get("metrics"):
+                    continue
+                row = {"rtt": rtt, "vantage": vantage, "scenario": c["scenario"], "client": c["client"],
+                       "port": c["local_port"], "warmup": c.get("warmup", False),
+                       "expected_kind": c["expected_kind"], "expected_round_trips": c["expected_round_trips"],
+                       "client_handshake": chs, "client_ttfb": cttfb, "line_late_max_us": c.get("line_late_max_us"),
+                       "problems": []}
+                p = row["problems"]
+                if rec is None:
+                    p.append("no record")
+                    out.append(row)
+                    continue
+                t = rec["timing"]
+                row.update(kind=kind_of(rec), round_trips=t["round_trips"], tcp_rtt=t["tcp_rtt"],
+                           handshake=t["handshake"], ttfb=t["ttfb"], avoidable=t["avoidable"],
+                           early_data=rec["early_data"])
+                if t["round_trips"] != c["expected_round_trips"]:
+                    p.append(f'round_trips {t["round_trips"]} != {c["expected_round_trips"]}')
+                if t["tcp_rtt"] is None or abs(t["tcp_rtt"] - rtt) > TCP_RTT_TOL_MS:
+                    p.append(f'tcp_rtt {t["tcp_rtt"]} vs {rtt}')
+                shift = rtt if vantage != "client" else 0.0
+                if chs is not None and not c.get("warmup"):
+                    for name, mine, theirs in (("handshake", t["handshake"], chs),
+                                               ("ttfb", None if t["ttfb"] is None else t["ttfb"] + shift, cttfb)):
+                        if mine is None:
+                            p.append(f"{name} null")
+                            continue
+                        row[f"{name}_diff"] = mine - theirs
+                        if abs(mine - theirs) > tolerance(theirs):
+                            p.append(f"{name} {mine:.3f} vs client {theirs:.3f}")
+                out.append(row)
+    return out
+
+
+def main():
+    doc = json.load(open(sys.argv[1]))
+    bad = 0
+    for r in rows(doc):
+        ok = "ok  " if not r["problems"] else "FAIL"
+        bad += bool(r["problems"])
+        hd = r.get("handshake_diff")
+        td = r.get("ttfb_diff")
+        print(f'{ok} {r["rtt"]:>5g} {r["vantage"]:6} {r["scenario"]:22} {str(r["expected_kind"]):36} '
+              f'rt={r.get("round_trips")} tcp_rtt={r.get("tcp_rtt")} '
+              f'hs_diff={"" if hd is None else f"{hd:+.3f}"} ttfb_diff={"" if td is None else f"{td:+.3f}"} '
+              f'{"; ".join(r["problems"])}')
+    print(f"{bad} rows with problems")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
