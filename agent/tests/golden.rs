@@ -149,6 +149,7 @@ fn every_capture_matches_its_labels() {
                     "offered",
                     "early_data",
                     "hrr",
+                    "retry",
                     "alpn",
                 ] {
                     if let Some(w) = want.get(field) {
@@ -159,6 +160,18 @@ fn every_capture_matches_its_labels() {
                                 want["evidence"]
                             ));
                         }
+                    }
+                }
+                // QUIC: a Version Negotiation is reported as a note.
+                if let Some(vn) = want.get("version_negotiation").and_then(Value::as_bool) {
+                    compared += 1;
+                    let notes = got["notes"].as_array();
+                    let noted = notes.is_some_and(|n| n.iter().any(|v| v == "version_negotiation"));
+                    if vn != noted {
+                        failures.push(format!(
+                            "{name}: client port {p}: version_negotiation expected {vn}, notes {}",
+                            got["notes"]
+                        ));
                     }
                 }
                 if want["handshake"] != "failed" && got["failure"] != Value::Null {

@@ -404,6 +404,13 @@ impl QuicTracker {
                     act.keys = InitialKeys::new(act.version, l.dcid);
                     act.keys_cid = dcid;
                 }
+                if l.version != act.version {
+                    // Compatible version negotiation (RFC 9368): the server
+                    // answers in another version, keyed from the same ID.
+                    act.version = l.version;
+                    act.keys = InitialKeys::new(l.version, act.keys_cid.as_slice());
+                    act.notes.push("version_upgraded");
+                }
                 if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
                 } else {
