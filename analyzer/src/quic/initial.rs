@@ -154,6 +154,31 @@ impl DirKeys {
     }
 }
 
+#[cfg(test)]
+impl DirKeys {
+    /// Protects a packet (tests build traffic with it): `header` ends with
+    /// the `pn_len`-byte packet number.
+    pub(crate) fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
+        let mut nonce = self.iv;
+        for (n, p) in nonce[4..].iter_mut().zip(pn.to_be_bytes()) {
+            *n ^= p;
+        }
+        let mut body = payload.to_vec();
+        let tag = self.aead.encrypt_in_place_detached(Nonce::from_slice(&nonce), header, &mut body).unwrap();
+        let mut out = header.to_vec();
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&tag);
+        let pn_offset = header.len() - pn_len;
+        let mut mask = aes::Block::clone_from_slice(&out[pn_offset + 4..pn_offset + 20]);
+        self.hp.encrypt_block(&mut mask);
+        out[0] ^= mask[0] & 0x0f;
+        for i in 0..pn_len {
+            out[pn_offset + i] ^= mask[1 + i];
+        }
+        out
+    }
+}
+
 /// RFC 9000 Appendix A.3.
 fn decode_packet_number(largest: Option<u64>, truncated: u64, bits: u32) -> u64 {
     let expected = largest.map_or(0, |l| l + 1);

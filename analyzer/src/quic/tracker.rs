@@ -848,3 +848,344 @@ fn build_record(conn: &Conn, mut act: Active, why: Why, stats: &mut QuicStats) -
         notes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quic::initial::tests::{hex, CLIENT_PAYLOAD, V1_CLIENT, V2_CLIENT};
+    use crate::record::{EarlyData, HandshakeKind};
+
+    const C: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)), 50000);
+    const S: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)), 443);
+
+    /// The RFC 9001 A.2 ClientHello (handshake message, header included).
+    fn client_hello() -> Vec<u8> {
+        hex(CLIENT_PAYLOAD)[4..].to_vec()
+    }
+
+    /// A minimal TLS 1.3 ServerHello (header included), optionally accepting a PSK.
+    fn server_hello(psk: bool, hrr: bool) -> Vec<u8> {
+        let mut body = vec![3, 3];
+        if hrr {
+            body.extend(crate::tls::enums::HRR_RANDOM);
+        } else {
+            body.extend([7; 32]);
+        }
+        body.extend([0, 0x13, 0x01, 0]);
+        let mut exts = vec![0, 43, 0, 2, 3, 4];
+        if psk {
+            exts.extend([0, 41, 0, 2, 0, 0]);
+        }
+        body.extend((exts.len() as u16).to_be_bytes());
+        body.extend(exts);
+        let mut m = vec![2, 0, (body.len() >> 8) as u8, body.len() as u8];
+        m.extend(body);
+        m
+    }
+
+    fn crypto_frame(offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x06, 0x80 | (offset >> 24) as u8, (offset >> 16) as u8, (offset >> 8) as u8, offset as u8];
+        f.extend([0x40 | (data.len() >> 8) as u8, data.len() as u8]);
+        f.extend_from_slice(data);
+        f
+    }
+
+    /// A protected v1 long-header packet of type `ty` (0 Initial, 1 0-RTT,
+    /// 2 Handshake), keyed from `key_cid`; Handshake and 0-RTT bodies are
+    /// sealed with Initial keys too (tlsrum never opens them).
+    #[allow(clippy::too_many_arguments)]
+    fn long(ty: u8, client: bool, key_cid: &[u8], dcid: &[u8], scid: &[u8], pn: u64, frames: &[u8], pad_to: usize) -> Vec<u8> {
+        let keys = InitialKeys::new(Version::V1, key_cid);
+        let mut payload = frames.to_vec();
+        let mut header = vec![0xc3 | (ty << 4), 0, 0, 0, 1, dcid.len() as u8];
+        header.extend_from_slice(dcid);
+        header.push(scid.len() as u8);
+        header.extend_from_slice(scid);
+        if ty == 0 {
+            header.push(0); // no token
+        }
+        let fixed = header.len() + 2 + 4 + 16;
+        if pad_to > fixed + payload.len() {
+            payload.resize(pad_to - fixed, 0);
+        }
+        let len = 4 + payload.len() + 16;
+        header.extend([0x40 | (len >> 8) as u8, len as u8]);
+        header.extend((pn as u32).to_be_bytes());
+        let dir = if client { &keys.client } else { &keys.server };
+        dir.seal(&header, 4, pn, &payload)
+    }
+
+    fn short(dcid: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x41];
+        p.extend_from_slice(dcid);
+        p.extend([0x55; 40]);
+        p
+    }
+
+    fn run(t: &mut QuicTracker, stats: &mut QuicStats, dgrams: &[(f64, bool, Vec<u8>)]) {
+        for (ts, from_client, d) in dgrams {
+            let (src, dst) = if *from_client { (C, S) } else { (S, C) };
+            t.on_datagram(*ts, src, dst, d, stats);
+        }
+    }
+
+    const ODCID: &[u8] = &[1, 2, 3, 4, 5, 6, 7, 8];
+    const CCID: &[u8] = &[0xc1, 0xc2, 0xc3, 0xc4];
+    const SCID: &[u8] = &[0x51, 0x52, 0x53, 0x54, 0x55];
+
+    /// A full handshake: client Initial, server Initial + Handshake (coalesced),
+    /// client Handshake + 1-RTT, server 1-RTT.
+    fn handshake(odcid: &[u8], ccid: &[u8], t0: f64, psk: bool) -> Vec<(f64, bool, Vec<u8>)> {
+        let ch = client_hello();
+        let mut server = long(0, false, odcid, ccid, SCID, 0, &crypto_frame(0, &server_hello(psk, false)), 0);
+        server.extend(long(2, false, odcid, ccid, SCID, 0, &[1; 40], 0));
+        let mut client_fin = long(2, true, odcid, SCID, ccid, 0, &[1; 40], 0);
+        client_fin.extend(short(SCID));
+        vec![
+            (t0, true, long(0, true, odcid, odcid, ccid, 0, &crypto_frame(0, &ch), 1200)),
+            (t0 + 0.010, false, server),
+            (t0 + 0.015, true, client_fin),
+            (t0 + 0.030, false, short(ccid)),
+        ]
+    }
+
+    #[test]
+    fn rfc9001_client_initial_starts_a_connection() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        t.on_datagram(1.0, C, S, &hex(V1_CLIENT), &mut st);
+        t.on_datagram(1.0, C, S, &hex(V2_CLIENT), &mut st); // same DCID: same connection
+        t.finish_all(&mut st);
+        assert_eq!(t.out.len(), 1);
+        let r = &t.out[0];
+        assert_eq!(r.sni.as_deref(), Some("example.com"));
+        assert_eq!(r.alpn, vec!["alpn".to_string()]);
+        assert_eq!(r.handshake, HandshakeKind::Incomplete);
+        assert_eq!(r.version, None);
+        assert!(r.notes.contains(&"capture_ended"));
+    }
+
+    #[test]
+    fn full_handshake_is_classified_and_timed() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        run(&mut t, &mut st, &handshake(ODCID, CCID, 10.0, false));
+        assert_eq!(t.out.len(), 1, "fully timed: emitted without waiting for the end");
+        let r = &t.out[0];
+        assert_eq!(r.transport, Transport::Quic);
+        assert_eq!((r.handshake, r.version, r.cipher.as_deref()), (HandshakeKind::Full, Some("TLS1.3"), Some("TLS_AES_128_GCM_SHA256")));
+        assert_eq!(r.timing.tcp_rtt, Some(10.0));
+        assert_eq!(r.timing.handshake, Some(15.0));
+        assert_eq!(r.timing.ttfb, Some(30.0));
+        assert_eq!(r.timing.round_trips, Some(1));
+        assert_eq!(r.client, "10.0.0.1:50000");
+        assert!(r.bytes.client_handshake > 245 && r.bytes.server_handshake > 60);
+        t.finish_all(&mut st);
+        assert_eq!(t.out.len(), 1, "the tombstone emits nothing more");
+        assert_eq!(st.decrypt_failed + st.bad_header + st.bad_frames, 0, "{st:?}");
+    }
+
+    #[test]
+    fn psk_resumption_and_zero_rtt() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let mut d = handshake(ODCID, CCID, 1.0, true);
+        // The RFC ClientHello offers neither PSK nor early data; the server
+        // accepting a PSK is enough for "resumed". 0-RTT packets are counted.
+        d.insert(1, (1.001, true, long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0)));
+        run(&mut t, &mut st, &d);
+        let r = &t.out[0];
+        assert_eq!(r.handshake, HandshakeKind::Resumed);
+        assert_eq!(r.resumption, Some(Resumption::Psk));
+        assert_eq!(r.early_data, EarlyData::None);
+        assert!(r.notes.contains(&"zero_rtt_packets"));
+    }
+
+    #[test]
+    fn split_out_of_order_duplicated_client_hello() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let ch = client_hello();
+        let (a, b) = ch.split_at(100);
+        let second = long(0, true, ODCID, ODCID, CCID, 1, &crypto_frame(100, b), 1200);
+        let first = long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, a), 1200);
+        run(&mut t, &mut st, &[(1.0, true, second.clone()), (1.001, true, first), (1.002, true, second)]);
+        t.finish_all(&mut st);
+        assert_eq!(t.out[0].sni.as_deref(), Some("example.com"));
+        assert!(!t.out[0].notes.contains(&"client_crypto_gap"));
+    }
+
+    #[test]
+    fn many_connections_on_one_tuple_and_one_over_two_tuples() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let other: &[u8] = &[9, 9, 9, 9, 9, 9, 9, 9];
+        let mut d = handshake(ODCID, CCID, 1.0, false);
+        // A second connection on the same tuple, interleaved, with other IDs.
+        let ch = client_hello();
+        d.insert(1, (1.002, true, long(0, true, other, other, &[0xee], 0, &crypto_frame(0, &ch), 1200)));
+        run(&mut t, &mut st, &d);
+        // The first connection's server Initial, re-sent from another server address (one connection, two tuples).
+        let s2: Endpoint = (S.0, 8443);
+        t.on_datagram(2.0, s2, C, &long(2, false, ODCID, CCID, SCID, 5, &[1; 40], 0), &mut st);
+        t.finish_all(&mut st);
+        assert_eq!(t.out.len(), 2);
+        let full = t.out.iter().find(|r| r.handshake == HandshakeKind::Full).unwrap();
+        assert_eq!(full.timing.tcp_rtt, Some(10.0));
+        assert_eq!(t.out.iter().filter(|r| r.handshake == HandshakeKind::Incomplete).count(), 1);
+    }
+
+    #[test]
+    fn retry_rekeys_from_its_source_connection_id() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let retry_scid: &[u8] = &[0xaa; 8];
+        let mut retry = vec![0xf0, 0, 0, 0, 1, CCID.len() as u8];
+        retry.extend_from_slice(CCID);
+        retry.push(8);
+        retry.extend_from_slice(retry_scid);
+        retry.extend(b"token");
+        retry.extend([0; 16]);
+        let ch = client_hello();
+        let mut d = vec![
+            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
+            (1.005, false, retry),
+        ];
+        // After the Retry everything is keyed from the Retry's SCID.
+        for (ts, c, p) in handshake(retry_scid, CCID, 1.010, false) {
+            d.push((ts, c, p));
+        }
+        run(&mut t, &mut st, &d);
+        let r = &t.out[0];
+        assert!(r.retry);
+        assert_eq!(r.handshake, HandshakeKind::Full);
+        assert_eq!(r.timing.round_trips, Some(2));
+        assert_eq!(r.timing.tcp_rtt, Some(10.0), "RTT from the post-Retry Initial");
+        assert_eq!(r.timing.handshake, Some(25.0), "handshake from the very first Initial");
+        assert_eq!(st.decrypt_failed, 0);
+    }
+
+    #[test]
+    fn hrr_and_connection_close_in_initial() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let ch = client_hello();
+        let mut frames = crypto_frame(0, &server_hello(false, true));
+        // CONNECTION_CLOSE, crypto error 0x128 = alert 40 handshake_failure.
+        frames.extend([0x1c, 0x41, 0x28, 0x06, 0x00]);
+        run(&mut t, &mut st, &[
+            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
+            (1.01, false, long(0, false, ODCID, CCID, SCID, 0, &frames, 0)),
+        ]);
+        let r = &t.out[0];
+        assert!(r.hrr);
+        assert_eq!(r.handshake, HandshakeKind::Failed);
+        assert_eq!(r.failure.as_deref(), Some("alert:handshake_failure"));
+    }
+
+    #[test]
+    fn version_negotiation_joins_the_next_attempt() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let mut unknown = vec![0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8];
+        unknown.extend_from_slice(ODCID);
+        unknown.push(CCID.len() as u8);
+        unknown.extend_from_slice(CCID);
+        unknown.resize(1200, 0);
+        let mut vn = vec![0x80, 0, 0, 0, 0, CCID.len() as u8];
+        vn.extend_from_slice(CCID);
+        vn.push(8);
+        vn.extend_from_slice(ODCID);
+        vn.extend([0, 0, 0, 1]);
+        let mut d = vec![(0.990, true, unknown), (0.995, false, vn)];
+        d.extend(handshake(ODCID, CCID, 1.0, false));
+        run(&mut t, &mut st, &d);
+        let r = &t.out[0];
+        assert!(r.notes.contains(&"version_negotiation"));
+        assert_eq!(r.timing.round_trips, Some(2));
+        assert_eq!(r.timing.handshake, Some(25.0));
+        assert_eq!((st.unknown_version, st.version_negotiation), (1, 1));
+    }
+
+    #[test]
+    fn bad_input_is_counted_by_reason() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let mut bogus_cid = vec![0xc0, 0, 0, 0, 1, 21];
+        bogus_cid.extend([0; 40]);
+        t.on_datagram(1.0, C, S, &bogus_cid, &mut st);
+        assert_eq!(st.bad_cid_len, 1);
+        t.on_datagram(1.0, C, S, b"\x12\x34 dns-ish", &mut st);
+        assert_eq!(st.not_quic, 1);
+        let v1 = hex(V1_CLIENT);
+        t.on_datagram(1.0, C, S, &v1[..600], &mut st);
+        assert_eq!(st.bad_header, 1, "{st:?}");
+        let mut corrupt = v1.clone();
+        corrupt[700] ^= 0xff;
+        t.on_datagram(1.0, C, S, &corrupt, &mut st);
+        assert_eq!(st.decrypt_failed, 1);
+        let small = long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, b"x"), 0);
+        t.on_datagram(1.0, C, S, &small, &mut st);
+        assert_eq!(st.short_initial, 1);
+        // Past the per-tuple cap, no more crypto is spent on that tuple.
+        for _ in 0..20 {
+            t.on_datagram(1.0, C, S, &corrupt, &mut st);
+        }
+        assert_eq!(st.decrypt_failed, u64::from(MAX_DECRYPT_FAILURES_PER_TUPLE));
+        assert!(st.decrypt_capped > 0);
+        t.finish_all(&mut st);
+        assert!(t.out.is_empty());
+    }
+
+    /// Random and mutated datagrams, both directions: never a panic, and
+    /// every datagram is accounted for.
+    #[test]
+    fn fuzz_random_and_mutated_datagrams() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut corpus: Vec<Vec<u8>> = vec![hex(V1_CLIENT), hex(V2_CLIENT)];
+        for (_, _, d) in handshake(ODCID, CCID, 1.0, true) {
+            corpus.push(d);
+        }
+        let mut t = QuicTracker::new(64, 5.0);
+        let mut st = QuicStats::default();
+        for i in 0..20_000u32 {
+            let mut d = if rnd() % 4 == 0 {
+                (0..(rnd() % 1400) as usize).map(|_| rnd() as u8).collect()
+            } else {
+                corpus[(rnd() % corpus.len() as u64) as usize].clone()
+            };
+            for _ in 0..(rnd() % 4) {
+                if d.is_empty() {
+                    break;
+                }
+                let at = (rnd() % d.len() as u64) as usize;
+                match rnd() % 3 {
+                    0 => d[at] ^= 1 << (rnd() % 8),
+                    1 => d.truncate(at),
+                    _ => d[at] = rnd() as u8,
+                }
+            }
+            let port = 40000 + (rnd() % 8) as u16;
+            let c = (C.0, port);
+            let ts = f64::from(i) * 0.001;
+            if rnd() % 2 == 0 {
+                t.on_datagram(ts, c, S, &d, &mut st);
+            } else {
+                t.on_datagram(ts, S, c, &d, &mut st);
+            }
+            if i % 1000 == 0 {
+                t.expire_idle(ts, &mut st);
+            }
+        }
+        t.finish_all(&mut st);
+        assert_eq!(st.datagrams, 20_000);
+        assert!(t.active_connections() == 0 && t.by_cid.is_empty() && t.by_tuple.is_empty());
+        assert!(st.decrypt_failed > 0 && st.bad_header > 0 && st.not_quic > 0, "{st:?}");
+    }
+}
