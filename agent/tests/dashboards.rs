@@ -1,0 +1,988 @@
+//! The Grafana dashboards against real data: two network namespaces joined
+//! by a veth pair, nginx in one (three TLS servers: session cache, tickets
+//! and 0-RTT on two with different ticket keys, a TLS 1.3-only one that
+//! forces HelloRetryRequest), `openssl s_client` and curl in the other,
+//! `tlsrum live --backend pcap` on the server's veth, and a real Prometheus
+//! (Debian `prometheus`, loopback in the server namespace, fresh storage,
+//! 1 s scrapes) scraping the agent.
+//!
+//! Checks:
+//! - the agent's counters in Prometheus equal the handshakes the test made
+//!   (by kind, method, version, server name; offers; 0-RTT; HRR);
+//! - every query of every panel of every dashboard, with the variables
+//!   substituted as Grafana would (instance, server_name as `.*` and as one
+//!   real name, transport, $__rate_interval / $__interval / $__range),
+//!   returns data from Prometheus' HTTP API, every value finite and in its
+//!   range (ratios in [0, 1], quantiles in plausible seconds, rates and
+//!   counts >= 0), plus panel-specific facts the test knows;
+//! - every variable's label_values query returns the expected values;
+//! - every metric named in a dashboard exists in the agent's /metrics;
+//! - the JSON is well formed for Grafana (stable uids, `${datasource}`
+//!   everywhere, unique ids, grid layout) and type-checks against Grafana's
+//!   dashboard schema from `@grafana/schema` (tests/dashboards/validate.mjs).
+//!
+//! Needs root, iproute2, nginx, openssl, curl, prometheus and node with
+//! tests/dashboards/node_modules (scripts/install-deps.sh installs them).
+//! Without them the test says why and passes, except under CI=true, where
+//! it fails. TLSRUM_TEST_BACKEND=ebpf runs the agent on the eBPF backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+const SERVER_IP: &str = "192.0.2.1"; // TEST-NET-1, only inside our namespaces
+const CLIENT_IP: &str = "192.0.2.2";
+const PORT_A: u16 = 4433; // a.test's server: session cache + tickets + 0-RTT
+const PORT_B: u16 = 4434; // the same, other cache and ticket key: declines A's sessions
+const PORT_C: u16 = 4435; // TLS 1.3 only, X25519 only: HRR for a P-256 key share
+const AGENT: &str = "127.0.0.1:9853"; // in the server namespace
+const PROMETHEUS: &str = "127.0.0.1:9090"; // likewise
+const ROUNDS: usize = 2;
+const UIDS: [&str; 2] = ["tlsrum-handshake-cost", "tlsrum-resumption"];
+
+// ---- environment ----
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn missing_prerequisite() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "nginx", "openssl", "curl", "prometheus", "node"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("{tool} not installed"));
+        }
+    }
+    let modules = repo().join("tests/dashboards/node_modules");
+    for m in ["@grafana/schema", "typescript"] {
+        if !modules.join(m).exists() {
+            return Some(format!("tests/dashboards/node_modules/{m} missing (npm ci)"));
+        }
+    }
+    None
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// Two namespaces, the veth between them and a scratch directory; on drop
+/// (also when the test fails) whatever still runs in the namespaces is
+/// killed and everything is removed.
+struct Topology {
+    server_ns: String,
+    client_ns: String,
+    dir: PathBuf,
+}
+
+impl Topology {
+    fn new() -> Self {
+        let pid = std::process::id();
+        let t = Topology {
+            server_ns: format!("tlsrum-dash-s{pid}"),
+            client_ns: format!("tlsrum-dash-c{pid}"),
+            dir: std::env::temp_dir().join(format!("tlsrum-dashboards-{pid}")),
+        };
+        let (veth, peer) = (format!("tdv{pid}"), format!("tdc{pid}"));
+        let _ = std::fs::remove_dir_all(&t.dir);
+        std::fs::create_dir_all(&t.dir).unwrap();
+        run(&["ip", "netns", "add", &t.server_ns]);
+        run(&["ip", "netns", "add", &t.client_ns]);
+        run(&["ip", "link", "add", &veth, "netns", &t.server_ns, "type", "veth", "peer", "name", &peer, "netns", &t.client_ns]);
+        for (ns, dev, ip) in [(&t.server_ns, &veth, SERVER_IP), (&t.client_ns, &peer, CLIENT_IP)] {
+            run(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev]);
+            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        t
+    }
+
+    fn veth(&self) -> String {
+        format!("tdv{}", std::process::id())
+    }
+
+    /// A command in the server namespace (`ip netns exec` execs it, so the
+    /// child's pid is the program's own).
+    fn in_server(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.server_ns, program]);
+        c
+    }
+
+    /// An HTTP GET from inside the server namespace; the body.
+    fn get(&self, url: &str, params: &[(&str, &str)]) -> Result<String, String> {
+        let mut c = self.in_server("curl");
+        c.args(["-sS", "--max-time", "10", "--get", url]);
+        for (k, v) in params {
+            c.arg("--data-urlencode").arg(format!("{k}={v}"));
+        }
+        let out = c.output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.server_ns, &self.client_ns] {
+            // Only processes this test started can be in its namespaces.
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    if let Ok(pid) = pid.parse::<i32>() {
+                        // SAFETY: kill has no memory-safety preconditions.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+        }
+        if std::env::var_os("TLSRUM_KEEP_TEST_DIR").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Long-running children, stopped on drop: SIGTERM (nginx's master takes
+/// its workers with it; tlsrum and Prometheus shut down cleanly), then
+/// SIGKILL for whatever is still there after 5 s.
+#[derive(Default)]
+struct Procs(Vec<(String, Child)>);
+
+impl Procs {
+    fn spawn(&mut self, name: &str, mut cmd: Command, log: &Path) {
+        let out = std::fs::File::create(log).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.0.push((name.to_string(), child));
+    }
+
+    /// Panics if a child has exited (it should run for the whole test).
+    fn check_alive(&mut self, dir: &Path) {
+        for (name, c) in &mut self.0 {
+            if let Some(status) = c.try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+                panic!("{name} exited ({status}):\n{log}");
+            }
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            // SAFETY: as above; the pid is our own child's.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (_, c) in &mut self.0 {
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---- servers ----
+
+fn start_nginx(t: &Topology, procs: &mut Procs) {
+    let d = t.dir.display();
+    run(&[
+        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", &format!("{d}/key.pem"), "-out", &format!("{d}/cert.pem"), "-days", "1", "-subj", "/CN=a.test",
+        "-addext", "subjectAltName=DNS:a.test,DNS:b.test,DNS:c.test",
+    ]);
+    // Separate ticket keys and session caches: B cannot resume A's sessions.
+    for k in ["ticket-a.key", "ticket-b.key"] {
+        run(&["openssl", "rand", "-out", &format!("{d}/{k}"), "80"]);
+    }
+    std::fs::create_dir_all(t.dir.join("nginx")).unwrap();
+    let conf = format!(
+        r#"user root;
+worker_processes 1;
+daemon off;
+pid {d}/nginx/nginx.pid;
+error_log {d}/nginx/error.log warn;
+events {{ worker_connections 128; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/nginx/body;
+  proxy_temp_path {d}/nginx/proxy;
+  fastcgi_temp_path {d}/nginx/fastcgi;
+  uwsgi_temp_path {d}/nginx/uwsgi;
+  scgi_temp_path {d}/nginx/scgi;
+  ssl_certificate {d}/cert.pem;
+  ssl_certificate_key {d}/key.pem;
+  server {{
+    listen {SERVER_IP}:{PORT_A} ssl;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:A:1m;
+    ssl_session_ticket_key {d}/ticket-a.key;
+    ssl_early_data on;
+    location / {{ return 200 "tlsrum-a\n"; }}
+  }}
+  server {{
+    listen {SERVER_IP}:{PORT_B} ssl;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:B:1m;
+    ssl_session_ticket_key {d}/ticket-b.key;
+    ssl_early_data on;
+    location / {{ return 200 "tlsrum-b\n"; }}
+  }}
+  server {{
+    listen {SERVER_IP}:{PORT_C} ssl;
+    ssl_protocols TLSv1.3;
+    ssl_ecdh_curve X25519;
+    location / {{ return 200 "tlsrum-c\n"; }}
+  }}
+}}
+"#
+    );
+    let conf_path = t.dir.join("nginx/nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let mut cmd = t.in_server("nginx");
+    cmd.arg("-c").arg(&conf_path).arg("-p").arg(t.dir.join("nginx"));
+    procs.spawn("nginx", cmd, &t.dir.join("nginx.log"));
+    wait_for("nginx to listen", Duration::from_secs(10), || {
+        let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn"]);
+        [PORT_A, PORT_B, PORT_C].iter().all(|p| out.contains(&format!("{SERVER_IP}:{p}")))
+    });
+}
+
+fn start_agent(t: &Topology, procs: &mut Procs) {
+    let backend = std::env::var("TLSRUM_TEST_BACKEND").unwrap_or_else(|_| "pcap".into());
+    let mut cmd = t.in_server(env!("CARGO_BIN_EXE_tlsrum"));
+    cmd.args(["live", "--backend", &backend, "--iface", &t.veth(), "--metrics", AGENT, "--idle-timeout", "5"]);
+    for p in [PORT_A, PORT_B, PORT_C] {
+        cmd.args(["--port", &p.to_string()]);
+    }
+    cmd.arg("--events").arg(t.dir.join("events.ndjson"));
+    procs.spawn("tlsrum", cmd, &t.dir.join("tlsrum.log"));
+    wait_for("the agent's /metrics", Duration::from_secs(20), || t.get(&format!("http://{AGENT}/metrics"), &[]).is_ok());
+}
+
+fn start_prometheus(t: &Topology, procs: &mut Procs) {
+    let config = t.dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: tlsrum\n    static_configs:\n      - targets: ['{AGENT}']\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = t.in_server("prometheus");
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", t.dir.join("prometheus-data").display()))
+        .arg(format!("--web.listen-address={PROMETHEUS}"))
+        .arg("--log.level=warn");
+    procs.spawn("prometheus", cmd, &t.dir.join("prometheus.log"));
+    wait_for("Prometheus to be ready", Duration::from_secs(30), || t.get(&format!("http://{PROMETHEUS}/-/ready"), &[]).is_ok());
+}
+
+// ---- traffic ----
+
+/// One connection the test makes and what the agent must count for it.
+#[derive(Clone, Copy)]
+struct Expect {
+    sni: &'static str,
+    kind: &'static str,
+    method: &'static str,
+    version: &'static str,
+    accepted: Option<&'static str>,
+    declined: &'static [&'static str],
+    early: Option<&'static str>,
+    hrr: bool,
+}
+
+const fn full(sni: &'static str, version: &'static str) -> Expect {
+    Expect { sni, kind: "full", method: "none", version, accepted: None, declined: &[], early: None, hrr: false }
+}
+
+const fn resumed(sni: &'static str, version: &'static str, method: &'static str) -> Expect {
+    Expect { sni, kind: "resumed", method, version, accepted: Some(method), declined: &[], early: None, hrr: false }
+}
+
+/// One client run: a shell command in the client namespace, the text its
+/// output must contain, and the connections it makes.
+struct Step {
+    what: &'static str,
+    cmd: String,
+    want: &'static [&'static str],
+    expect: Vec<Expect>,
+}
+
+fn steps(dir: &Path) -> Vec<Step> {
+    let d = dir.display();
+    let s_client = |port: u16, sni: &str, opts: &str| {
+        format!(
+            "timeout 10 openssl s_client -connect {SERVER_IP}:{port} -servername {sni} -ign_eof {opts} <{d}/request.txt 2>&1"
+        )
+    };
+    let curl = |port: u16, sni: &str, opts: &str| {
+        let url = format!("https://{sni}:{port}/");
+        format!("curl -sS -k --max-time 10 --resolve {sni}:{port}:{SERVER_IP} -H 'Connection: close' {opts} {url} {url} 2>&1")
+    };
+    vec![
+        Step { what: "TLS 1.3 full", cmd: s_client(PORT_A, "a.test", &format!("-sess_out {d}/s13")), want: &["tlsrum-a"], expect: vec![full("a.test", "TLS1.3")] },
+        Step {
+            what: "TLS 1.3 PSK resumption",
+            cmd: s_client(PORT_A, "a.test", &format!("-sess_in {d}/s13 -sess_out {d}/s13e")),
+            want: &["tlsrum-a"],
+            expect: vec![resumed("a.test", "TLS1.3", "psk")],
+        },
+        Step {
+            what: "TLS 1.3 0-RTT accepted",
+            cmd: s_client(PORT_A, "a.test", &format!("-sess_in {d}/s13e -early_data {d}/request.txt")),
+            want: &["tlsrum-a", "Early data was accepted"],
+            // The verdict is encrypted: the agent may say "attempted" (see early_verdict()).
+            expect: vec![Expect { early: Some("accepted"), ..resumed("a.test", "TLS1.3", "psk") }],
+        },
+        Step {
+            what: "TLS 1.3 PSK declined",
+            cmd: s_client(PORT_B, "a.test", &format!("-sess_in {d}/s13")),
+            want: &["tlsrum-b"],
+            expect: vec![Expect { declined: &["psk"], ..full("a.test", "TLS1.3") }],
+        },
+        Step {
+            what: "TLS 1.3 0-RTT rejected",
+            cmd: s_client(PORT_B, "a.test", &format!("-sess_in {d}/s13 -early_data {d}/request.txt")),
+            want: &["tlsrum-b", "Early data was rejected"],
+            expect: vec![Expect { declined: &["psk"], early: Some("rejected"), ..full("a.test", "TLS1.3") }],
+        },
+        Step { what: "TLS 1.2 full", cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -sess_out {d}/s12")), want: &["tlsrum-a"], expect: vec![full("a.test", "TLS1.2")] },
+        Step {
+            what: "TLS 1.2 ticket resumption",
+            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -sess_in {d}/s12")),
+            want: &["tlsrum-a"],
+            expect: vec![resumed("a.test", "TLS1.2", "ticket")],
+        },
+        Step {
+            what: "TLS 1.2 full, no ticket",
+            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -no_ticket -sess_out {d}/s12n")),
+            want: &["tlsrum-a"],
+            expect: vec![full("a.test", "TLS1.2")],
+        },
+        Step {
+            what: "TLS 1.2 session-ID resumption",
+            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -no_ticket -sess_in {d}/s12n")),
+            want: &["tlsrum-a"],
+            expect: vec![resumed("a.test", "TLS1.2", "session_id")],
+        },
+        Step {
+            what: "TLS 1.2 session ID and ticket declined",
+            cmd: s_client(PORT_B, "a.test", &format!("-tls1_2 -sess_in {d}/s12")),
+            want: &["tlsrum-b"],
+            expect: vec![Expect { declined: &["session_id", "ticket"], ..full("a.test", "TLS1.2") }],
+        },
+        Step {
+            what: "curl, TLS 1.3, two connections",
+            cmd: curl(PORT_B, "b.test", ""),
+            want: &["tlsrum-b"],
+            expect: vec![full("b.test", "TLS1.3"), resumed("b.test", "TLS1.3", "psk")],
+        },
+        Step {
+            what: "curl, TLS 1.2, two connections",
+            cmd: curl(PORT_A, "a.test", "--tlsv1.2 --tls-max 1.2"),
+            want: &["tlsrum-a"],
+            // curl (OpenSSL) offers the session by its ID only.
+            expect: vec![full("a.test", "TLS1.2"), resumed("a.test", "TLS1.2", "session_id")],
+        },
+        Step {
+            what: "HelloRetryRequest",
+            cmd: s_client(PORT_C, "c.test", "-groups P-256:X25519"),
+            want: &["tlsrum-c"],
+            expect: vec![Expect { hrr: true, ..full("c.test", "TLS1.3") }],
+        },
+        Step {
+            what: "failed: TLS 1.2 client, TLS 1.3-only server",
+            cmd: s_client(PORT_C, "c.test", "-tls1_2"),
+            want: &["alert"],
+            expect: vec![Expect { kind: "failed", version: "unknown", ..full("c.test", "") }],
+        },
+    ]
+}
+
+fn make_traffic(t: &Topology, steps: &[Step]) {
+    for s in steps {
+        let out = Command::new("ip").args(["netns", "exec", &t.client_ns, "sh", "-c", &s.cmd]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for w in s.want {
+            assert!(text.contains(w), "{}: no {w:?} in the client's output:\n$ {}\n{text}", s.what, s.cmd);
+        }
+    }
+}
+
+/// What the agent must have counted after every round.
+#[derive(Default, Debug)]
+struct Totals {
+    handshakes: BTreeMap<(String, String, String, String), f64>, // kind, method, version, server_name
+    offers: BTreeMap<(String, String, String), f64>,             // outcome, method, server_name
+    early: BTreeMap<(String, String), f64>,                      // outcome, server_name
+    hrr: f64,
+    connections: f64,
+}
+
+fn totals(steps: &[Step], rounds: usize) -> Totals {
+    let mut t = Totals::default();
+    for e in steps.iter().flat_map(|s| s.expect.iter()) {
+        let n = rounds as f64;
+        let s = e.sni.to_string();
+        *t.handshakes.entry((e.kind.into(), e.method.into(), e.version.into(), s.clone())).or_default() += n;
+        if let Some(m) = e.accepted {
+            *t.offers.entry(("accepted".into(), m.into(), s.clone())).or_default() += n;
+        }
+        for m in e.declined {
+            *t.offers.entry(("declined".into(), m.to_string(), s.clone())).or_default() += n;
+        }
+        if let Some(o) = e.early {
+            *t.early.entry((early_verdict(o), s.clone())).or_default() += n;
+        }
+        t.hrr += if e.hrr { n } else { 0.0 };
+        t.connections += n;
+    }
+    t
+}
+
+/// 0-RTT accepted under an accepted PSK is only visible to a passive
+/// observer when the evidence is unambiguous (DESIGN.md): the agent reports
+/// "accepted" or "attempted", both true; the test counts them together.
+fn early_verdict(outcome: &str) -> String {
+    match outcome {
+        "accepted" | "attempted" => "accepted|attempted".into(),
+        other => other.into(),
+    }
+}
+
+// ---- Prometheus ----
+
+struct Prom<'a> {
+    t: &'a Topology,
+}
+
+impl Prom<'_> {
+    fn api(&self, path: &str, params: &[(&str, &str)]) -> Value {
+        let body = self.t.get(&format!("http://{PROMETHEUS}{path}"), params).unwrap_or_else(|e| panic!("{path} {params:?}: {e}"));
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        assert_eq!(v["status"], "success", "{path} {params:?}: {body}");
+        v["data"].clone()
+    }
+
+    /// An instant query: (labels, value) per series.
+    fn query(&self, expr: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let data = self.api("/api/v1/query", &[("query", expr)]);
+        let samples = match data["resultType"].as_str() {
+            Some("vector") => data["result"].as_array().unwrap().clone(),
+            Some("scalar") => vec![serde_json::json!({"metric": {}, "value": data["result"]})],
+            other => panic!("{expr}: result type {other:?}"),
+        };
+        samples
+            .iter()
+            .map(|s| {
+                let labels = s["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect();
+                let v = s["value"][1].as_str().unwrap();
+                let v = match v {
+                    "NaN" => f64::NAN,
+                    "+Inf" => f64::INFINITY,
+                    "-Inf" => f64::NEG_INFINITY,
+                    _ => v.parse().unwrap(),
+                };
+                (labels, v)
+            })
+            .collect()
+    }
+
+    fn scalar(&self, expr: &str) -> f64 {
+        let r = self.query(expr);
+        assert_eq!(r.len(), 1, "{expr}: {r:?}");
+        r[0].1
+    }
+}
+
+fn by<const N: usize>(rows: &[(BTreeMap<String, String>, f64)], labels: [&str; N]) -> BTreeMap<[String; N], f64> {
+    rows.iter()
+        .filter(|(_, v)| *v != 0.0)
+        .map(|(l, v)| (labels.map(|k| l.get(k).cloned().unwrap_or_default()), *v))
+        .collect()
+}
+
+// ---- dashboards ----
+
+fn load_dashboards() -> Vec<(String, Value)> {
+    let dir = repo().join("dashboards");
+    let mut out: Vec<(String, Value)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Panels including those nested in collapsed rows.
+fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        out.push(p);
+        if let Some(inner) = p["panels"].as_array() {
+            out.extend(inner.iter());
+        }
+    }
+    out
+}
+
+fn targets(p: &Value) -> Vec<&Value> {
+    p["targets"].as_array().map(|t| t.iter().collect()).unwrap_or_default()
+}
+
+/// The structure Grafana needs and the project promises (STYLE.md, Dashboards).
+fn check_structure(dashboards: &[(String, Value)]) {
+    let uids: BTreeSet<&str> = dashboards.iter().map(|(_, d)| d["uid"].as_str().unwrap()).collect();
+    assert_eq!(uids, UIDS.into_iter().collect(), "dashboard uids are stable: links and bookmarks use them");
+    let ds = serde_json::json!({"type": "prometheus", "uid": "${datasource}"});
+    for (file, d) in dashboards {
+        let sv = d["schemaVersion"].as_u64().unwrap();
+        assert!((36..=41).contains(&sv), "{file}: schemaVersion {sv} is not Grafana 10/11's");
+        assert!(d["id"].is_null(), "{file}: a provisioned dashboard carries no database id");
+        let vars = d["templating"]["list"].as_array().unwrap();
+        let var = |n: &str| vars.iter().find(|v| v["name"] == n).unwrap_or_else(|| panic!("{file}: no variable {n}"));
+        assert_eq!(var("datasource")["type"], "datasource");
+        assert_eq!(var("datasource")["query"], "prometheus");
+        for (name, label) in [("instance", "instance"), ("server_name", "server_name"), ("transport", "transport")] {
+            let v = var(name);
+            assert_eq!(v["type"], "query", "{file}: ${name}");
+            assert_eq!(v["datasource"], ds, "{file}: ${name}");
+            let q = v["query"]["query"].as_str().unwrap();
+            assert!(q.starts_with("label_values(") && q.ends_with(&format!(", {label})")), "{file}: ${name}: {q}");
+        }
+        let mut ids = BTreeSet::new();
+        let mut cells: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+        for p in panels(d) {
+            let id = p["id"].as_u64().unwrap();
+            assert!(ids.insert(id), "{file}: panel id {id} twice");
+            let g = &p["gridPos"];
+            let (x, y, w, h) = (g["x"].as_u64().unwrap(), g["y"].as_u64().unwrap(), g["w"].as_u64().unwrap(), g["h"].as_u64().unwrap());
+            assert!(w > 0 && h > 0 && x + w <= 24, "{file}: panel {id} outside the 24-column grid");
+            for cx in x..x + w {
+                for cy in y..y + h {
+                    if let Some(other) = cells.insert((cx, cy), id) {
+                        panic!("{file}: panels {other} and {id} overlap");
+                    }
+                }
+            }
+            if p["type"] == "row" {
+                continue;
+            }
+            assert!(!p["title"].as_str().unwrap_or("").is_empty(), "{file}: panel {id} has no title");
+            assert!(!p["description"].as_str().unwrap_or("").is_empty(), "{file}: panel {} has no description", p["title"]);
+            assert_eq!(p["datasource"], ds, "{file}: panel {}", p["title"]);
+            let ts = targets(p);
+            assert!(!ts.is_empty(), "{file}: panel {} has no query", p["title"]);
+            let mut refs = BTreeSet::new();
+            for t in ts {
+                assert_eq!(t["datasource"], ds, "{file}: panel {}", p["title"]);
+                assert!(refs.insert(t["refId"].as_str().unwrap()), "{file}: panel {}: refId twice", p["title"]);
+                let expr = t["expr"].as_str().unwrap();
+                assert!(expr.contains("instance=~\"$instance\""), "{file}: panel {}: not filtered by $instance: {expr}", p["title"]);
+            }
+        }
+    }
+    // The views issue 5 asks for.
+    let titles: BTreeSet<String> =
+        dashboards.iter().flat_map(|(_, d)| panels(d).into_iter().map(|p| p["title"].as_str().unwrap().to_lowercase())).collect();
+    for want in [
+        "resumption rate by server name",
+        "resumption offers: accepted vs declined",
+        "0-rtt by outcome",
+        "handshake duration",
+        "handshake duration p50 / p90 / p99 by kind",
+        "round trips before the client could send data",
+        "tcp round-trip time",
+        "avoidable handshake time by server name",
+        "top server names by declined offers",
+        "tls versions",
+        "transports",
+        "packets, kernel events and records",
+        "drops by reason",
+        "flows tracked",
+        "flows evicted and expired",
+        "parse errors by reason",
+    ] {
+        assert!(titles.contains(want), "no panel {want:?}");
+    }
+}
+
+/// Metric names in a PromQL expression or a label_values() query: the
+/// identifiers right before a `{` selector, and every tls_/tlsrum_ name.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let bytes: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == '"' {
+            // skip string literals (label values, regexes)
+            i += 1;
+            while i < bytes.len() && bytes[i] != '"' {
+                i += if bytes[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == '_' || bytes[i] == ':') {
+                i += 1;
+            }
+            let word: String = bytes[start..i].iter().collect();
+            let prev = if start > 0 { bytes[start - 1] } else { ' ' };
+            if prev == '$' {
+                continue; // a variable
+            }
+            if word.starts_with("tls_") || word.starts_with("tlsrum_") || bytes.get(i) == Some(&'{') {
+                names.insert(word);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    names
+}
+
+/// Sample names in the agent's exposition text.
+fn exposed_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect()
+}
+
+/// Grafana's regex escaping of a variable value in a Prometheus query.
+fn grafana_escape(v: &str) -> String {
+    let mut out = String::new();
+    for c in v.chars() {
+        if "\\^$.|?*+()[]{}".contains(c) {
+            out.push_str("\\\\");
+        }
+        out.push(c);
+    }
+    out
+}
+
+struct Vars {
+    instance: String,
+    server_name: String,
+    transport: String,
+    interval: String,
+}
+
+fn substitute(expr: &str, v: &Vars) -> String {
+    let mut e = expr.to_string();
+    for (name, value) in [
+        ("__rate_interval", v.interval.as_str()),
+        ("__interval", v.interval.as_str()),
+        ("__range", v.interval.as_str()),
+        ("instance", v.instance.as_str()),
+        ("server_name", v.server_name.as_str()),
+        ("transport", v.transport.as_str()),
+    ] {
+        e = e.replace(&format!("${{{name}}}"), value).replace(&format!("${name}"), value);
+    }
+    assert!(!e.contains('$'), "unsubstituted variable in {e}");
+    e
+}
+
+type Rows = Vec<(BTreeMap<String, String>, f64)>;
+
+/// Range and panel-specific checks of one query's result.
+fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool) {
+    let title = p["title"].as_str().unwrap();
+    let ctx = || format!("{file}: \"{title}\": {expr}\n=> {rows:?}");
+    assert!(!rows.is_empty(), "no data: {}", ctx());
+    let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
+    for (_, v) in rows {
+        assert!(v.is_finite() && *v >= 0.0, "value out of range: {}", ctx());
+        if unit == "percentunit" {
+            assert!(*v <= 1.0 + 1e-9, "ratio above 1: {}", ctx());
+        }
+        if expr.starts_with("histogram_quantile") {
+            // Veth round trips and loopback-speed handshakes: well under a second.
+            assert!(*v > 0.0 && *v < 1.0, "implausible quantile: {}", ctx());
+        }
+    }
+    let labels = |k: &str| -> BTreeSet<String> { rows.iter().filter_map(|(l, _)| l.get(k).cloned()).collect() };
+    let value = |k: &str, val: &str| rows.iter().find(|(l, _)| l.get(k).map(String::as_str) == Some(val)).map(|r| r.1);
+    let set = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    match title {
+        "Resumption rate by server name" => {
+            let a = value("server_name", "a.test").unwrap_or_else(|| panic!("{}", ctx()));
+            assert!(a > 0.0 && a < 1.0, "a.test resumes some, not all: {}", ctx());
+            if all_names {
+                assert_eq!(labels("server_name"), set(&["a.test", "b.test", "c.test"]), "{}", ctx());
+                assert_eq!(value("server_name", "c.test"), Some(0.0), "c.test never resumes: {}", ctx());
+            }
+        }
+        "Resumption offers: accepted vs declined" => {
+            assert_eq!(labels("outcome"), set(&["accepted", "declined"]), "{}", ctx());
+            assert_eq!(labels("method"), set(&["psk", "session_id", "ticket"]), "{}", ctx());
+        }
+        "Offer acceptance by method" => {
+            assert_eq!(labels("method"), set(&["psk", "session_id", "ticket"]), "{}", ctx());
+            assert!(rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0), "every method was both accepted and declined: {}", ctx());
+        }
+        "Top server names by declined offers" => {
+            assert_eq!(labels("server_name"), set(&["a.test"]), "only a.test's offers were declined: {}", ctx());
+        }
+        "0-RTT by outcome" => {
+            let outcomes = labels("outcome");
+            assert!(outcomes.contains("rejected") && (outcomes.contains("accepted") || outcomes.contains("attempted")), "{}", ctx());
+            assert!(outcomes.is_subset(&set(&["accepted", "attempted", "rejected"])), "{}", ctx());
+        }
+        "0-RTT by server name and outcome" => {
+            assert_eq!(labels("server_name"), set(&["a.test"]), "{}", ctx());
+        }
+        "TLS versions" if all_names => assert_eq!(labels("version"), set(&["TLS1.2", "TLS1.3", "unknown"]), "{}", ctx()),
+        "TLS versions" => assert_eq!(labels("version"), set(&["TLS1.2", "TLS1.3"]), "{}", ctx()),
+        "Transports" => assert_eq!(labels("transport"), set(&["tcp"]), "{}", ctx()),
+        "Round trips before the client could send data" => {
+            for le in ["1.0", "2.0", "+Inf"] {
+                assert!(value("le", le).is_some_and(|v| v > 0.0), "no handshakes up to le={le}: {}", ctx());
+            }
+        }
+        "Mean round trips by kind" => {
+            // TLS 1.2 full 2, TLS 1.3 full 1 (2 with HRR); resumed 1, accepted 0-RTT 0.
+            assert!(value("kind", "full").is_some_and(|v| (1.0..=2.0).contains(&v)), "{}", ctx());
+            assert!(value("kind", "resumed").is_some_and(|v| (0.0..=1.0).contains(&v)), "{}", ctx());
+        }
+        "HelloRetryRequest share" => assert!(rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0), "{}", ctx()),
+        "Avoidable handshake time by server name" | "Avoidable time by server name" => {
+            assert!(value("server_name", "a.test").is_some_and(|v| v > 0.0), "a.test's declined TLS 1.2 offers cost a round trip: {}", ctx());
+        }
+        _ => {}
+    }
+    if title.contains("by kind") {
+        let kinds = labels("kind");
+        assert!(kinds.contains("full") && kinds.contains("resumed"), "{}", ctx());
+    }
+}
+
+fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
+    let sel = format!("{{instance=\"{instance}\"}}");
+    let ctx = || format!("records the agent wrote:\n{events}");
+    let hs = prom.query(&format!("tls_handshakes_total{sel}"));
+    let got: BTreeMap<_, _> = by(&hs, ["kind", "method", "version", "server_name"])
+        .into_iter()
+        .map(|([k, m, v, s], n)| ((k, m, v, s), n))
+        .collect();
+    assert_eq!(got, want.handshakes, "tls_handshakes_total by kind, method, version, server_name\n{}", ctx());
+    let offers: BTreeMap<_, _> = by(&prom.query(&format!("tls_resumption_offers_total{sel}")), ["outcome", "method", "server_name"])
+        .into_iter()
+        .map(|([o, m, s], n)| ((o, m, s), n))
+        .collect();
+    assert_eq!(offers, want.offers, "tls_resumption_offers_total\n{}", ctx());
+    let early: BTreeMap<_, _> =
+        by(&prom.query(&format!("tls_early_data_total{sel}")), ["outcome", "server_name"]).into_iter().fold(
+        BTreeMap::new(),
+        |mut m, ([o, s], n)| {
+            *m.entry((early_verdict(&o), s)).or_default() += n;
+            m
+        },
+    );
+    assert_eq!(early, want.early, "tls_early_data_total\n{}", ctx());
+    assert_eq!(prom.scalar(&format!("sum(tls_hello_retry_requests_total{sel})")), want.hrr, "HRR\n{}", ctx());
+    assert_eq!(prom.scalar(&format!("sum(tlsrum_connection_records_total{sel})")), want.connections);
+    // Every completed handshake with timing observed once per histogram.
+    let timed = want.connections - want.handshakes.iter().filter(|(k, _)| k.0 == "failed").map(|(_, n)| n).sum::<f64>();
+    assert_eq!(prom.scalar(&format!("sum(tls_handshake_duration_seconds_count{sel})")), timed, "{}", ctx());
+    assert_eq!(prom.scalar(&format!("sum(tls_tcp_rtt_seconds_count{sel})")), want.connections, "{}", ctx());
+    assert!(prom.scalar(&format!("sum(tls_avoidable_handshake_seconds_total{sel})")) > 0.0);
+}
+
+// ---- the test ----
+
+#[test]
+fn dashboards_show_real_data_from_a_real_prometheus() {
+    if let Some(why) = missing_prerequisite() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but the dashboard test cannot run: {why} (scripts/install-deps.sh installs what it needs)");
+        }
+        eprintln!("SKIPPED dashboards_show_real_data_from_a_real_prometheus: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let dashboards = load_dashboards();
+    check_structure(&dashboards);
+
+    // Declared in this order so that drop stops the processes first, then
+    // removes the namespaces.
+    let topo = Topology::new();
+    let mut procs = Procs::default();
+    std::fs::write(topo.dir.join("request.txt"), "GET / HTTP/1.0\r\nHost: tlsrum\r\n\r\n").unwrap();
+    start_nginx(&topo, &mut procs);
+    start_agent(&topo, &mut procs);
+    start_prometheus(&topo, &mut procs);
+    let prom = Prom { t: &topo };
+    wait_for("the first scrape", Duration::from_secs(20), || {
+        !prom.query(&format!("tlsrum_packets_total{{instance=\"{AGENT}\"}}")).is_empty()
+    });
+
+    // Two rounds, a few scrapes apart: every series exists before its second
+    // increment, so rate() over the window sees it move.
+    let steps = steps(&topo.dir);
+    let want = totals(&steps, ROUNDS);
+    let traffic_start = now();
+    for round in 0..ROUNDS {
+        if round > 0 {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        make_traffic(&topo, &steps);
+        procs.check_alive(&topo.dir);
+    }
+    let events_path = topo.dir.join("events.ndjson");
+    let records = || prom.query(&format!("tlsrum_connection_records_total{{instance=\"{AGENT}\"}}")).first().map_or(0.0, |r| r.1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while records() < want.connections && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let events = std::fs::read_to_string(&events_path).unwrap_or_default();
+    assert_eq!(records(), want.connections, "records scraped; the agent wrote:\n{events}");
+    let traffic_secs = now() - traffic_start;
+    eprintln!("traffic: {} connections in {traffic_secs:.1}s, scraped; {:.1}s since the start", want.connections, started.elapsed().as_secs_f64());
+
+    // The agent's counters, as Prometheus has them, are what the test made.
+    check_counters(&prom, AGENT, &want, &events);
+
+    // Every metric a dashboard names is in the agent's /metrics.
+    let exposition = topo.get(&format!("http://{AGENT}/metrics"), &[]).unwrap();
+    let exposed = exposed_names(&exposition);
+    let mut used = BTreeSet::new();
+    for (_, d) in &dashboards {
+        for p in panels(d) {
+            for t in targets(p) {
+                used.extend(metric_names(t["expr"].as_str().unwrap()));
+            }
+        }
+        for v in d["templating"]["list"].as_array().unwrap() {
+            if let Some(q) = v["query"]["query"].as_str() {
+                used.extend(metric_names(q));
+            }
+        }
+    }
+    let missing: Vec<&String> = used.iter().filter(|n| !exposed.contains(*n)).collect();
+    assert!(missing.is_empty(), "metrics the dashboards use but the agent does not expose: {missing:?}\nexposed: {exposed:?}");
+    for n in &used {
+        assert!(n.starts_with("tls_") || n.starts_with("tlsrum_"), "{n}: not one of the agent's metrics");
+    }
+    eprintln!("metrics: the dashboards use {} names, all exposed: {used:?}", used.len());
+
+    // Variables: label_values(METRIC{SELECTOR}, LABEL) as Grafana runs it.
+    let instance = grafana_escape(AGENT);
+    let window = format!("{}s", traffic_secs.ceil() as u64 + 10);
+    for (file, d) in &dashboards {
+        for v in d["templating"]["list"].as_array().unwrap() {
+            let Some(q) = v["query"]["query"].as_str() else { continue };
+            let inner = q.strip_prefix("label_values(").and_then(|s| s.strip_suffix(')')).unwrap();
+            let (series, label) = inner.rsplit_once(", ").unwrap();
+            let vars = Vars { instance: instance.clone(), server_name: ".*".into(), transport: "tcp".into(), interval: window.clone() };
+            let series = substitute(series, &vars);
+            let data = prom.api(&format!("/api/v1/label/{label}/values"), &[("match[]", &series)]);
+            let values: BTreeSet<&str> = data.as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+            let expect: &[&str] = match label {
+                "instance" => &[AGENT],
+                "server_name" => &["a.test", "b.test", "c.test"],
+                "transport" => &["tcp"],
+                other => panic!("{file}: unexpected variable label {other}"),
+            };
+            assert_eq!(values, expect.iter().copied().collect(), "{file}: ${}: {q}", v["name"]);
+        }
+    }
+
+    // Every panel's queries, as Grafana would send them.
+    let mut queries = 0;
+    for server_name in [".*".to_string(), grafana_escape("a.test")] {
+        let vars = Vars { instance: instance.clone(), server_name: server_name.clone(), transport: "tcp".into(), interval: window.clone() };
+        for (file, d) in &dashboards {
+            for p in panels(d) {
+                for t in targets(p) {
+                    let expr = substitute(t["expr"].as_str().unwrap(), &vars);
+                    let rows = prom.query(&expr);
+                    check_result(file, p, &expr, &rows, server_name == ".*");
+                    queries += 1;
+                }
+            }
+        }
+    }
+    eprintln!("queries: {queries} panel queries returned data in range (window {window}); {:.1}s since the start", started.elapsed().as_secs_f64());
+    procs.check_alive(&topo.dir);
+    drop(procs);
+    drop(topo);
+
+    // Grafana's dashboard schema.
+    let out = Command::new("node")
+        .arg(repo().join("tests/dashboards/validate.mjs"))
+        .arg(repo().join("dashboards"))
+        .output()
+        .expect("node");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "schema validation failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(summary["self_test"]["caught"], summary["self_test"]["planted"], "{report}");
+    assert_eq!(summary["dashboards"].as_array().unwrap().len(), dashboards.len());
+    eprintln!(
+        "schema: {} dashboards, {} panels type-check against @grafana/schema {} (TypeScript {}); {} planted mistakes caught; {:.1}s in all",
+        dashboards.len(),
+        summary["panels"],
+        summary["schema"],
+        summary["typescript"],
+        summary["self_test"]["caught"],
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn metric_names_are_parsed_out_of_queries() {
+    let names = metric_names(
+        r#"histogram_quantile(0.5, sum by (kind, le) (rate(tls_handshake_duration_seconds_bucket{instance=~"$instance", x="tls_not_a_metric"}[$__rate_interval]))) / up{job="a"} or label_values(tlsrum_packets_total, instance)"#,
+    );
+    assert_eq!(
+        names,
+        ["tls_handshake_duration_seconds_bucket", "tlsrum_packets_total", "up"].iter().map(|s| s.to_string()).collect()
+    );
+    assert_eq!(grafana_escape("127.0.0.1:9853"), r"127\\.0\\.0\\.1:9853");
+}
