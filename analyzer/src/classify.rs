@@ -428,12 +428,60 @@ impl TlsHandshake {
         match self.server_hello.as_ref() {
             Some(sh) if !sh.version().is_tls13() || sh.psk_selected.is_none() => EarlyData::Rejected,
             // PSK accepted: whether early data was too is in the encrypted
-            // EncryptedExtensions, readable only with a key log.
+            // EncryptedExtensions, readable only with a key log -- or shown
+            // by the client's EndOfEarlyData (heuristic eoed_before_finished).
             _ => match self.early_data_accepted {
                 Some(true) => EarlyData::Accepted,
                 Some(false) => EarlyData::Rejected,
+                None if self.end_of_early_data_seen() => EarlyData::Accepted,
                 None => EarlyData::Attempted,
             },
+        }
+    }
+
+    /// Sizes of the TLS 1.3 client's encrypted EndOfEarlyData and Finished
+    /// records for the negotiated suite (no padding): EndOfEarlyData is a
+    /// 4-byte handshake header, Finished adds the transcript hash; each record
+    /// adds 1 byte of inner content type and the AEAD tag (RFC 8446 §4.5,
+    /// §4.4.4, §5.2).
+    pub fn eoed_and_finished_lens(&self) -> Option<(u16, u16)> {
+        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr && sh.version().is_tls13())?;
+        let (hash, tag) = match sh.cipher_suite {
+            0x1301 | 0x1303 | 0x1304 => (32, 16), // AES_128_GCM, CHACHA20_POLY1305, AES_128_CCM: SHA-256
+            0x1302 => (48, 16),                   // AES_256_GCM_SHA384
+            0x1305 => (32, 8),                    // AES_128_CCM_8_SHA256
+            _ => return None,
+        };
+        Some((4 + 1 + tag, 4 + hash + 1 + tag))
+    }
+
+    /// Heuristic `eoed_before_finished`: early data was accepted if the
+    /// client's first encrypted records after it acknowledged the ServerHello
+    /// are an EndOfEarlyData-sized record and, right behind it in the same
+    /// segment, a Finished-sized one. A client sends EndOfEarlyData only when
+    /// the server's EncryptedExtensions accepted early data (RFC 8446 §4.5);
+    /// after a rejection its first record is the Finished. The lookalike -- a
+    /// client writing exactly 4 more bytes of early data after the server's
+    /// flight arrived, coalesced with its Finished -- is not something a TLS
+    /// stack produces; padded records simply leave the answer "attempted".
+    fn end_of_early_data_seen(&self) -> bool {
+        let Some((eoed_len, fin_len)) = self.eoed_and_finished_lens() else { return false };
+        let client = &self.records[Dir::Client as usize];
+        let Some(i) = client
+            .iter()
+            .position(|r| r.content_type == ct::APPLICATION_DATA && self.acks_server_hello(r))
+        else {
+            return false;
+        };
+        match (client.get(i), client.get(i + 1)) {
+            (Some(e), Some(f)) => {
+                e.len == eoed_len
+                    && f.content_type == ct::APPLICATION_DATA
+                    && f.len == fin_len
+                    && f.seq == e.end
+                    && f.ts == e.ts
+            }
+            _ => false,
         }
     }
 
@@ -553,5 +601,86 @@ mod tests {
         assert_eq!(hs.kind(), HandshakeKind::Full);
         assert!(hs.false_start);
         assert_eq!(hs.round_trips(), Some(1));
+    }
+
+    /// A TLS 1.3 PSK resumption whose client sent early data (AES_256_GCM:
+    /// EndOfEarlyData 21 bytes, Finished 69), as openssl s_client sends it to
+    /// nginx with ssl_early_data on. `client_tail` is the client's records
+    /// after the server's flight: (length, same segment as the previous one).
+    fn resumed13_early(client_tail: &[(u16, bool)]) -> TlsHandshake {
+        use crate::tls::handshake::{ClientHello, PskOffer, ServerHello};
+        let mut hs = TlsHandshake::default();
+        let (c, s) = (Dir::Client, Dir::Server);
+        let ch = rec(0.0, ct::HANDSHAKE, 1000, 578, 5000);
+        hs.on_record(c, ch);
+        hs.client_hello = Some(ClientHello {
+            supported_versions: vec![0x0304],
+            psk: Some(PskOffer { identities: 1, first_identity_len: 192 }),
+            early_data: true,
+            ..Default::default()
+        });
+        hs.state = State::ClientHello;
+        let early = rec(0.0, ct::APPLICATION_DATA, ch.end, 54, 5000);
+        hs.on_record(c, early);
+        let sh = rec(0.1, ct::HANDSHAKE, 5000, 128, early.end);
+        hs.on_record(s, sh);
+        hs.server_hello = Some(ServerHello {
+            legacy_version: 0x0303,
+            selected_version: Some(0x0304),
+            psk_selected: Some(0),
+            cipher_suite: 0x1302,
+            ..Default::default()
+        });
+        hs.server_hello_end = Some(sh.end);
+        hs.state = State::ServerHello13;
+        hs.on_record(s, rec(0.1, ct::CHANGE_CIPHER_SPEC, sh.end, 1, early.end));
+        let ee = rec(0.1, ct::APPLICATION_DATA, sh.end + 6, 46, early.end);
+        let fin = rec(0.1, ct::APPLICATION_DATA, ee.end, 69, early.end);
+        let response = rec(0.1002, ct::APPLICATION_DATA, fin.end, 162, early.end);
+        for r in [ee, fin, response] {
+            hs.on_record(s, r);
+        }
+        let (mut seq, mut ts) = (early.end, 0.2);
+        for &(len, same_segment) in client_tail {
+            if !same_segment {
+                ts += 0.0001;
+            }
+            let r = rec(ts, ct::APPLICATION_DATA, seq, len, response.end);
+            hs.on_record(c, r);
+            seq = r.end;
+        }
+        hs
+    }
+
+    /// Regression: without a key log, 0-RTT that nginx accepted (its log said
+    /// $ssl_early_data=1; delay-line capture at 20/100/260 ms) came out
+    /// "attempted" with round_trips null, though the client's EndOfEarlyData
+    /// was on the wire.
+    #[test]
+    fn accepted_early_data_was_attempted_despite_end_of_early_data() {
+        let hs = resumed13_early(&[(21, false), (69, true)]);
+        assert_eq!(hs.kind(), HandshakeKind::Resumed);
+        assert_eq!(hs.early_data(), EarlyData::Accepted);
+        assert_eq!(hs.round_trips(), Some(0));
+    }
+
+    /// Regression: the 0.5-RTT response to accepted early data was sent
+    /// before the client's Finished arrived, so ttfb was null.
+    #[test]
+    fn zero_rtt_ttfb_was_null() {
+        let hs = resumed13_early(&[(21, false), (69, true)]);
+        let t = crate::timing::timing(&hs, &crate::timing::TcpHandshake::default());
+        assert_eq!(t.ttfb, Some(100.2));
+        assert_eq!(t.handshake, Some(200.1));
+    }
+
+    #[test]
+    fn early_data_without_end_of_early_data_stays_attempted() {
+        // Rejected (only a Finished), or a lookalike not coalesced with the Finished.
+        for tail in [&[(69, false)][..], &[(21, false), (69, false)], &[(22, false), (69, true)], &[(21, false), (53, true)]] {
+            let hs = resumed13_early(tail);
+            assert_eq!(hs.early_data(), EarlyData::Attempted, "{tail:?}");
+            assert_eq!(hs.round_trips(), None);
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::classify::{Dir, State, TlsHandshake};
 use crate::flow::reassembly::seq_diff;
-use crate::record::{HandshakeBytes, Timing};
+use crate::record::{EarlyData, HandshakeBytes, Timing};
 use crate::tls::enums::content_type as ct;
 use crate::tls::record::RecordInfo;
 
@@ -69,11 +69,36 @@ fn first_server_data(hs: &TlsHandshake) -> Option<&RecordInfo> {
         return server.clone().next().filter(|_| hs.state == State::Complete && !hs.sslv2);
     }
     let fin = hs.completed_by.filter(|_| hs.state == State::Complete)?;
+    if hs.early_data() == EarlyData::Accepted {
+        if let Some(r) = half_rtt_data(hs) {
+            return Some(r);
+        }
+    }
     let request = hs.records[Dir::Client as usize]
         .iter()
         .find(|r| r.content_type == ct::APPLICATION_DATA && seq_diff(r.seq, fin.end) >= 0);
     let threshold = request.map_or(fin.end, |r| r.end);
     server.clone().find(|r| acked(r, threshold))
+}
+
+/// With 0-RTT accepted the server answers the early request before the
+/// client's Finished reaches it (0.5-RTT data, RFC 8446 §2.3), so the rule
+/// above would miss the response. Its encrypted flight under a PSK is
+/// EncryptedExtensions then Finished; the first server record after the
+/// first Finished-sized record that is not the flight's first record is
+/// the response. Known limit, as for ttfb in general: a server that sends
+/// NewSessionTicket right behind its Finished (RFC 8446 §4.6.1 allows it)
+/// has that ticket counted as its first data.
+fn half_rtt_data(hs: &TlsHandshake) -> Option<&RecordInfo> {
+    let (_, fin_len) = hs.eoed_and_finished_lens()?;
+    let sh_end = hs.server_hello_end?;
+    let mut flight = hs.records[Dir::Server as usize]
+        .iter()
+        .filter(move |r| r.content_type == ct::APPLICATION_DATA && seq_diff(r.seq, sh_end) >= 0)
+        .skip(1)
+        .skip_while(|r| r.len != fin_len);
+    flight.next()?;
+    flight.next()
 }
 
 /// Whether the server's first application data has been seen: nothing
