@@ -275,7 +275,9 @@ const templating = {
       type: 'datasource',
       query: 'prometheus',
       regex: '',
-      current: { selected: false, text: 'default', value: 'default' },
+      // The data source deploy/grafana provisions; Grafana falls back to the
+      // first Prometheus data source where it does not exist.
+      current: { selected: false, text: 'Prometheus (tlsrum)', value: 'tlsrum-prometheus' },
       options: [],
       hide: 0,
       refresh: 1,
