@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption};
+use crate::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption, Transport};
 
 /// Distinct server names kept before the rest are folded into `(other)`.
 pub const MAX_NAMES: usize = 10_000;
@@ -169,22 +169,51 @@ impl Aggregate {
     }
 }
 
-/// Aggregates by server name, with a total.
+/// Aggregates by server name, with a total; the same split by transport
+/// (TLS over TCP, QUIC) for the replay table.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub by_name: BTreeMap<String, Aggregate>,
     pub total: Aggregate,
+    /// By transport, then server name (bounded like `by_name`, per transport).
+    pub by_transport_name: BTreeMap<Transport, BTreeMap<String, Aggregate>>,
+    pub by_transport: BTreeMap<Transport, Aggregate>,
 }
 
 impl Summary {
     pub fn add(&mut self, r: &ConnectionRecord) {
         self.total.add(r);
+        self.by_transport.entry(r.transport).or_default().add(r);
+        let name = r.sni.as_deref().unwrap_or(NO_SNI);
+        let names = self.by_transport_name.entry(r.transport).or_default();
+        if let Some(a) = names.get_mut(name) {
+            a.add(r);
+        } else {
+            let key = if names.len() < MAX_NAMES { name } else { OTHER };
+            names.entry(key.to_string()).or_default().add(r);
+        }
         let name = r.sni.as_deref().unwrap_or(NO_SNI);
         if let Some(a) = self.by_name.get_mut(name) {
             return a.add(r);
         }
         let key = if self.by_name.len() < MAX_NAMES { name } else { OTHER };
         self.by_name.entry(key.to_string()).or_default().add(r);
+    }
+
+    /// The `n` (name, transport) pairs with most connections, then the rest folded.
+    pub fn top_by_transport(&self, n: usize) -> (Vec<(&str, Transport, &Aggregate)>, Option<Aggregate>) {
+        let mut rows: Vec<(&str, Transport, &Aggregate)> =
+            self.by_transport_name.iter().flat_map(|(t, m)| m.iter().map(move |(k, v)| (k.as_str(), *t, v))).collect();
+        rows.sort_by(|a, b| b.2.connections.cmp(&a.2.connections).then(a.0.cmp(b.0)).then(a.1.cmp(&b.1)));
+        if rows.len() <= n {
+            return (rows, None);
+        }
+        let mut rest = Aggregate::default();
+        for (_, _, a) in &rows[n..] {
+            rest.merge(a);
+        }
+        rows.truncate(n);
+        (rows, Some(rest))
     }
 
     /// The `n` names with most connections (ties by name), then the rest folded.
