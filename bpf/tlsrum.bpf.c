@@ -4,7 +4,8 @@
  * the configured server ports and copy to user space, through a ring
  * buffer, only what the TLS analyzer needs: SYN/FIN/RST and the ACKs of the
  * handshake phase, and the payload of each direction up to a byte budget.
- * Once user space marks a flow done, nothing but FIN/RST leaves the kernel.
+ * Once user space marks a flow done, nothing but FIN/RST leaves the kernel,
+ * until a new SYN reopens the tuple.
  *
  * The programs never drop, redirect or change a packet: both always return
  * TC_ACT_UNSPEC (-1). With cls_bpf in direct-action mode that means "no
@@ -613,6 +614,22 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		return;
 	if (created)
 		flags |= TLSRUM_EV_NEW_FLOW;
+	/* A SYN without ACK on a known tuple opens a new connection (a client
+	 * reusing its port, a capture replayed twice): forget the old one's
+	 * done mark and byte budget, or the new handshake would never leave
+	 * the kernel. A retransmitted SYN finds nothing to reset. */
+	if (!created && p.proto == IPPROTO_TCP &&
+	    (p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
+	    (st->done || st->bytes[0] || st->bytes[1])) {
+		st->done = 0;
+		st->bytes[0] = 0;
+		st->bytes[1] = 0;
+		st->quic_short[0] = 0;
+		st->quic_short[1] = 0;
+		st->initiator = side;
+		flags |= TLSRUM_EV_NEW_FLOW;
+		count(TLSRUM_CNT_NEW_FLOWS, 1);
+	}
 	__sync_fetch_and_add(&st->packets[side & 1], 1);
 	ts = bpf_ktime_get_boot_ns();
 

@@ -8,6 +8,8 @@ APT_PACKAGES=(
   build-essential pkg-config libpcap-dev clang llvm libbpf-dev linux-libc-dev
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
+  # load generators for bench/live/
+  iperf3 wrk
   python3 python3-pip
   # headless browser for the HTML report test
   chromium fonts-dejavu-core
