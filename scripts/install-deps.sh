@@ -13,8 +13,10 @@ APT_PACKAGES=(
   python3 python3-pip
   # headless browser for the HTML report test
   chromium fonts-dejavu-core
-  # real Prometheus for the dashboard test (agent/tests/dashboards.rs)
-  prometheus
+  # real Prometheus for the dashboard test (agent/tests/dashboards.rs); the
+  # deploy/ checks there use promtool (in prometheus), systemd-analyze,
+  # strace and PyYAML
+  prometheus systemd strace python3-yaml
 )
 
 missing=()

@@ -986,3 +986,228 @@ fn metric_names_are_parsed_out_of_queries() {
     );
     assert_eq!(grafana_escape("127.0.0.1:9853"), r"127\\.0\\.0\\.1:9853");
 }
+
+// ---- deploy/ ----
+
+fn tool_or_skip(tools: &[&str], test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| !Command::new("sh").args(["-c", &format!("command -v {t}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success()))
+        .collect();
+    if root && missing.is_empty() {
+        return true;
+    }
+    let why = if root { format!("missing {missing:?}") } else { "not root".into() };
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but {test} cannot run: {why} (scripts/install-deps.sh installs it)");
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+/// `KEY=a b c` values of the unit's [Service] section.
+fn unit_values(unit: &str, key: &str) -> Vec<String> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+        .flat_map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+/// Every system call a systemd syscall set (or name) allows, as
+/// `systemd-analyze syscall-filter` lists them.
+fn expand_syscalls(name: &str, out: &mut BTreeSet<String>) {
+    if !name.starts_with('@') {
+        out.insert(name.to_string());
+        return;
+    }
+    let text = run(&["systemd-analyze", "syscall-filter", name]);
+    for l in text.lines().skip(1) {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        expand_syscalls(l, out);
+    }
+}
+
+/// One network namespace with a veth pair in it; deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Self {
+        let ns = Netns(format!("tlsrum-{tag}{}", std::process::id()));
+        run(&["ip", "netns", "add", &ns.0]);
+        run(&["ip", "-n", &ns.0, "link", "add", "tu0", "type", "veth", "peer", "name", "tu1"]);
+        for dev in ["tu0", "tu1", "lo"] {
+            run(&["ip", "-n", &ns.0, "link", "set", dev, "up"]);
+        }
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.0]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill has no memory-safety preconditions; only our children live here.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).stderr(Stdio::null()).status();
+    }
+}
+
+/// The agent for one second in `ns`, optionally as an unprivileged user
+/// with only `caps`, optionally under strace; (success, stderr).
+fn agent_once(ns: &str, backend: &str, caps: Option<&[String]>, strace: Option<&Path>, events: &Path) -> (bool, String) {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns]);
+    if let Some(out) = strace {
+        cmd.args(["strace", "-f", "-qq", "-o"]).arg(out);
+    }
+    if let Some(caps) = caps {
+        let list = caps.iter().map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase())).collect::<Vec<_>>().join(",");
+        cmd.args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(format!("--inh-caps=-all,{list}"))
+            .arg(format!("--ambient-caps=-all,{list}"))
+            .arg(format!("--bounding-set=-all,{list}"));
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_tlsrum"))
+        .args(["live", "--backend", backend, "--iface", "tu0", "--metrics", "127.0.0.1:9853", "--duration", "1.5", "--events"])
+        .arg(events);
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    // A scrape while it runs, so the metrics path is exercised too.
+    std::thread::sleep(Duration::from_millis(700));
+    let _ = Command::new("ip").args(["netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "http://127.0.0.1:9853/metrics"]).status();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// deploy/: the Prometheus examples pass promtool, the Grafana provisioning
+/// files say what Grafana needs, and the systemd unit passes
+/// `systemd-analyze verify`, while its promises hold without systemd: the
+/// agent runs as an unprivileged user with exactly the unit's capabilities
+/// (eBPF and libpcap backends), uses only system calls its
+/// SystemCallFilter allows and socket families RestrictAddressFamilies
+/// allows, and maps no writable-executable memory (MemoryDenyWriteExecute).
+#[test]
+fn deploy_files_hold_what_they_promise() {
+    let test = "deploy_files_hold_what_they_promise";
+    if !tool_or_skip(&["promtool", "python3", "systemd-analyze", "setpriv", "strace", "ip", "curl"], test) {
+        return;
+    }
+    let deploy = repo().join("deploy");
+
+    for f in ["prometheus.yml", "federation.yml", "remote-write.yml"] {
+        let out = Command::new("promtool").args(["check", "config"]).arg(deploy.join("prometheus").join(f)).output().unwrap();
+        assert!(out.status.success(), "promtool check config {f}:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
+    let yaml = |path: PathBuf| -> Value {
+        let out = Command::new("python3")
+            .args(["-c", "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let ds = yaml(deploy.join("grafana/provisioning/datasources/tlsrum-prometheus.yaml"));
+    assert_eq!(ds["apiVersion"], 1);
+    let d = &ds["datasources"][0];
+    assert_eq!(d["type"], "prometheus");
+    assert_eq!(d["access"], "proxy");
+    assert!(d["url"].as_str().unwrap().starts_with("http"));
+    assert_eq!(d["jsonData"]["timeInterval"], "15s", "the scrape interval of deploy/prometheus/prometheus.yml");
+    assert!(std::fs::read_to_string(deploy.join("prometheus/prometheus.yml")).unwrap().contains("scrape_interval: 15s"));
+    // The dashboards preselect the provisioned data source.
+    for (file, dash) in load_dashboards() {
+        let var = dash["templating"]["list"].as_array().unwrap().iter().find(|v| v["name"] == "datasource").unwrap().clone();
+        assert_eq!(var["current"]["value"], d["uid"], "{file}");
+    }
+    let prov = yaml(deploy.join("grafana/provisioning/dashboards/tlsrum.yaml"));
+    assert_eq!(prov["apiVersion"], 1);
+    let p = &prov["providers"][0];
+    assert_eq!(p["type"], "file");
+    assert!(p["options"]["path"].as_str().unwrap().starts_with('/'));
+
+    // The unit, as systemd reads it (ExecStart pointed at this build).
+    let unit_text = std::fs::read_to_string(deploy.join("tlsrum.service")).unwrap();
+    let dir = std::env::temp_dir().join(format!("tlsrum-deploy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let unit_copy = dir.join("tlsrum.service");
+    std::fs::write(&unit_copy, unit_text.replace("/usr/local/bin/tlsrum", env!("CARGO_BIN_EXE_tlsrum"))).unwrap();
+    let out = Command::new("systemd-analyze").arg("verify").arg(&unit_copy).output().unwrap();
+    let complaints = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && complaints.trim().is_empty(), "systemd-analyze verify:\n{complaints}");
+    let exec = unit_values(&unit_text, "ExecStart").join(" ");
+    assert!(exec.contains("live --iface") && exec.contains("--metrics"), "{exec}");
+    assert!(unit_values(&unit_text, "Restart") == ["on-failure"]);
+    let caps = unit_values(&unit_text, "AmbientCapabilities");
+    let want_caps: BTreeSet<String> = ["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON", "CAP_NET_RAW"].map(String::from).into();
+    assert_eq!(caps.iter().cloned().collect::<BTreeSet<_>>(), want_caps);
+    assert_eq!(unit_values(&unit_text, "CapabilityBoundingSet"), caps);
+    assert!(unit_values(&unit_text, "PrivateNetwork").is_empty(), "the agent must see the host's interfaces");
+
+    let ns = Netns::new("u");
+    // Like the unit's StateDirectory: owned by the (dynamic) user.
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    let events = state.join("events.ndjson");
+    // Unprivileged with the unit's capabilities: both backends start (eBPF
+    // only where it works as root at all: it is checked in ebpf_attach).
+    let (ok, err) = agent_once(&ns.0, "pcap", Some(&caps), None, &events);
+    assert!(ok, "pcap backend with the unit's capabilities:\n{err}");
+    let (ok, _) = agent_once(&ns.0, "pcap", Some(&[]), None, &events);
+    assert!(!ok, "the pcap backend started without capabilities: the check above proves nothing");
+    let (root_ok, root_err) = agent_once(&ns.0, "ebpf", None, None, &events);
+    let mut backends = vec!["pcap"];
+    if root_ok {
+        let (ok, err) = agent_once(&ns.0, "ebpf", Some(&caps), None, &events);
+        assert!(ok, "eBPF backend with the unit's capabilities:\n{err}");
+        backends.push("ebpf");
+    } else {
+        eprintln!("{test}: the eBPF backend does not start even as root here, capability check skipped: {root_err}");
+    }
+
+    // Sandboxing: what the agent does stays inside what the unit allows.
+    let mut allowed = BTreeSet::new();
+    for f in unit_values(&unit_text, "SystemCallFilter") {
+        expand_syscalls(&f, &mut allowed);
+    }
+    let families: BTreeSet<String> = unit_values(&unit_text, "RestrictAddressFamilies").into_iter().collect();
+    let mdwe = unit_values(&unit_text, "MemoryDenyWriteExecute") == ["yes"];
+    for backend in backends {
+        let trace = dir.join(format!("strace-{backend}.txt"));
+        let (ok, err) = agent_once(&ns.0, backend, None, Some(&trace), &events);
+        assert!(ok, "{backend} under strace:\n{err}");
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let mut used = BTreeSet::new();
+        for line in text.lines() {
+            // "PID name(args) = ret", "PID <... name resumed>", "PID +++ exited"
+            let Some(rest) = line.split_once(' ').map(|x| x.1.trim_start()) else { continue };
+            let Some((name, args)) = rest.split_once('(') else { continue };
+            if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') || name.is_empty() {
+                continue;
+            }
+            used.insert(name.to_string());
+            if name == "socket" {
+                let family = args.split(',').next().unwrap().trim();
+                assert!(families.contains(family), "{backend}: socket({family}) outside RestrictAddressFamilies {families:?}");
+            }
+            if mdwe && ((name == "mprotect" && args.contains("PROT_EXEC")) || (name == "mmap" && args.contains("PROT_WRITE|PROT_EXEC"))) {
+                panic!("{backend}: {line}: MemoryDenyWriteExecute=yes would refuse this");
+            }
+        }
+        // execve is the tracer starting the agent, before any filter applies... and
+        // systemd allows it anyway (@system-service includes @process).
+        let outside: Vec<&String> = used.iter().filter(|s| !allowed.contains(*s)).collect();
+        assert!(outside.is_empty(), "{backend}: system calls outside the unit's SystemCallFilter: {outside:?}");
+        assert!(used.len() > 20, "{backend}: strace saw only {used:?}");
+        eprintln!("{test}: {backend}: {} distinct system calls, all allowed by the unit", used.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
