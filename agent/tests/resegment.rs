@@ -46,9 +46,14 @@ fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng) -> Vec<String> {
     let mut a = Analyzer::new(Config::default());
     let packets: Vec<(f64, Packet<'_>)> = frames.iter().filter_map(|(ts, f)| decode(link, f).ok().map(|p| (*ts, p))).collect();
     let mut order: Vec<usize> = (0..packets.len()).collect();
-    // Swap adjacent data segments travelling the same way.
+    // Swap adjacent data segments travelling the same way. Only TCP: QUIC
+    // datagrams carry no byte sequence to restore, so their order is what
+    // the capture says it is (and decides which packet came first).
     for i in 0..order.len().saturating_sub(1) {
         let (p, q) = (&packets[order[i]].1, &packets[order[i + 1]].1);
+        if !matches!((p.transport, q.transport), (Transport::Tcp(_), Transport::Tcp(_))) {
+            continue;
+        }
         let port = |p: &Packet<'_>| match p.transport {
             Transport::Tcp(h) => h.src_port,
             Transport::Udp { src_port, .. } => src_port,

@@ -285,8 +285,9 @@ impl Analyzer {
         &self.stats
     }
 
+    /// TCP flows and QUIC connections in the tables.
     pub fn active_flows(&self) -> usize {
-        self.flows.len()
+        self.flows.len() + self.quic.active_connections()
     }
 
     /// Records finished since the last call, in the order they finished.
