@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare  # noqa: E402
 import wanlab  # noqa: E402
 
 
@@ -60,16 +61,28 @@ def expected(c):
     return None, None
 
 
+MAX_RERUNS = 2
+
+
 def run(rtts, workdir, n=3):
-    doc = {"started": time.time(), "rtts": rtts, "labs": []}
+    doc = {"started": time.time(), "rtts": rtts, "labs": [], "reruns": []}
     for rtt in rtts:
-        wanlab.log(f"RTT {rtt} ms")
-        lab = wanlab.Lab(rtt, Path(workdir) / f"rtt{rtt:g}")
-        with lab:
-            scenarios(lab, n)
-        res = lab.results()
-        for c in res["connections"]:
-            c["expected_kind"], c["expected_round_trips"] = expected(c)
+        for attempt in range(MAX_RERUNS + 1):
+            wanlab.log(f"RTT {rtt} ms" + (f" (rerun {attempt})" if attempt else ""))
+            lab = wanlab.Lab(rtt, Path(workdir) / f"rtt{rtt:g}-{attempt}")
+            with lab:
+                scenarios(lab, n)
+            res = lab.results()
+            for c in res["connections"]:
+                c["expected_kind"], c["expected_round_trips"] = expected(c)
+            rows = compare.rows({"labs": [res]})
+            if attempt < MAX_RERUNS and compare.rerun_worthy(rows):
+                why = sorted({f'{r["scenario"]}/{r["vantage"]}: {"; ".join(r["problems"] + r["noise"])}'
+                              for r in rows if r["problems"]})
+                wanlab.log(f"RTT {rtt} ms: rerun, the link or a client clock was off: {why}")
+                doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
+                continue
+            break
         doc["labs"].append(res)
     doc["elapsed"] = time.time() - doc["started"]
     return doc

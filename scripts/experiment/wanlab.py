@@ -34,12 +34,14 @@ PORTS = {
     "cache": 4402,    # shared session cache, no tickets
     "tickets": 4403,  # tickets, no cache
     "early": 4404,    # tickets + ssl_early_data on
+    "early-warmup": 4405,  # the same, for clients to warm up on
 }
 POLICY = {
     "none": ("none", "off", "off"),
     "cache": ("shared:SSL:4m", "off", "off"),
     "tickets": ("off", "on", "off"),
     "early": ("off", "on", "on"),
+    "early-warmup": ("off", "on", "on"),
 }
 METRICS_ADDR = "127.0.0.1:9853"
 
@@ -316,21 +318,22 @@ class Lab:
         """libssl through ctypes: a full TLS 1.3 handshake, then n-1 resumptions
         sending the request as 0-RTT early data (with early=True)."""
         self._json_client("earlyclient.py", ["--early"] if early else [], policy, "1.3", n, scenario,
-                          "openssl-ctypes")
+                          "openssl-ctypes", warmup_policy="early-warmup" if early else None)
 
-    def _json_client(self, script, extra, policy, tls, n, scenario, name):
+    def _json_client(self, script, extra, policy, tls, n, scenario, name, warmup_policy=None):
         port = PORTS[policy]
-        wport = PORTS["none"] if policy != "none" else PORTS["cache"]
+        wpol = warmup_policy or ("none" if policy != "none" else "cache")
+        wport = PORTS[wpol]
         out = self._run(self.ns_c, [sys.executable, HERE / script, "--host", SERVER_IP, "--port", port,
                                     "--sni", HOST, "--cafile", self.crt, "-n", n, "--warmup-port", wport] + extra,
                         timeout=30 + n * self.rtt / 1000 * 8)
         rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-        if len(rows) != n + 1:
-            raise LabError(f"{script} made {len(rows)} of {n + 1} connections: {out}")
+        if len([r for r in rows if not r["warmup"]]) != n:
+            raise LabError(f"{script} made {len(rows)} connections, wanted {n} after warm-up: {out}")
         for i, r in enumerate(rows):
             if "200" not in r.get("status_line", ""):
                 raise LabError(f"{script}: unexpected response {r}")
-            pol = policy if not r["warmup"] else "none" if policy != "none" else "cache"
+            pol = wpol if r["warmup"] else policy
             self.conns.append({"scenario": scenario, "policy": pol, "tls": tls, "client": name,
                                "index": i, **r})
 

@@ -1,0 +1,237 @@
+//! tlsrum's figures against a wide-area link: every handshake kind at 20,
+//! 100 and 260 ms RTT through tools/delayline, nginx in one network
+//! namespace, clients in another, captures at both ends replayed by tlsrum
+//! and `tlsrum live --backend pcap` at the server. The orchestration is
+//! scripts/experiment/accuracy.py (shared with `make experiment`); this test
+//! runs it and asserts:
+//!
+//! - `tcp_rtt` within 1 ms of the configured RTT, at every vantage point;
+//! - `round_trips` exactly what nginx's log says the connection was
+//!   (TLS 1.2 full 2, resumed by session ID or ticket 1, TLS 1.3 full and
+//!   PSK 1, accepted 0-RTT 0);
+//! - `handshake` and `ttfb` within 2 ms or 2 % of the client's own clock
+//!   (curl -w time_appconnect/time_starttransfer minus time_connect, or the
+//!   same taken by the Python and libssl clients), matched by local port;
+//!   at the server, ttfb plus the RTT (phases start when the ClientHello
+//!   arrives; the response still has to travel back);
+//! - `avoidable` = RTT for TLS 1.2 full handshakes that offered a session
+//!   (nginx `ssl_session_cache none`), 0 for TLS 1.3 ones without early data,
+//!   and `tls_avoidable_handshake_seconds_total` from `tlsrum live` adds up
+//!   to the records';
+//! - live and replay at the server agree.
+//!
+//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3: without
+//! them the test is skipped with a message, except under CI=true where a
+//! missing capability is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn missing_capabilities() -> Vec<String> {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push("root".to_string());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        missing.push("/dev/net/tun".to_string());
+    }
+    for tool in ["ip", "tcpdump", "nginx", "curl", "openssl", "python3"] {
+        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success());
+        if !found {
+            missing.push(tool.to_string());
+        }
+    }
+    missing
+}
+
+/// The delay line next to the tlsrum binary under test; built if missing
+/// (`cargo test --workspace` builds it already, for its own tests).
+fn delayline() -> PathBuf {
+    let tlsrum = PathBuf::from(env!("CARGO_BIN_EXE_tlsrum"));
+    let path = tlsrum.with_file_name("delayline");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(repo()).args(["build", "-p", "delayline"]);
+        if tlsrum.components().any(|c| c.as_os_str() == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build -p delayline");
+        assert!(status.success(), "cargo build -p delayline failed");
+    }
+    assert!(path.exists(), "{} not found after building", path.display());
+    path
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn tolerance(ms: f64) -> f64 {
+    (0.02 * ms.abs()).max(2.0)
+}
+
+#[test]
+fn wan_accuracy_at_20_100_260_ms() {
+    let missing = missing_capabilities();
+    if !missing.is_empty() {
+        let msg = format!("WAN accuracy test needs: {}", missing.join(", "));
+        assert!(!ci(), "{msg} (CI=true: a missing capability is a failure)");
+        eprintln!("skipping: {msg}");
+        return;
+    }
+    let dl = delayline();
+    let work = std::env::temp_dir().join(format!("tlsrum-wan-test-{}", std::process::id()));
+    let out = work.join("accuracy.json");
+    std::fs::create_dir_all(&work).unwrap();
+    let status = Command::new("python3")
+        .arg(repo().join("scripts/experiment/accuracy.py"))
+        .args(["--rtt", "20,100,260", "--out"])
+        .arg(&out)
+        .arg("--workdir")
+        .arg(work.join("labs"))
+        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
+        .env("DELAYLINE", &dl)
+        .status()
+        .expect("run accuracy.py");
+    assert!(status.success(), "accuracy.py failed (lab error); logs in {}", work.display());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let mut kinds_seen = std::collections::BTreeSet::new();
+    for lab in doc["labs"].as_array().unwrap() {
+        let rtt = f(&lab["rtt"]).unwrap();
+        let mut avoidable_live_sum = 0.0;
+        let mut avoidable_offers = 0;
+        for c in lab["connections"].as_array().unwrap() {
+            let who = format!("rtt {rtt} {} #{} port {}", c["scenario"].as_str().unwrap(), c["index"], c["local_port"]);
+            let late = f(&c["line_late_max_us"]).unwrap_or(0.0);
+            if late > 500.0 {
+                failures.push(format!("{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"));
+            }
+            let Some(want_rt) = c["expected_round_trips"].as_u64() else {
+                failures.push(format!("{who}: nginx logged no kind ({})", c["nginx"]));
+                continue;
+            };
+            kinds_seen.insert(c["expected_kind"].as_str().unwrap().to_string());
+            let client_clock = c["time_connect"].as_f64().map(|tc| {
+                let hs = (f(&c["time_appconnect"]).unwrap() - tc) * 1e3;
+                let ttfb = (f(&c["time_starttransfer"]).unwrap() - tc) * 1e3;
+                (hs, ttfb)
+            });
+            for vantage in ["client", "server", "live"] {
+                let rec = &c[format!("tlsrum_{vantage}")];
+                let who = format!("{who} at {vantage}");
+                if rec.is_null() {
+                    failures.push(format!("{who}: no tlsrum record"));
+                    continue;
+                }
+                checked += 1;
+                let t = &rec["timing"];
+                if t["round_trips"].as_u64() != Some(want_rt) {
+                    failures.push(format!("{who}: round_trips {} but {} is {want_rt}", t["round_trips"], c["expected_kind"]));
+                }
+                match f(&t["tcp_rtt"]) {
+                    Some(r) if (r - rtt).abs() <= 1.0 => {}
+                    other => failures.push(format!("{who}: tcp_rtt {other:?}, configured {rtt}")),
+                }
+                if let (Some((chs, cttfb)), false) = (client_clock, c["warmup"].as_bool().unwrap_or(false)) {
+                    let shift = if vantage == "client" { 0.0 } else { rtt };
+                    match f(&t["handshake"]) {
+                        Some(hs) if (hs - chs).abs() <= tolerance(chs) => {}
+                        other => failures.push(format!("{who}: handshake {other:?} ms, client's clock {chs:.3}")),
+                    }
+                    match f(&t["ttfb"]) {
+                        Some(ttfb) if (ttfb + shift - cttfb).abs() <= tolerance(cttfb) => {}
+                        other => failures.push(format!("{who}: ttfb {other:?} ms (+{shift}), client's clock {cttfb:.3}")),
+                    }
+                }
+                // Avoidable: full handshakes whose client offered a session.
+                let offered = rec["offered"].as_array().is_some_and(|o| !o.is_empty());
+                let full = rec["handshake"] == "full";
+                let avoidable = f(&t["avoidable"]);
+                match (full && offered, rec["version"].as_str()) {
+                    (true, Some("TLS1.2")) => match avoidable {
+                        Some(a) if (a - rtt).abs() <= 1.0 => {}
+                        other => failures.push(format!("{who}: avoidable {other:?}, expected one RTT ({rtt})")),
+                    },
+                    (true, Some("TLS1.3")) if rec["early_data"] == "none" => {
+                        if avoidable != Some(0.0) {
+                            failures.push(format!("{who}: avoidable {avoidable:?}, expected 0 (TLS 1.3 without early data)"));
+                        }
+                    }
+                    (false, _) if avoidable.is_some() => {
+                        failures.push(format!("{who}: avoidable {avoidable:?} on a {} handshake offering {}", rec["handshake"], rec["offered"]));
+                    }
+                    _ => {}
+                }
+                if vantage == "live" {
+                    avoidable_live_sum += avoidable.unwrap_or(0.0);
+                    if full && offered && rec["version"] == "TLS1.2" {
+                        avoidable_offers += 1;
+                    }
+                    let server = &c["tlsrum_server"];
+                    for field in ["handshake", "resumption", "early_data", "offered", "version"] {
+                        if rec[field] != server[field] {
+                            failures.push(format!("{who}: live {field} {} but replay {}", rec[field], server[field]));
+                        }
+                    }
+                    for field in ["tcp_rtt", "handshake", "ttfb"] {
+                        if let (Some(a), Some(b)) = (f(&t[field]), f(&server["timing"][field])) {
+                            if (a - b).abs() > 0.01 {
+                                failures.push(format!("{who}: live {field} {a} but replay {b}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The Prometheus counter, scraped from `tlsrum live` before it stopped.
+        let metrics = lab["metrics"].as_str().unwrap_or("");
+        let counter: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("tls_avoidable_handshake_seconds_total{") && l.contains("server_name=\"tlsrum.test\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if metrics.is_empty() {
+            failures.push(format!("rtt {rtt}: no /metrics scraped from tlsrum live"));
+        } else if (counter - avoidable_live_sum / 1e3).abs() > 1e-6 || avoidable_offers == 0 {
+            failures.push(format!(
+                "rtt {rtt}: tls_avoidable_handshake_seconds_total{{server_name=\"tlsrum.test\"}} = {counter}, records sum to {} s over {avoidable_offers} TLS 1.2 offers",
+                avoidable_live_sum / 1e3
+            ));
+        } else if rtt == 100.0 {
+            eprintln!("rtt 100: tls_avoidable_handshake_seconds_total = {counter} s for {avoidable_offers} full TLS 1.2 handshakes that offered a session");
+        }
+    }
+    for kind in [
+        "TLS1.2 full",
+        "TLS1.2 resumed (session ID)",
+        "TLS1.2 resumed (ticket)",
+        "TLS1.3 full",
+        "TLS1.3 PSK",
+        "TLS1.3 0-RTT (early data accepted)",
+    ] {
+        if !kinds_seen.contains(kind) {
+            failures.push(format!("nginx never logged a {kind} handshake"));
+        }
+    }
+    for r in doc["reruns"].as_array().into_iter().flatten() {
+        eprintln!("rerun at rtt {}: {}", r["rtt"], r["why"]);
+    }
+    eprintln!("{checked} records checked in {:.0} s", f(&doc["elapsed"]).unwrap_or(0.0));
+    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&work);
+}
