@@ -547,7 +547,13 @@ impl QuicTracker {
     /// connections on one tuple); otherwise the tuple decides (the client
     /// may already use an ID the server issued in encrypted frames).
     fn short(&mut self, id: u64, ts: f64, src: Endpoint, bytes: &[u8], stats: &mut QuicStats) {
-        let Some(conn) = self.conns.peek(&id) else { return };
+        let Some(conn) = self.conns.peek_mut(&id) else { return };
+        if conn.active.is_none() {
+            // The record is out: bulk 1-RTT traffic costs two lookups.
+            conn.last_ts = ts;
+            return;
+        }
+        let conn = &*conn;
         let mut id = id;
         let own = conn.cids.iter().any(|(c, _)| !c.as_slice().is_empty() && bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice()));
         if !own {
