@@ -175,7 +175,7 @@ NGINX_SERVER = """    server {{
 class Lab:
     """One RTT: delay line, nginx, captures at both ends, tlsrum live at the server."""
 
-    def __init__(self, rtt_ms, workdir, name=None, live=True, delay_args=()):
+    def __init__(self, rtt_ms, workdir, name=None, live=True, delay_args=(), capture_filter="tcp"):
         self.rtt = float(rtt_ms)
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +183,7 @@ class Lab:
         self.ns_c, self.ns_s = f"{self.name}-c", f"{self.name}-s"
         self.live = live
         self.delay_args = list(delay_args)
+        self.capture_filter = capture_filter
         self.procs = Procs()
         self.conns = []        # what the clients did, one dict per connection
         self.metrics_text = None
@@ -224,7 +225,7 @@ class Lab:
             errf = self.dir / f"tcpdump-{side}.log"
             p = self.procs.spawn(self.nsexec(ns, ["tcpdump", "-i", IFACE, "-n", "-s", "0", "-U", "-B", "32768",
                                                   "--immediate-mode", "--time-stamp-precision=nano",
-                                                  "-w", pcap, "tcp"]), out=errf)
+                                                  "-w", pcap, self.capture_filter]), out=errf)
             wait_for(lambda: "listening on" in errf.read_text(errors="replace"), f"tcpdump in {ns}", proc=p)
             self.caps[side] = (p, pcap)
         self._start_nginx()
@@ -490,3 +491,45 @@ def wire_marks(pcap_path):
             elif flags & 0x10:
                 m.setdefault("ack", ts)
     return marks
+
+
+def read_pcap(path):
+    """(timestamp, raw IP bytes) of every packet in a raw-IP pcap."""
+    import struct
+    out = []
+    with open(path, "rb") as f:
+        head = f.read(24)
+        if len(head) < 24:
+            return out
+        magic = struct.unpack("<I", head[:4])[0]
+        endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+        nano = struct.unpack(endian + "I", head[:4])[0] == 0xA1B23C4D
+        while True:
+            rec = f.read(16)
+            if len(rec) < 16:
+                break
+            sec, frac, incl, _ = struct.unpack(endian + "IIII", rec)
+            out.append((sec + frac / (1e9 if nano else 1e6), f.read(incl)))
+    return out
+
+
+def one_way_delays(client_pcap, server_pcap):
+    """Per-packet one-way delay (ms) through the line, by direction: the same
+    bytes leave one namespace's TUN device and enter the other's (the line
+    forwards raw IP untouched), both stamped by the one kernel clock."""
+    def index(path):
+        seen = {}
+        for ts, pkt in read_pcap(path):
+            seen.setdefault(pkt, []).append(ts)
+        return seen
+    c, s = index(client_pcap), index(server_pcap)
+    ab, ba = [], []
+    for pkt, cts in c.items():
+        sts = s.get(pkt)
+        if not sts or len(sts) != len(cts):
+            continue  # identical retransmissions are ambiguous
+        src = pkt[12:16] if pkt and pkt[0] >> 4 == 4 else None
+        from_client = src == bytes(map(int, CLIENT_IP.split(".")))
+        for a, b in zip(cts, sts):
+            (ab if from_client else ba).append((b - a if from_client else a - b) * 1000)
+    return ab, ba
