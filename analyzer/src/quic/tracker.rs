@@ -146,6 +146,8 @@ struct Hint {
     /// A Version Negotiation packet was seen.
     vn: Option<f64>,
     decrypt_failures: u8,
+    /// 0-RTT packets that arrived before their connection's first Initial.
+    early_zero_rtt: u8,
 }
 
 /// Handshake state of a connection whose record is not out yet.
@@ -375,6 +377,15 @@ impl QuicTracker {
             if l.ty == LongType::Initial {
                 return self.new_connection(ts, src, dst, l, datagram_len, stats);
             }
+            if l.ty == LongType::ZeroRtt {
+                // Reordered ahead of its Initial (seen in browser captures).
+                let key = FlowKey::new(src, dst);
+                if let Some(h) = self.hints.get_mut(&key) {
+                    h.early_zero_rtt = h.early_zero_rtt.saturating_add(1);
+                } else {
+                    self.hints.put(key, Hint { early_zero_rtt: 1, ..Hint::default() });
+                }
+            }
             if std::env::var_os("TLSRUM_DEBUG").is_some() {
                 eprintln!("quic: orphan {:?} {src:?} -> {dst:?} dcid {:02x?}", l.ty, l.dcid);
             }
@@ -508,6 +519,12 @@ impl QuicTracker {
             return None;
         }
         let mut first_ts = ts;
+        if hint.early_zero_rtt > 0 {
+            act.zero_rtt_packets += u32::from(hint.early_zero_rtt);
+            if let Some(h) = self.hints.get_mut(&key) {
+                h.early_zero_rtt = 0;
+            }
+        }
         if let Some(vn) = hint.vn.filter(|&v| ts - v <= VN_WINDOW && ts >= v) {
             act.vn = true;
             act.notes.push("version_negotiation");
