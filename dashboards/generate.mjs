@@ -40,6 +40,10 @@ function m(metric, extra = '', suffix = '') {
 }
 
 const RI = '$__rate_interval';
+// Kernel counters the agent exports as tlsrum_drops_total{reason} that are
+// not lost packets (bpf/tlsrum.h: packets of done flows not forwarded, flow
+// states created, headers pulled) or not packets at all (bytes_lost).
+const NOT_DROPS = 'done|new_flows|pulled|bytes_lost';
 const rate = (metric, extra = '', suffix = '') => `rate(${m(metric, extra, suffix)}[${RI}])`;
 const inc = (metric, extra = '', suffix = '') => `increase(${m(metric, extra, suffix)}[$__range])`;
 
@@ -372,8 +376,13 @@ const health = [
   [
     timeseries(
       'Drops by reason',
-      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete.',
-      [target(`sum by (instance, reason) (rate(tlsrum_drops_total{instance=~"$instance"}[${RI}]))`, '{{reason}} {{instance}}')],
+      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget, header errors, fragments, load and flow-map errors) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete. Left out: done, new_flows and pulled, which the eBPF backend also exports under tlsrum_drops_total although they are bookkeeping, not losses, and bytes_lost, which counts bytes.',
+      [
+        target(
+          `sum by (instance, reason) (rate(tlsrum_drops_total{instance=~"$instance", reason!~"${NOT_DROPS}"}[${RI}]))`,
+          '{{reason}} {{instance}}',
+        ),
+      ],
       { unit: 'ops' },
     ),
     12,
@@ -387,7 +396,7 @@ const health = [
   [
     timeseries(
       'Flows evicted and expired',
-      'Evicted: pushed out of a full flow table (raise the table size if this is not zero). Expired: finished by the idle timeout.',
+      'Evicted: pushed out of the full flow table (200,000 flows) before the handshake was over; those connections are reported as incomplete. Expired: finished by the idle timeout (--idle-timeout).',
       [
         target(`sum by (instance) (rate(tlsrum_flows_evicted_total{instance=~"$instance"}[${RI}]))`, 'evicted {{instance}}'),
         target(`sum by (instance) (rate(tlsrum_flows_expired_total{instance=~"$instance"}[${RI}]))`, 'expired {{instance}}'),
