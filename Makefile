@@ -24,6 +24,7 @@ test: deps
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
 pcaps: deps
 	python3 scripts/gen-pcaps/generate.py --out pcaps
+	python3 scripts/gen-pcaps/quic.py --out pcaps
 
 # Throughput benchmark on a large synthetic-from-real capture (see bench/README.md).
 bench: build

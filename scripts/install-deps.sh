@@ -52,6 +52,13 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# Python packages (aioquic for the QUIC captures), through pip.
+req="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
+if ! python3 -c "import aioquic" >/dev/null 2>&1; then
+  python3 -m pip install --quiet -r "$req" 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages -r "$req"
+fi
+
 # Node.js for the browser test (Debian's if none is installed), then its
 # npm packages from the lock file.
 if ! command -v node >/dev/null 2>&1; then

@@ -158,10 +158,11 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             table::write_table(&mut out, s, args.top)?;
             writeln!(
                 out,
-                "{} files, {} packets, {} TLS connections, {} non-TLS flows, {} stream errors, {} reassembly gaps, {} flows evicted",
+                "{} files, {} packets, {} TLS-over-TCP and {} QUIC connections, {} non-TLS flows, {} stream errors, {} reassembly gaps, {} flows evicted",
                 files.len(),
                 total.packets,
                 total.tls_connections,
+                total.quic.connections,
                 total.non_tls_flows,
                 total.stream_errors,
                 total.reassembly_gaps,
