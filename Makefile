@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TLSRUM := target/release/tlsrum
 
-.PHONY: deps build demo test pcaps bench clean
+.PHONY: deps build demo test pcaps bench clean experiment
 
 deps:
 	@bash scripts/install-deps.sh
@@ -32,3 +32,9 @@ bench: build
 
 clean:
 	$(CARGO) clean
+
+# Handshake costs on emulated wide-area links (tools/delayline, root): writes
+# docs/experiments.md and docs/*.png (see scripts/experiment/run.py).
+experiment: deps
+	$(CARGO) build --release --locked -p tlsrum -p delayline
+	python3 scripts/experiment/run.py --docs docs

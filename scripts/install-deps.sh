@@ -17,6 +17,8 @@ APT_PACKAGES=(
   # deploy/ checks there use promtool (in prometheus), systemd-analyze,
   # strace and PyYAML
   prometheus systemd strace python3-yaml
+  # ping for the delay line's precision checks (tools/delayline, scripts/experiment)
+  iputils-ping
 )
 
 missing=()
@@ -57,6 +59,12 @@ req="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
 if ! python3 -c "import aioquic" >/dev/null 2>&1; then
   python3 -m pip install --quiet -r "$req" 2>/dev/null \
     || python3 -m pip install --quiet --break-system-packages -r "$req"
+fi
+# matplotlib for `make experiment`'s charts (scripts/experiment/requirements.txt).
+req_exp="$(cd "$(dirname "$0")" && pwd)/experiment/requirements.txt"
+if ! python3 -c "import matplotlib" >/dev/null 2>&1; then
+  python3 -m pip install --quiet -r "$req_exp" 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages -r "$req_exp"
 fi
 
 # Node.js for the browser test (Debian's if none is installed), then its
