@@ -1,0 +1,52 @@
+# Sourced by handshakes.sh and cpu.sh: makes bench-data/live-hs.pcap, a
+# large capture of real handshakes for tcpreplay onto the veth.
+#
+# bench/mkcapture multiplies the IPv4 TLS-over-TCP captures of pcaps/ into
+# LIVE_CONNECTIONS distinct connections (clients 10.0.0.0/8, server moved
+# from 127.0.0.1 to 198.18.0.1, 20 us apart, 10 bulk records each), then
+# tcprewrite moves the server to 192.0.2.1 and the clients to 198.18.0.0/15,
+# so that every address on the veth is a documentation or benchmarking one.
+# The frames keep zeroed MACs: the server namespace's stack drops them
+# (not addressed to it) after the TC and packet-tap hooks have seen them.
+# shellcheck shell=bash
+
+LIVE_CONNECTIONS="${LIVE_CONNECTIONS:-100000}"
+LIVE_PCAP="$DATA/live-hs.pcap"
+
+make_capture() {
+  local params inputs
+  inputs=$(ls "$ROOT"/pcaps/*-tls1[23]-*.pcapng | grep -v ipv6)
+  params="connections=$LIVE_CONNECTIONS $(stat -c '%n %s %Y' $inputs | md5sum | cut -c1-12)"
+  if [ -s "$LIVE_PCAP" ] && [ "$(cat "$LIVE_PCAP.params" 2>/dev/null)" = "$params" ]; then
+    log "== reusing $LIVE_PCAP"
+    return
+  fi
+  mkdir -p "$DATA"
+  log "== building $LIVE_PCAP ($LIVE_CONNECTIONS connections)"
+  cargo build --release --quiet --manifest-path "$ROOT/bench/mkcapture/Cargo.toml"
+  # shellcheck disable=SC2086
+  "$ROOT/bench/mkcapture/target/release/mkcapture" --out "$TMPD/raw.pcap" \
+    --connections "$LIVE_CONNECTIONS" --tls-only $inputs >&2
+  tcprewrite '--pnat=198.18.0.0/16:192.0.2.0/24,10.0.0.0/8:198.18.0.0/15' \
+    -i "$TMPD/raw.pcap" -o "$LIVE_PCAP"
+  rm -f "$TMPD/raw.pcap"
+  echo "$params" >"$LIVE_PCAP.params"
+}
+
+# The records `tlsrum replay` makes of the capture, by handshake kind:
+# "N full=F resumed=R failed=X ..." (cached next to the capture).
+replay_summary() {
+  local cache="$LIVE_PCAP.summary"
+  if [ ! -s "$cache" ] || [ "$cache" -ot "$LIVE_PCAP" ] || [ "$cache" -ot "$TLSRUM" ]; then
+    "$TLSRUM" replay --format ndjson "$LIVE_PCAP" | kinds >"$cache"
+  fi
+  cat "$cache"
+}
+
+# kinds < NDJSON: "N kind=count ..." sorted by kind.
+kinds() {
+  python3 -c '
+import collections, json, sys
+c = collections.Counter(json.loads(l)["handshake"] for l in sys.stdin if l.strip())
+print(sum(c.values()), " ".join(f"{k}={v}" for k, v in sorted(c.items())))'
+}
