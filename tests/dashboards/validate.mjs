@@ -18,7 +18,8 @@
 // Usage: node validate.mjs DASHBOARD_DIR
 // Prints a JSON summary on stdout; exits 1 on any error.
 
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execFileSync } from 'node:child_process';
@@ -26,7 +27,10 @@ import ts from 'typescript';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const dashDir = resolve(process.argv[2] ?? join(here, '../../dashboards'));
-const genDir = join(here, '.generated');
+// Generated sources go to a scratch directory whose node_modules points at
+// ours, so that the checkout need not be writable.
+const genDir = mkdtempSync(join(tmpdir(), 'tlsrum-dashboards-'));
+symlinkSync(join(here, 'node_modules'), join(genDir, 'node_modules'), 'dir');
 
 const PANELCFG = {
   timeseries: ['TimeSeriesPanelCfg', true],
@@ -96,8 +100,6 @@ function tsSource(dash) {
   return lines.join('\n') + '\n' + body.join('\n') + '\n';
 }
 
-rmSync(genDir, { recursive: true, force: true });
-mkdirSync(genDir, { recursive: true });
 const files = [];
 const summary = { schema: '', dashboards: [], panels: 0, typescript: ts.version };
 summary.schema = JSON.parse(readFileSync(join(here, 'node_modules/@grafana/schema/package.json'), 'utf8')).version;
@@ -184,6 +186,8 @@ for (const name of Object.keys(mutants)) {
   if (!caught.has(name)) fail(`self-test: the planted mistake "${name}" was not caught`);
 }
 
+if (!process.env.TLSRUM_KEEP_GENERATED) rmSync(genDir, { recursive: true, force: true });
+else summary.generated = genDir;
 summary.errors = errors;
 process.stdout.write(JSON.stringify(summary, null, 2) + '\n');
 process.exit(errors.length ? 1 : 0);
