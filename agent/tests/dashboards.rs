@@ -1081,6 +1081,24 @@ fn expand_syscalls(name: &str, out: &mut BTreeSet<String>) {
     }
 }
 
+/// A scratch directory, removed on drop (also when the test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// One network namespace with a veth pair in it; deleted on drop.
 struct Netns(String);
 
@@ -1184,9 +1202,8 @@ fn deploy_files_hold_what_they_promise() {
 
     // The unit, as systemd reads it (ExecStart pointed at this build).
     let unit_text = std::fs::read_to_string(deploy.join("tlsrum.service")).unwrap();
-    let dir = std::env::temp_dir().join(format!("tlsrum-deploy-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("tlsrum-deploy");
+    let dir = scratch.0.clone();
     let unit_copy = dir.join("tlsrum.service");
     std::fs::write(&unit_copy, unit_text.replace("/usr/local/bin/tlsrum", env!("CARGO_BIN_EXE_tlsrum"))).unwrap();
     let out = Command::new("systemd-analyze").arg("verify").arg(&unit_copy).output().unwrap();
@@ -1260,5 +1277,6 @@ fn deploy_files_hold_what_they_promise() {
         assert!(used.len() > 20, "{backend}: strace saw only {used:?}");
         eprintln!("{test}: {backend}: {} distinct system calls, all allowed by the unit", used.len());
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(ns);
+    drop(scratch);
 }
