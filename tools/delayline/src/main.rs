@@ -80,7 +80,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write one CSV line per packet (direction, length, FNV-1a hash of the
-    /// bytes, arrival, deadline and release in CLOCK_REALTIME ns) on exit.
+    /// bytes, TCP/UDP ports, arrival, deadline and release in CLOCK_REALTIME
+    /// ns) on exit.
     #[arg(long)]
     log: Option<PathBuf>,
     /// Packets kept for --log (the rest are counted, not logged).
@@ -158,9 +159,25 @@ struct LogEntry {
     dir: Dir,
     len: u32,
     hash: u32,
+    sport: u16,
+    dport: u16,
     arrived: u64,
     deadline: u64,
     released: u64,
+}
+
+/// TCP/UDP source and destination ports of a raw IPv4/IPv6 packet (0 if
+/// not TCP/UDP or an IPv6 extension header comes first), for --log.
+fn ports(pkt: &[u8]) -> (u16, u16) {
+    let l4 = match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 && matches!(pkt[9], 6 | 17) => Some(((pkt[0] & 0x0f) as usize) * 4),
+        Some(6) if pkt.len() >= 40 && matches!(pkt[6], 6 | 17) => Some(40),
+        _ => None,
+    };
+    match l4.and_then(|o| pkt.get(o..o + 4)) {
+        Some(p) => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
+        None => (0, 0),
+    }
 }
 
 fn fnv1a(data: &[u8]) -> u32 {
@@ -305,6 +322,8 @@ fn run(args: Args) -> Result<()> {
                                 dir: p.dir,
                                 len: p.data.len() as u32,
                                 hash: fnv1a(&p.data),
+                                sport: ports(&p.data).0,
+                                dport: ports(&p.data).1,
                                 arrived: p.arrived,
                                 deadline: p.deadline,
                                 released,
@@ -342,14 +361,16 @@ fn run(args: Args) -> Result<()> {
     let to_real = |t: u64| (t as i128 + realtime_offset) as u64;
     if let Some(path) = &args.log {
         let mut w = BufWriter::new(File::create(path).with_context(|| format!("create {}", path.display()))?);
-        writeln!(w, "dir,len,hash,arrived_ns,deadline_ns,released_ns")?;
+        writeln!(w, "dir,len,hash,sport,dport,arrived_ns,deadline_ns,released_ns")?;
         for e in &log {
             writeln!(
                 w,
-                "{},{},{:08x},{},{},{}",
+                "{},{},{:08x},{},{},{},{},{}",
                 e.dir.name(),
                 e.len,
                 e.hash,
+                e.sport,
+                e.dport,
                 to_real(e.arrived),
                 to_real(e.deadline),
                 to_real(e.released)
