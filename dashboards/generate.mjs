@@ -23,12 +23,12 @@ const LABELS = {
   tls_handshakes_total: ['server_name', 'transport'],
   tls_resumption_offers_total: ['server_name', 'transport'],
   tls_early_data_total: ['server_name', 'transport'],
-  tls_hello_retry_requests_total: ['transport'],
+  tls_hello_retry_requests_total: ['transport', 'server_name'],
   tls_handshake_duration_seconds: ['server_name', 'transport'],
   tls_time_to_first_byte_seconds: ['server_name', 'transport'],
   tls_handshake_round_trips: ['server_name', 'transport'],
-  tls_tcp_rtt_seconds: ['transport'],
-  tls_avoidable_handshake_seconds_total: ['server_name'],
+  tls_tcp_rtt_seconds: ['transport', 'server_name'],
+  tls_avoidable_handshake_seconds_total: ['transport', 'server_name'],
 };
 
 /** `metric{instance=~"$instance", <variable filters>, <extra>}` */
@@ -40,10 +40,6 @@ function m(metric, extra = '', suffix = '') {
 }
 
 const RI = '$__rate_interval';
-// Kernel counters the agent exports as tlsrum_drops_total{reason} that are
-// not lost packets (bpf/tlsrum.h: packets of done flows not forwarded, flow
-// states created, headers pulled) or not packets at all (bytes_lost).
-const NOT_DROPS = 'done|new_flows|pulled|bytes_lost';
 const rate = (metric, extra = '', suffix = '') => `rate(${m(metric, extra, suffix)}[${RI}])`;
 const inc = (metric, extra = '', suffix = '') => `increase(${m(metric, extra, suffix)}[$__range])`;
 
@@ -376,10 +372,10 @@ const health = [
   [
     timeseries(
       'Drops by reason',
-      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget, header errors, fragments, load and flow-map errors) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete. Left out: done, new_flows and pulled, which the eBPF backend also exports under tlsrum_drops_total although they are bookkeeping, not losses, and bytes_lost, which counts bytes.',
+      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget, header errors, fragments, load and flow-map errors) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete. Kernel bookkeeping (tlsrum_kernel_packets_total) and lost bytes (tlsrum_kernel_bytes_lost_total) are separate metrics.',
       [
         target(
-          `sum by (instance, reason) (rate(tlsrum_drops_total{instance=~"$instance", reason!~"${NOT_DROPS}"}[${RI}]))`,
+          `sum by (instance, reason) (rate(tlsrum_drops_total{instance=~"$instance"}[${RI}]))`,
           '{{reason}} {{instance}}',
         ),
       ],
@@ -622,10 +618,10 @@ const cost = dashboard({
     [
       timeseries(
         'HelloRetryRequest share',
-        'Handshakes with a HelloRetryRequest (the client guessed the wrong key share: one more round trip) / all handshakes. Not split by server name: the metric has no server_name label.',
+        'Handshakes with a HelloRetryRequest (the client guessed the wrong key share: one more round trip) / all handshakes.',
         [
           target(
-            `sum by (transport) (${rate('tls_hello_retry_requests_total')})\n/\nsum by (transport) (rate(tls_handshakes_total{instance=~"$instance", transport=~"$transport"}[${RI}]))`,
+            `(sum by (transport) (${rate('tls_hello_retry_requests_total')})\n  or 0 * sum by (transport) (rate(tls_handshakes_total{instance=~"$instance", transport=~"$transport", server_name=~"$server_name"}[${RI}])))\n/\nsum by (transport) (rate(tls_handshakes_total{instance=~"$instance", transport=~"$transport", server_name=~"$server_name"}[${RI}]))`,
             '{{transport}}',
           ),
         ],
@@ -637,7 +633,7 @@ const cost = dashboard({
     [
       timeseries(
         'TCP round-trip time',
-        'From the TCP three-way handshake, as seen at the agent. Not split by server name: the metric has no server_name label.',
+        'From the TCP three-way handshake, as seen at the agent.',
         [...quantiles('tls_tcp_rtt_seconds', 'transport'), mean('tls_tcp_rtt_seconds', 'transport')],
         { unit: 's' },
       ),

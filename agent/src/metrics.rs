@@ -48,13 +48,14 @@ pub struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TransportLabels {
+pub struct NameTransportLabels {
     pub transport: String,
+    pub server_name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NameLabels {
-    pub server_name: String,
+pub struct KindOnlyLabels {
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,16 +108,19 @@ pub struct Metrics {
     handshakes: Family<HandshakeLabels, Counter>,
     offers: Family<OfferLabels, Counter>,
     early_data: Family<EarlyDataLabels, Counter>,
-    hrr: Family<TransportLabels, Counter>,
+    hrr: Family<NameTransportLabels, Counter>,
     handshake_seconds: Family<KindLabels, Histogram>,
     ttfb_seconds: Family<KindLabels, Histogram>,
-    tcp_rtt_seconds: Family<TransportLabels, Histogram>,
+    tcp_rtt_seconds: Family<NameTransportLabels, Histogram>,
     round_trips: Family<KindLabels, Histogram>,
-    avoidable_seconds: Family<NameLabels, Counter<f64, AtomicU64>>,
+    avoidable_seconds: Family<NameTransportLabels, Counter<f64, AtomicU64>>,
     // agent health
     packets: Counter,
     records: Counter,
     events: Counter,
+    ringbuf_bytes: Counter,
+    kernel_packets: Family<KindOnlyLabels, Counter>,
+    kernel_bytes_lost: Counter,
     drops: Family<ReasonLabels, Counter>,
     flows_active: Gauge,
     flows_evicted: Counter,
@@ -135,17 +139,17 @@ impl Metrics {
         registry.register("tls_resumption_offers", "Resumption offers by method and outcome (accepted, declined)", offers.clone());
         let early_data = Family::<EarlyDataLabels, Counter>::default();
         registry.register("tls_early_data", "0-RTT offers by outcome (attempted, accepted, rejected)", early_data.clone());
-        let hrr = Family::<TransportLabels, Counter>::default();
+        let hrr = Family::<NameTransportLabels, Counter>::default();
         registry.register("tls_hello_retry_requests", "Handshakes with a HelloRetryRequest", hrr.clone());
         let handshake_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register("tls_handshake_duration_seconds", "ClientHello to the client's first application data, by kind", handshake_seconds.clone());
         let ttfb_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register("tls_time_to_first_byte_seconds", "ClientHello to the server's first application data, by kind", ttfb_seconds.clone());
-        let tcp_rtt_seconds = Family::<TransportLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
+        let tcp_rtt_seconds = Family::<NameTransportLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register("tls_tcp_rtt_seconds", "TCP round-trip time from the three-way handshake", tcp_rtt_seconds.clone());
         let round_trips = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0]));
         registry.register("tls_handshake_round_trips", "Handshake round trips before the client could send data", round_trips.clone());
-        let avoidable_seconds = Family::<NameLabels, Counter<f64, AtomicU64>>::default();
+        let avoidable_seconds = Family::<NameTransportLabels, Counter<f64, AtomicU64>>::default();
         registry.register("tls_avoidable_handshake_seconds", "Time full handshakes cost beyond a resumed one, where the client offered resumption", avoidable_seconds.clone());
         let packets = Counter::default();
         registry.register("tlsrum_packets", "Packets (or kernel events) analysed", packets.clone());
@@ -153,6 +157,16 @@ impl Metrics {
         registry.register("tlsrum_connection_records", "Connection records produced", records.clone());
         let events = Counter::default();
         registry.register("tlsrum_ringbuf_events", "Events received from the kernel ring buffer", events.clone());
+        let ringbuf_bytes = Counter::default();
+        registry.register("tlsrum_ringbuf_payload_bytes", "Payload bytes the kernel copied to user space", ringbuf_bytes.clone());
+        let kernel_packets = Family::<KindOnlyLabels, Counter>::default();
+        registry.register(
+            "tlsrum_kernel_packets",
+            "Kernel-side bookkeeping by kind: done (packets of finished flows kept in the kernel), new_flows, pulled (non-linear packets pulled)",
+            kernel_packets.clone(),
+        );
+        let kernel_bytes_lost = Counter::default();
+        registry.register("tlsrum_kernel_bytes_lost", "Payload bytes the kernel could not copy to user space (ring buffer full, chunk limit)", kernel_bytes_lost.clone());
         let drops = Family::<ReasonLabels, Counter>::default();
         registry.register("tlsrum_drops", "Data not delivered to the analyzer, by reason", drops.clone());
         let flows_active = Gauge::default();
@@ -178,6 +192,9 @@ impl Metrics {
             packets,
             records,
             events,
+            ringbuf_bytes,
+            kernel_packets,
+            kernel_bytes_lost,
             drops,
             flows_active,
             flows_evicted,
@@ -231,8 +248,9 @@ impl Metrics {
                 })
                 .inc();
         }
+        let nt = NameTransportLabels { transport: transport.clone(), server_name: server_name.clone() };
         if r.hrr {
-            self.hrr.get_or_create(&TransportLabels { transport: transport.clone() }).inc();
+            self.hrr.get_or_create(&nt).inc();
         }
         let kl = KindLabels { kind, transport: transport.clone(), server_name: server_name.clone() };
         if let Some(ms) = r.timing.handshake {
@@ -245,10 +263,10 @@ impl Metrics {
             self.round_trips.get_or_create(&kl).observe(n as f64);
         }
         if let Some(ms) = r.timing.tcp_rtt {
-            self.tcp_rtt_seconds.get_or_create(&TransportLabels { transport }).observe(ms / 1e3);
+            self.tcp_rtt_seconds.get_or_create(&nt).observe(ms / 1e3);
         }
         if let Some(ms) = r.timing.avoidable {
-            self.avoidable_seconds.get_or_create(&NameLabels { server_name }).inc_by(ms / 1e3);
+            self.avoidable_seconds.get_or_create(&nt).inc_by(ms / 1e3);
         }
     }
 
@@ -273,11 +291,16 @@ impl Metrics {
         for (name, value) in counters {
             let before = self.last_kernel.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
             let delta = value.saturating_sub(before);
-            if name == "events_sent" {
-                self.events.inc_by(delta);
-            } else if name != "bytes_sent" {
-                self.drops.get_or_create(&ReasonLabels { reason: name.clone() }).inc_by(delta);
-            }
+            match name.as_str() {
+                "events_sent" => self.events.inc_by(delta),
+                "bytes_sent" => self.ringbuf_bytes.inc_by(delta),
+                "bytes_lost" => self.kernel_bytes_lost.inc_by(delta),
+                "done" | "new_flows" | "pulled" => {
+                    self.kernel_packets.get_or_create(&KindOnlyLabels { kind: name.clone() }).inc_by(delta)
+                }
+                // ringbuf_full, payload_truncated, budget, parse_error, fragment, load_error, flow_map_error
+                _ => self.drops.get_or_create(&ReasonLabels { reason: name.clone() }).inc_by(delta),
+            };
         }
         self.last_kernel = counters.to_vec();
     }
