@@ -375,36 +375,56 @@ class Lab:
         capture, server-side capture, live at the server), nginx's log and
         the delay line's own lateness for the connection's packets."""
         tlsrum = binary("tlsrum", "TLSRUM")
+        # A client port comes round again over hundreds of connections: keep
+        # every record per port in time order and hand them out in the order
+        # the clients made their connections.
+        def queues(records, ts_key):
+            q = {}
+            for r in sorted(records, key=ts_key):
+                q.setdefault(r["_port"], []).append(r)
+            return q
         recs = {}
         for side in ("client", "server"):
             out = subprocess.run([tlsrum, "replay", self.dir / f"{side}.pcap", "--format", "ndjson"],
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 raise LabError(f"tlsrum replay {side}.pcap failed: {out.stderr}")
-            recs[side] = {port_of(r["client"]): r for r in map(json.loads, out.stdout.splitlines())}
+            rs = [dict(json.loads(line), _port=port_of(json.loads(line)["client"])) for line in out.stdout.splitlines()]
+            recs[side] = queues(rs, lambda r: r["ts"])
         live = {}
         lf = self.dir / "live.ndjson"
         if lf.exists():
-            live = {port_of(r["client"]): r for r in map(json.loads, lf.read_text().splitlines()) if r}
-        nginx_log = {}
-        for line in (self.dir / "nginx" / "access.log").read_text().splitlines():
+            rs = [dict(json.loads(line), _port=port_of(json.loads(line)["client"]))
+                  for line in lf.read_text().splitlines() if line.strip()]
+            live = queues(rs, lambda r: r["ts"])
+        lines = []
+        for i, line in enumerate((self.dir / "nginx" / "access.log").read_text().splitlines()):
             kv = dict(t.split("=", 1) for t in line.split())
-            nginx_log[int(kv["port"])] = kv
+            kv["_port"], kv["_i"] = int(kv["port"]), i
+            lines.append(kv)
+        nginx_log = queues(lines, lambda r: r["_i"])
         late = line_lateness(self.dir / "line.csv")
         # s_client does not print its port: take the connections in order.
         used = {c["local_port"] for c in self.conns if c["local_port"]}
-        spare = sorted((r for p, r in recs["client"].items() if p not in used), key=lambda r: r["ts"])
+        spare = sorted((r for p, q in recs["client"].items() if p not in used for r in q), key=lambda r: r["ts"])
         for c in self.conns:
             if c["local_port"] is None:
                 if not spare:
                     raise LabError("an s_client connection is missing from the client capture")
-                c["local_port"] = port_of(spare.pop(0)["client"])
+                c["local_port"] = spare.pop(0)["_port"]
+
+        def take(q, port):
+            lst = q.get(port)
+            if not lst:
+                return None
+            r = lst.pop(0)
+            return {k: v for k, v in r.items() if not k.startswith("_")}
         out = []
         for c in self.conns:
             p = c["local_port"]
             out.append({**c, "rtt": self.rtt,
-                        "tlsrum_client": recs["client"].get(p), "tlsrum_server": recs["server"].get(p),
-                        "tlsrum_live": live.get(p), "nginx": nginx_log.get(p),
+                        "tlsrum_client": take(recs["client"], p), "tlsrum_server": take(recs["server"], p),
+                        "tlsrum_live": take(live, p), "nginx": take(nginx_log, p),
                         "line_late_max_us": late.get(p)})
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
