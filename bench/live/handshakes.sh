@@ -49,7 +49,7 @@ OLD_BACKLOG=$(sysctl -n net.core.netdev_max_backlog)
 sysctl -qw net.core.netdev_max_backlog=100000
 trap 'sysctl -qw net.core.netdev_max_backlog='"$OLD_BACKLOG"'; cleanup' EXIT
 
-DROPS="ringbuf_full bytes_lost payload_truncated flow_map_error load_error reassembly_gap record_limit"
+DROPS="ringbuf_full payload_truncated flow_map_error load_error pcap_dropped pcap_ifdropped reassembly_gap record_limit"
 
 replay_run() { # BACKEND SPEED -> one result line
   local backend="$1" speed="$2" opt
@@ -73,6 +73,7 @@ replay_run() { # BACKEND SPEED -> one result line
   local got drops="" d
   got=$(kinds <"$AGENT_EVENTS")
   for d in $DROPS; do drops+=" $d=$(msum "$TMPD/m.txt" tlsrum_drops_total "reason=$d")"; done
+  drops+=" kernel_bytes_lost=$(msum "$TMPD/m.txt" tlsrum_kernel_bytes_lost_total)"
   local ok=yes
   [ "$got" = "$WANT" ] || ok=NO
   awk -v b="$backend" -v sp="$speed" -v s="$secs" -v n="$CONNS" -v f="$failed" \
@@ -143,5 +144,6 @@ for backend in $BACKENDS; do
   got=$(kinds <"$AGENT_EVENTS")
   drops=""
   for d in $DROPS; do drops+=" $d=$(msum "$TMPD/m.txt" tlsrum_drops_total "reason=$d")"; done
+  drops+=" kernel_bytes_lost=$(msum "$TMPD/m.txt" tlsrum_kernel_bytes_lost_total)"
   echo "  $backend: wrk $rps requests/s; nginx logged $reqs requests ($(grep -c 'reused=r' "$W/access.log" || true) reused); agent records: $got;$drops"
 done
