@@ -16,7 +16,7 @@
  *
  * Needs Linux 5.8 (ring buffer). Helpers used: map lookup/update,
  * bpf_skb_load_bytes, bpf_skb_pull_data, bpf_ktime_get_boot_ns (5.7),
- * bpf_ringbuf_output (5.8). __sk_buff->gso_size needs 5.7.
+ * bpf_ringbuf_output and bpf_ringbuf_query (5.8). __sk_buff->gso_size needs 5.7.
  *
  * All TLS parsing happens in user space: this file only filters and copies.
  */
@@ -46,6 +46,8 @@ const volatile __u8 all_ports = 0;
 const volatile __u8 quic = 0;
 /* Payload bytes forwarded per flow direction at most. */
 const volatile __u32 max_payload_per_dir = 65536;
+/* Pending ring-buffer bytes from which a record wakes the reader up. */
+const volatile __u32 wakeup_bytes = 1 << 19;
 
 /* ---- maps ---- */
 
@@ -472,6 +474,19 @@ flow_state(struct tlsrum_flow_key *key, int side, int *created)
 
 /* ---- events ---- */
 
+/* Waking the reader for a record is an interrupt (a self-IPI, a VM exit
+ * in a guest): done per record it cost more than everything else these
+ * programs do, about 1.5 us a record. So a record wakes the reader only
+ * once wakeup_bytes are pending; below that the reader finds the records
+ * when its poll times out (user space polls with a timeout, 100 ms in
+ * `tlsrum live`). */
+static __always_inline __u64 wakeup_flag(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 /* Sends the segment's header with its first send_len payload bytes, as
  * records of at most TLSRUM_CHUNK bytes. Every byte not sent is counted. */
 static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
@@ -510,7 +525,7 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
 		ev->offset = 0;
 		ev->len = 0;
 		ev->flags = flags | (p->payload_len ? TLSRUM_EV_CUT : 0);
-		if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0)) {
+		if (bpf_ringbuf_output(&events, ev, sizeof(*ev), wakeup_flag())) {
 			count(TLSRUM_CNT_RINGBUF_FULL, 1);
 			return;
 		}
@@ -550,7 +565,8 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
 			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
 			return;
 		}
-		if (bpf_ringbuf_output(&events, sc, sizeof(*ev) + n, 0)) {
+		if (bpf_ringbuf_output(&events, sc, sizeof(*ev) + n,
+				       wakeup_flag())) {
 			count(TLSRUM_CNT_RINGBUF_FULL, 1);
 			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
 			return;

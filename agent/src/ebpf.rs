@@ -46,6 +46,10 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 pub const CHUNK: usize = 16384;
 /// `TLSRUM_MAX_CHUNKS`: events per segment at most.
 pub const MAX_CHUNKS: usize = 16;
+/// A record wakes the reader only once this fraction of the ring buffer is
+/// pending (`wakeup_bytes`): a wakeup per record cost an interrupt each.
+/// Below it, records wait for the reader's poll timeout.
+pub const WAKEUP_FRACTION: u32 = 16;
 /// `TLSRUM_MAX_PORTS`.
 pub const MAX_PORTS: usize = 8;
 
@@ -596,6 +600,7 @@ impl EbpfCapture {
             .override_global("all_ports", &all_ports, true)
             .override_global("quic", &quic, true)
             .override_global("max_payload_per_dir", &opts.max_payload_per_dir, true)
+            .override_global("wakeup_bytes", &(ringbuf / WAKEUP_FRACTION), true)
             .map_max_entries("events", ringbuf)
             .load(BPF_OBJECT)
             .map_err(|e| explain(e, "cannot load the eBPF object"))?;
@@ -698,7 +703,9 @@ impl EbpfCapture {
     }
 
     /// Waits up to `timeout` for events, then hands every available one to
-    /// `f`. Returns the number of events.
+    /// `f`. Returns the number of events. The kernel wakes this up early
+    /// only when 1/[`WAKEUP_FRACTION`] of the ring buffer is pending, so
+    /// fewer events wait out the timeout: keep it short (100 ms).
     pub fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
         self.boot_to_epoch_ns = boot_to_epoch_ns();
         let mut n = self.drain(f);

@@ -11,12 +11,14 @@
 # shellcheck shell=bash
 
 LIVE_CONNECTIONS="${LIVE_CONNECTIONS:-100000}"
-LIVE_PCAP="$DATA/live-hs.pcap"
+# Bulk records per connection (mkcapture --bulk-ratio); 0: handshakes only.
+LIVE_BULK="${LIVE_BULK:-10}"
+if [ "$LIVE_BULK" = 10 ]; then LIVE_PCAP="$DATA/live-hs.pcap"; else LIVE_PCAP="$DATA/live-hs-bulk$LIVE_BULK.pcap"; fi
 
 make_capture() {
   local params inputs
   inputs=$(ls "$ROOT"/pcaps/*-tls1[23]-*.pcapng | grep -v ipv6)
-  params="connections=$LIVE_CONNECTIONS $(stat -c '%n %s %Y' $inputs | md5sum | cut -c1-12)"
+  params="connections=$LIVE_CONNECTIONS bulk=$LIVE_BULK $(stat -c '%n %s %Y' $inputs | md5sum | cut -c1-12)"
   if [ -s "$LIVE_PCAP" ] && [ "$(cat "$LIVE_PCAP.params" 2>/dev/null)" = "$params" ]; then
     log "== reusing $LIVE_PCAP"
     return
@@ -26,7 +28,7 @@ make_capture() {
   cargo build --release --quiet --manifest-path "$ROOT/bench/mkcapture/Cargo.toml"
   # shellcheck disable=SC2086
   "$ROOT/bench/mkcapture/target/release/mkcapture" --out "$TMPD/raw.pcap" \
-    --connections "$LIVE_CONNECTIONS" --tls-only $inputs >&2
+    --connections "$LIVE_CONNECTIONS" --bulk-ratio "$LIVE_BULK" --tls-only $inputs >&2
   tcprewrite '--pnat=198.18.0.0/16:192.0.2.0/24,10.0.0.0/8:198.18.0.0/15' \
     -i "$TMPD/raw.pcap" -o "$LIVE_PCAP"
   rm -f "$TMPD/raw.pcap"

@@ -4,28 +4,31 @@
 #
 # Traffic, identical for both: tcpreplay of bench-data/live-hs.pcap (capture.sh:
 # 100,000 real handshakes with 10 bulk records each) at --multiplier SPEED
-# from the client's end of the veth, and at the same time an iperf3 bulk
-# transfer (-b RATE) from the client namespace to a server on port 443 in the
-# server namespace. The agent (tlsrum live --all-ports) watches the server's end.
+# (default: --topspeed) from the client's end of the veth, and at the same
+# time an iperf3 bulk transfer (-b RATE for S seconds) from the client
+# namespace to a server on port 443 in the server namespace. The same packets
+# and bytes each run, whatever rate the machine reaches. The agent (tlsrum live --all-ports) watches the server's end.
 #
 # Per run: the agent process's CPU (user+system from /proc/PID/stat), the
 # in-kernel run time of the tlsrum TC programs (kernel.bpf_stats_enabled,
 # eBPF only; that cost is paid in softirq by whoever sends the packets, not by
 # the agent), the whole machine's busy CPU, and the records against replay.
 #
-#   bench/live/cpu.sh [--runs N] [--speed X] [--bulk RATE]
+#   bench/live/cpu.sh [--runs N] [--speed X|top] [--bulk RATE] [--secs S]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
 
 RUNS=3
-SPEED=0.5
+SPEED=top
 BULK=5G
+SECS=15
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
     --speed) SPEED="$2"; shift 2 ;;
     --bulk) BULK="$2"; shift 2 ;;
+    --secs) SECS="$2"; shift 2 ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
@@ -45,8 +48,10 @@ trap 'sysctl -qw net.core.netdev_max_backlog='"$OLD_BACKLOG"' kernel.bpf_stats_e
 
 bg iperf3-server ip netns exec "$SNS" iperf3 -s -p 443
 for _ in $(seq 100); do ip netns exec "$SNS" ss -Hltn "sport = :443" | grep -q . && break; sleep 0.05; done
-# The replay's duration at this speed sets the bulk transfer's.
-SECS=$(capinfos -u -M "$LIVE_PCAP" | awk -v sp="$SPEED" '/Capture duration/ { printf "%d", $3 / sp + 1 }')
+case "$SPEED" in
+  top) REPLAY_OPT=(--topspeed) ;;
+  *) REPLAY_OPT=(--multiplier="$SPEED") ;;
+esac
 
 one_run() { # BACKEND -> result line
   local backend="$1"
@@ -56,7 +61,7 @@ one_run() { # BACKEND -> result line
   a0=$(cpu_ticks "$AGENT_PID"); m0=$(machine_ticks); b0=$(bpf_runtime_ns); t0=$(date +%s.%N)
   ip netns exec "$CNS" iperf3 -c "$SIP" -p 443 -t "$SECS" -b "$BULK" -J >"$TMPD/iperf.json" &
   local ip=$!
-  ip netns exec "$CNS" tcpreplay -K -i "$CDEV" --multiplier="$SPEED" "$LIVE_PCAP" >"$TMPD/tcpreplay.out" 2>&1
+  ip netns exec "$CNS" tcpreplay -K -i "$CDEV" "${REPLAY_OPT[@]}" "$LIVE_PCAP" >"$TMPD/tcpreplay.out" 2>&1
   wait "$ip"
   sleep 2.5   # the agent catches up; counters reach /metrics
   a1=$(cpu_ticks "$AGENT_PID"); m1=$(machine_ticks); b1=$(bpf_runtime_ns); t1=$(date +%s.%N)

@@ -13,7 +13,7 @@
 # resumption) in the server namespace: one full handshake per request, with
 # the agent watching; records against nginx's own request count.
 #
-#   bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
+#   [LIVE_BULK=0] bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
 #                            [--wrk-secs S] [--no-wrk]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -59,6 +59,8 @@ replay_run() { # BACKEND SPEED -> one result line
   esac
   agent_start "$backend" 9941 --all-ports
   sleep 1
+  local c0 c1
+  c0=$(cpu_ticks "$AGENT_PID")
   local rx0
   rx0=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
   ip netns exec "$CNS" tcpreplay -K -i "$CDEV" "${opt[@]}" "$LIVE_PCAP" >"$TMPD/tcpreplay.out" 2>&1
@@ -66,6 +68,7 @@ replay_run() { # BACKEND SPEED -> one result line
   secs=$(sed -nE 's/.*Actual: [0-9]+ packets \([0-9]+ bytes\) sent in ([0-9.]+) seconds.*/\1/p' "$TMPD/tcpreplay.out")
   failed=$(sed -nE 's/.*Failed packets: +([0-9]+).*/\1/p' "$TMPD/tcpreplay.out")
   sleep 2.5   # ring buffer drained, counters exported (1 s ticks)
+  c1=$(cpu_ticks "$AGENT_PID")
   scrape "$AGENT_METRICS" >"$TMPD/m.txt"
   local rxd
   rxd=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
@@ -78,12 +81,12 @@ replay_run() { # BACKEND SPEED -> one result line
   [ "$got" = "$WANT" ] || ok=NO
   awk -v b="$backend" -v sp="$speed" -v s="$secs" -v n="$CONNS" -v f="$failed" \
       -v ev="$(msum "$TMPD/m.txt" tlsrum_ringbuf_events_total)" -v got="$got" -v drops="$drops" \
-      -v ok="$ok" -v vd="$((rxd - rx0))" \
-      'BEGIN { printf "%-5s %-5s %7.2f s %8.0f hs/s  records: %s  same as replay: %s  events=%s%s veth_rx_dropped=%s tcpreplay_failed=%s\n", b, sp, s, n / s, got, ok, ev, drops, vd, f }'
+      -v ok="$ok" -v vd="$((rxd - rx0))" -v cpu="$((c1 - c0))" -v hz="$HZ" \
+      'BEGIN { printf "%-5s %-5s %7.2f s %8.0f hs/s  records: %s  same as replay: %s  agent CPU %.2f s = %.1f us/handshake (%.0f%% of one core)  events=%s%s veth_rx_dropped=%s tcpreplay_failed=%s\n", b, sp, s, n / s, got, ok, cpu / hz, cpu / hz / n * 1e6, cpu / hz / s * 100, ev, drops, vd, f }'
 }
 
 echo
-echo "replayed handshakes: $LIVE_PCAP ($CONNS connections; replay: $WANT)"
+echo "replayed handshakes: $LIVE_PCAP ($CONNS connections, $LIVE_BULK bulk records each; replay: $WANT)"
 echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports"
 for speed in $SPEEDS; do
   for backend in $BACKENDS; do
