@@ -18,7 +18,7 @@ demo: build
 
 test: deps
 	$(CARGO) build --release --locked -p tlsrum
-	$(CARGO) test --release --locked --workspace
+	$(CARGO) test --release --locked --workspace --no-fail-fast
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).

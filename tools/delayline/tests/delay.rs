@@ -6,6 +6,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The tests run one at a time: each delay line busy-polls near its
+/// release times on a realtime thread, and two of them on a 2-core machine
+/// would measure each other rather than the line.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -107,6 +112,7 @@ impl Drop for Lab {
 
 #[test]
 fn holds_its_delay_within_half_a_millisecond() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !capable() {
         return;
     }
@@ -137,6 +143,7 @@ fn holds_its_delay_within_half_a_millisecond() {
 
 #[test]
 fn delays_each_direction_separately() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !capable() {
         return;
     }
@@ -149,6 +156,7 @@ fn delays_each_direction_separately() {
 
 #[test]
 fn drops_the_configured_share() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !capable() {
         return;
     }
