@@ -79,7 +79,7 @@ one_run() { # BACKEND -> result line
 }
 
 : >"$TMPD/results"
-log "== $RUNS runs per backend, alternating; tcpreplay --multiplier=$SPEED + iperf3 -b $BULK for ${SECS}s"
+log "== $RUNS runs per backend, alternating; tcpreplay ${REPLAY_OPT[*]} + iperf3 -b $BULK for ${SECS}s"
 for ((i = 1; i <= RUNS; i++)); do
   if [ $((i % 2)) -eq 1 ]; then order="ebpf pcap"; else order="pcap ebpf"; fi
   for backend in $order; do
@@ -92,7 +92,7 @@ done
 e=$(awk '$1 == "ebpf" { sub("agent_cpu_s=", "", $2); print $2 }' "$TMPD/results" | median)
 p=$(awk '$1 == "pcap" { sub("agent_cpu_s=", "", $2); print $2 }' "$TMPD/results" | median)
 echo
-echo "agent CPU, handshakes + bulk: tcpreplay --multiplier=$SPEED of $LIVE_PCAP ($CONNS connections) + iperf3 -b $BULK on port 443, ${SECS}s"
+echo "agent CPU, handshakes + bulk: tcpreplay ${REPLAY_OPT[*]} of $LIVE_PCAP ($CONNS connections) + iperf3 -b $BULK on port 443, ${SECS}s"
 echo "  $(nproc) cores, $(uname -r); agent: tlsrum live --all-ports; $RUNS runs per backend, alternating"
 sed 's/^/  /' "$TMPD/results"
 echo "  median agent CPU: eBPF $e s, pcap $p s"

@@ -14,7 +14,7 @@
 # the agent watching; records against nginx's own request count.
 #
 #   [LIVE_BULK=0] bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
-#                            [--wrk-secs S] [--no-wrk]
+#                            [--wrk-secs S] [--no-wrk] [--parallel]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
@@ -23,12 +23,14 @@ SPEEDS="0.5 1 2 top"
 BACKENDS="ebpf pcap"
 WRK_SECS=10
 DO_WRK=1
+PARALLEL=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --speeds) SPEEDS="$2"; shift 2 ;;
     --backends) BACKENDS="$2"; shift 2 ;;
     --wrk-secs) WRK_SECS="$2"; shift 2 ;;
     --no-wrk) DO_WRK=0; shift ;;
+    --parallel) PARALLEL=1; shift ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
@@ -38,7 +40,14 @@ need tcpreplay tcprewrite ip curl python3
 [ "$DO_WRK" = 0 ] || need wrk nginx openssl
 build
 make_capture
-WANT=$(replay_summary)
+if [ "$PARALLEL" = 1 ]; then
+  # Two halves sent by two tcpreplay processes at once.
+  make_split_captures
+  WANT=$(for f in "${LIVE_PARTS[@]}"; do "$TLSRUM" replay --format ndjson "$f"; done | kinds)
+else
+  LIVE_PARTS=("$LIVE_PCAP")
+  WANT=$(replay_summary)
+fi
 CONNS=${WANT%% *}
 log "   replay of the capture: $WANT"
 topo_up
@@ -63,10 +72,17 @@ replay_run() { # BACKEND SPEED -> one result line
   c0=$(cpu_ticks "$AGENT_PID")
   local rx0
   rx0=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
-  ip netns exec "$CNS" tcpreplay -K -i "$CDEV" "${opt[@]}" "$LIVE_PCAP" >"$TMPD/tcpreplay.out" 2>&1
+  local k pids=()
+  for k in "${!LIVE_PARTS[@]}"; do
+    ip netns exec "$CNS" tcpreplay -K -i "$CDEV" "${opt[@]}" "${LIVE_PARTS[$k]}" >"$TMPD/tcpreplay.$k.out" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k"; done
   local secs failed
-  secs=$(sed -nE 's/.*Actual: [0-9]+ packets \([0-9]+ bytes\) sent in ([0-9.]+) seconds.*/\1/p' "$TMPD/tcpreplay.out")
-  failed=$(sed -nE 's/.*Failed packets: +([0-9]+).*/\1/p' "$TMPD/tcpreplay.out")
+  # The slowest sender's time: all handshakes were sent within it.
+  secs=$(cat "$TMPD"/tcpreplay.*.out | sed -nE 's/.*Actual: [0-9]+ packets \([0-9]+ bytes\) sent in ([0-9.]+) seconds.*/\1/p' | sort -g | tail -1)
+  failed=$(cat "$TMPD"/tcpreplay.*.out | sed -nE 's/.*Failed packets: +([0-9]+).*/\1/p' | awk '{ s += $1 } END { print s }')
+  rm -f "$TMPD"/tcpreplay.*.out
   sleep 2.5   # ring buffer drained, counters exported (1 s ticks)
   c1=$(cpu_ticks "$AGENT_PID")
   scrape "$AGENT_METRICS" >"$TMPD/m.txt"
@@ -86,7 +102,8 @@ replay_run() { # BACKEND SPEED -> one result line
 }
 
 echo
-echo "replayed handshakes: $LIVE_PCAP ($CONNS connections, $LIVE_BULK bulk records each; replay: $WANT)"
+echo "replayed handshakes: ${LIVE_PARTS[*]} ($CONNS connections, $LIVE_BULK bulk records each; replay: $WANT)"
+[ "$PARALLEL" = 1 ] && echo "  two tcpreplay processes at once, one per half"
 echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports"
 for speed in $SPEEDS; do
   for backend in $BACKENDS; do
