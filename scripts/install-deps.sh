@@ -9,7 +9,7 @@ APT_PACKAGES=(
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
   # load generators for bench/live/
-  iperf3 wrk
+  iperf3 wrk bpftool
   python3 python3-pip
   # headless browser for the HTML report test
   chromium fonts-dejavu-core

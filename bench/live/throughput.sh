@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-need iperf3 ip curl python3
+need iperf3 bpftool ip curl python3
 build
 topo_up
 bg iperf3-server ip netns exec "$SNS" iperf3 -s -p "$PORT"
