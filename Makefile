@@ -17,8 +17,7 @@ demo: build
 	$(TLSRUM) replay pcaps/
 
 test: deps
-	$(CARGO) build --release --locked -p tlsrum
-	$(CARGO) test --release --locked --workspace --no-fail-fast
+	$(CARGO) test --profile ci --locked --workspace --no-fail-fast
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
