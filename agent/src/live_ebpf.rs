@@ -63,10 +63,17 @@ impl Source for EbpfSource {
 
     fn finished(&mut self, flows: &[(Endpoint, Endpoint)]) {
         let Some(cap) = self.cap.as_mut() else { return };
+        // The analyzer's flows carry no protocol: mark the one the kernel
+        // tracks (TCP first, the common case). Marking both created an entry
+        // for the other protocol each time, which halved the LRU map's room
+        // and doubled the system calls. A flow the map already evicted is
+        // recreated as a done TCP flow, as mark_done does.
         for &(a, b) in flows {
-            for proto in [6, 17] {
-                let _ = cap.mark_done(FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto });
+            let t = |proto| FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto };
+            if matches!(cap.mark_done_if_tracked(t(6)), Ok(true)) || matches!(cap.mark_done_if_tracked(t(17)), Ok(true)) {
+                continue;
             }
+            let _ = cap.mark_done(t(6));
         }
     }
 

@@ -645,6 +645,9 @@ struct Made {
     sserver: BTreeMap<u16, Vec<(bool, bool)>>,
     /// s_client runs with -early_data against nginx.
     nginx_early_offers: usize,
+    /// What s_client said of its early data, by the nginx port it went to
+    /// ("accepted" or "rejected").
+    nginx_early_verdict: BTreeMap<u16, &'static str>,
 }
 
 fn traffic(topo: &Topology) -> Made {
@@ -695,6 +698,15 @@ fn traffic(topo: &Topology) -> Made {
         assert!(second.contains(want), "{second}");
         made.connections += 2;
         made.nginx_early_offers += usize::from(early);
+        if early {
+            let verdict = if second.contains("Early data was accepted") {
+                "accepted"
+            } else {
+                assert!(second.contains("Early data was rejected"), "{second}");
+                "rejected"
+            };
+            made.nginx_early_verdict.insert(port2, verdict);
+        }
     }
 
     // gnutls-cli --resume against s_server -WWW: TLS 1.3 PSK, TLS 1.2 ticket.
@@ -813,15 +825,20 @@ fn assert_matches_servers(records: &[Value], log: &Path, made: &Made, who: &str)
         let sni = (e["sni"] != "-").then(|| e["sni"].clone());
         check("$ssl_server_name", r["sni"].as_str() == sni.as_deref());
         // nginx says 1 when it used early data; tlsrum cannot see the
-        // verdict under an accepted PSK and says "attempted" then.
+        // verdict under an accepted PSK and says "attempted" then. nginx's
+        // empty value only says the request was read after the handshake
+        // (early data may still have been accepted): the client's own
+        // verdict decides there.
         let early = s(&r["early_data"]);
+        let attempted_or_accepted = early == "attempted" || early == "accepted";
         if e["early"] == "1" {
-            check(
-                "$ssl_early_data",
-                early == "attempted" || early == "accepted",
-            );
-        } else {
-            check("$ssl_early_data", early != "accepted");
+            check("$ssl_early_data", attempted_or_accepted);
+        } else if early != "none" {
+            match made.nginx_early_verdict.get(&server_port) {
+                Some(&"accepted") => check("s_client: early data accepted", attempted_or_accepted),
+                Some(_) => check("s_client: early data rejected", early == "rejected"),
+                None => check("early data offered by no client", false),
+            }
         }
         early_offers += usize::from(early != "none");
         // The method follows from the version and the server's configuration.
@@ -1269,5 +1286,91 @@ fn ebpf_wakes_the_agent_per_batch() {
     assert!(
         (wakeups as f64) < 12.0 * secs + 10.0,
         "{wakeups} wakeups in {secs:.1} s for {events} events"
+    );
+}
+
+/// The id of the agent's kernel flow map (the LRU hash with 40-byte keys),
+/// from its file descriptors' fdinfo.
+fn flow_map_id(pid: u32) -> u32 {
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let fd = fd.unwrap();
+        let link = std::fs::read_link(fd.path()).unwrap_or_default();
+        if link.to_string_lossy() != "anon_inode:bpf-map" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        if field("map_type:").as_deref() == Some("9") && field("key_size:").as_deref() == Some("40")
+        {
+            return field("map_id:").unwrap().parse().unwrap();
+        }
+    }
+    panic!("agent {pid} has no flow map");
+}
+
+/// Regression: when the analyzer finished a flow, the agent marked it done
+/// in the kernel as TCP and as UDP (the analyzer's flows carry no
+/// protocol), which created a UDP entry for every TCP connection in the
+/// kernel's LRU flow map: half its room went to phantoms that evicted real
+/// flows, and each flow cost four system calls instead of two.
+#[test]
+fn ebpf_marks_only_the_flows_the_kernel_tracks() {
+    if common::skip(
+        "ebpf_marks_only_the_flows_the_kernel_tracks",
+        &[TOOLS, &["bpftool"]].concat(),
+    ) {
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().contains("-tls1") && p.extension().is_some_and(|x| x == "pcapng")
+        })
+        .collect();
+    files.sort();
+    let expected: usize = files.iter().map(|f| replay(f, &[]).len()).sum();
+    let topo = Topology::new("m");
+    let mut procs = Procs::default();
+    let all = vec!["--all-ports".to_owned()];
+    let agent = start_agent(&topo, &mut procs, "ebpf", "ebpf", &all, 9920);
+    let out = ns_cmd(
+        &topo.client_ns,
+        &["tcpreplay", "--topspeed", "-i", &topo.peer],
+    )
+    .args(&files)
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "tcpreplay: {out:?}");
+    let counts = wait_records(&[&agent], expected, &mut procs);
+    assert_eq!(counts[0], expected, "records");
+    let id = flow_map_id(agent.pid);
+    let dump = run(&["bpftool", "-j", "map", "dump", "id", &id.to_string()]);
+    let entries: Vec<Value> = serde_json::from_str(&dump).expect("bpftool JSON");
+    let proto = |e: &Value| -> u8 {
+        let b = &e["key"][36];
+        u8::from_str_radix(b.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap()
+    };
+    let tcp = entries.iter().filter(|e| proto(e) == 6).count();
+    let udp = entries.iter().filter(|e| proto(e) == 17).count();
+    let done = entries.iter().filter(|e| e["value"][32] != "0x00").count();
+    agent.stop(&mut procs);
+    eprintln!("kernel flow map: {tcp} TCP, {udp} UDP entries, {done} done; {expected} connections");
+    assert_eq!(udp, 0, "UDP entries for TCP-only traffic");
+    assert!(
+        tcp >= expected,
+        "{tcp} TCP entries for {expected} connections"
+    );
+    assert!(
+        done >= expected,
+        "{done} flows done for {expected} connections"
     );
 }
