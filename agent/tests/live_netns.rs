@@ -27,8 +27,13 @@
 //!    the files; one file goes twice, so every tuple is reused (regression:
 //!    the kernel kept the first connection's done mark and hid the second).
 //!
-//! Needs root, BPF, iproute2, nginx, openssl, gnutls-cli, curl, dumpcap,
-//! tcpreplay. Without them the tests say why and pass, except under
+//! Regressions, each named after what broke: `ebpf_sees_a_reused_tuple_again`,
+//! `pcap_backend_keeps_up_with_a_burst`, `ebpf_wakes_the_agent_per_batch`,
+//! `ebpf_marks_only_the_flows_the_kernel_tracks`.
+//!
+//! The tests take turns (about 45 s in all). Needs root, BPF, iproute2,
+//! nginx, openssl, gnutls-cli, curl, dumpcap, tcpreplay (and bpftool for the
+//! last regression). Without them the tests say why and pass, except under
 //! CI=true, where they fail. Namespaces and processes are cleaned up on
 //! failure too (drop guards).
 
@@ -44,6 +49,15 @@ use common::{ns_cmd, run, wait_for_text, Procs, Topology, SERVER_IP};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
+
+/// The tests run one at a time: on 2 cores, a top-speed replay or a 1 GiB
+/// download in one would delay the softirqs of another and stretch the
+/// timings that test compares to 1 ms.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 const HOST: &str = "tlsrum.test";
 
 /// nginx: resumption off, shared session cache, tickets, tickets + 0-RTT.
@@ -915,6 +929,7 @@ fn live_matches_servers_backends_and_replay() {
     if common::skip("live_matches_servers_backends_and_replay", TOOLS) {
         return;
     }
+    let _serial = one_at_a_time();
     let started = Instant::now();
     // Drop order (reverse of declaration): processes stopped, then the
     // namespaces deleted.
@@ -1198,6 +1213,7 @@ fn tcpreplay_of_pcaps_matches_replay() {
     if common::skip("tcpreplay_of_pcaps_matches_replay", TOOLS) {
         return;
     }
+    let _serial = one_at_a_time();
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -1217,6 +1233,7 @@ fn ebpf_sees_a_reused_tuple_again() {
     if common::skip("ebpf_sees_a_reused_tuple_again", TOOLS) {
         return;
     }
+    let _serial = one_at_a_time();
     let f = repo().join("pcaps/openssl-openssl-tls13-psk.pcapng");
     tcpreplay_case("t", &[f.clone(), f], &["ebpf"], false);
 }
@@ -1230,6 +1247,7 @@ fn pcap_backend_keeps_up_with_a_burst() {
     if common::skip("pcap_backend_keeps_up_with_a_burst", TOOLS) {
         return;
     }
+    let _serial = one_at_a_time();
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -1251,6 +1269,7 @@ fn ebpf_wakes_the_agent_per_batch() {
     if common::skip("ebpf_wakes_the_agent_per_batch", TOOLS) {
         return;
     }
+    let _serial = one_at_a_time();
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -1329,6 +1348,7 @@ fn ebpf_marks_only_the_flows_the_kernel_tracks() {
     ) {
         return;
     }
+    let _serial = one_at_a_time();
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .unwrap()
         .map(|e| e.unwrap().path())
