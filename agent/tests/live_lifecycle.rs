@@ -11,7 +11,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{ns_cmd, run, skip, wait_for_text, Procs, Topology, CLIENT_IP, SERVER_IP};
+use common::{ns_cmd, run, skip, wait_for_text, Procs, Topology, SERVER_IP};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 const PORT: u16 = 4433;
@@ -20,37 +20,7 @@ const PORT: u16 = 4433;
 fn recreate_veth(t: &Topology) {
     run(&["ip", "-n", &t.server_ns, "link", "del", &t.veth]);
     std::thread::sleep(Duration::from_millis(2500));
-    run(&[
-        "ip",
-        "link",
-        "add",
-        &t.veth,
-        "netns",
-        &t.server_ns,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &t.peer,
-        "netns",
-        &t.client_ns,
-    ]);
-    for (ns, dev, ip) in [
-        (&t.server_ns, &t.veth, SERVER_IP),
-        (&t.client_ns, &t.peer, CLIENT_IP),
-    ] {
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{ip}/24"),
-            "dev",
-            dev,
-        ]);
-        run(&["ip", "-n", ns, "link", "set", dev, "up"]);
-    }
+    t.create_veth();
 }
 
 fn handshake(t: &Topology) {
@@ -101,25 +71,7 @@ fn our_tc_programs() -> String {
 
 fn lifecycle(backend: &str, tag: &str) {
     let t = Topology::new(tag);
-    let (key, cert) = (t.path("key.pem"), t.path("cert.pem"));
-    run(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=life.test",
-        "-keyout",
-        key.to_str().unwrap(),
-        "-out",
-        cert.to_str().unwrap(),
-    ]);
+    let (key, cert) = t.self_signed("life.test");
     let mut procs = Procs::default();
     let mut server = ns_cmd(
         &t.server_ns,

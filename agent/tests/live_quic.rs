@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{ns_cmd, run, skip, wait_for_text, Procs, Topology, SERVER_IP};
+use common::{ns_cmd, skip, wait_for_text, Procs, Topology, SERVER_IP};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
@@ -61,27 +61,7 @@ fn quic_records_match_aioquic_on_both_backends() {
     }
     let topo = Topology::new("q");
     let peer = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/quic/peer.py");
-    let (key, cert) = (topo.path("key.pem"), topo.path("cert.pem"));
-    run(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=tlsrum.test",
-        "-addext",
-        "subjectAltName=DNS:tlsrum.test",
-        "-keyout",
-        key.to_str().unwrap(),
-        "-out",
-        cert.to_str().unwrap(),
-    ]);
+    let (key, cert) = topo.self_signed("tlsrum.test");
     let mut procs = Procs::default();
     let mut agent = |name: &str, backend: &str, metrics: &str| {
         let events = topo.path(&format!("{name}.ndjson"));

@@ -186,9 +186,12 @@ fn wan_accuracy_at_20_100_260_ms() {
                             failures.push(format!("{who}: live {field} {} but replay {}", rec[field], server[field]));
                         }
                     }
+                    // Two packet sockets (the agent's and dumpcap's) stamp a
+                    // TUN device's packets each on their own receipt: tens of
+                    // microseconds apart under load. The live contract is 1 ms.
                     for field in ["tcp_rtt", "handshake", "ttfb"] {
                         if let (Some(a), Some(b)) = (f(&t[field]), f(&server["timing"][field])) {
-                            if (a - b).abs() > 0.01 {
+                            if (a - b).abs() > 1.0 {
                                 failures.push(format!("{who}: live {field} {a} but replay {b}"));
                             }
                         }

@@ -102,24 +102,30 @@ impl Topology {
         // From here on, Drop cleans up whatever was made.
         run(&["ip", "netns", "add", &t.server_ns]);
         run(&["ip", "netns", "add", &t.client_ns]);
+        t.create_veth();
+        t
+    }
+
+    /// Makes the veth pair with its addresses (again, after a test deleted it).
+    pub fn create_veth(&self) {
         run(&[
             "ip",
             "link",
             "add",
-            &t.veth,
+            &self.veth,
             "netns",
-            &t.server_ns,
+            &self.server_ns,
             "type",
             "veth",
             "peer",
             "name",
-            &t.peer,
+            &self.peer,
             "netns",
-            &t.client_ns,
+            &self.client_ns,
         ]);
         for (ns, dev, ip) in [
-            (&t.server_ns, &t.veth, SERVER_IP),
-            (&t.client_ns, &t.peer, CLIENT_IP),
+            (&self.server_ns, &self.veth, SERVER_IP),
+            (&self.client_ns, &self.peer, CLIENT_IP),
         ] {
             run(&[
                 "ip",
@@ -134,7 +140,32 @@ impl Topology {
             run(&["ip", "-n", ns, "link", "set", dev, "up"]);
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
-        t
+    }
+
+    /// A self-signed ECDSA certificate for `cn` in the test directory: (key, cert).
+    pub fn self_signed(&self, cn: &str) -> (PathBuf, PathBuf) {
+        let (key, cert) = (self.path("key.pem"), self.path("cert.pem"));
+        run(&[
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-addext",
+            &format!("subjectAltName=DNS:{cn}"),
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ]);
+        (key, cert)
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
