@@ -1208,18 +1208,24 @@ fn tcpreplay_case(
     wakeups
 }
 
-#[test]
-fn tcpreplay_of_pcaps_matches_replay() {
-    if common::skip("tcpreplay_of_pcaps_matches_replay", TOOLS) {
-        return;
-    }
-    let _serial = one_at_a_time();
+/// The committed captures, pcaps/*.pcapng, sorted.
+fn committed_captures() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "pcapng"))
         .collect();
     files.sort();
+    files
+}
+
+#[test]
+fn tcpreplay_of_pcaps_matches_replay() {
+    if common::skip("tcpreplay_of_pcaps_matches_replay", TOOLS) {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let files = committed_captures();
     assert!(files.len() >= 10, "pcaps/ has {} captures", files.len());
     tcpreplay_case("r", &files, &["ebpf", "pcap"], false);
 }
@@ -1248,12 +1254,7 @@ fn pcap_backend_keeps_up_with_a_burst() {
         return;
     }
     let _serial = one_at_a_time();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "pcapng"))
-        .collect();
-    files.sort();
+    let files = committed_captures();
     tcpreplay_case("b", &files, &["pcap"], true);
 }
 
@@ -1270,15 +1271,10 @@ fn ebpf_wakes_the_agent_per_batch() {
         return;
     }
     let _serial = one_at_a_time();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "pcapng"))
-        .collect();
+    let mut files = committed_captures();
     // TCP only: a QUIC flow's tuple coming round again is the same
     // connection to the kernel and the analyzer alike.
     files.retain(|f| f.to_string_lossy().contains("-tls1"));
-    files.sort();
     let thrice: Vec<PathBuf> = files.iter().chain(&files).chain(&files).cloned().collect();
     let topo = Topology::new("w");
     let mut procs = Procs::default();
