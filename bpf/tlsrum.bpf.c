@@ -71,10 +71,40 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* Where the record walk of one segment stands. Kept in the per-CPU
+ * scratch map, not in registers: the verifier then knows nothing about
+ * these values at the top of each step, so every step looks alike to it
+ * and it checks the loop in a few passes instead of following every
+ * combination of values through all WALK_STEPS steps. */
+struct walk {
+	__u32	pos;		/* payload offset of the next byte to look at */
+	__u32	run;		/* first payload byte not sent yet */
+	__u32	len;		/* payload bytes in the segment */
+	__u32	data_seq;	/* sequence number of payload byte 0 */
+	__u32	events;		/* events sent for the segment */
+	__u32	state;		/* enum walk_state */
+	__u32	payload_off;	/* where the payload starts in the skb */
+	__u32	side;		/* sender's side of the flow key */
+	__u32	flags;		/* event flags */
+	__u32	closing;	/* the segment has FIN or RST */
+};
+
+enum walk_state {
+	WALK_GOING = 0,
+	WALK_END,	/* segment done */
+	WALK_LOST,	/* tracking lost; the bytes from `run` are not sent */
+	WALK_CUT,	/* the byte budget cut the segment (and tracking) */
+};
+
 /* One record being built: header then payload, handed whole to
- * bpf_ringbuf_output. Per CPU: TC programs run with bottom halves disabled,
- * so two runs never share it. Too big for the 512-byte stack. */
+ * bpf_ringbuf_output, plus where the segment's payload lies in the skb.
+ * Per CPU: TC programs run with bottom halves disabled, so two runs never
+ * share it. Too big for the 512-byte stack. */
 struct scratch {
+	struct walk walk;
+	struct tlsrum_flow_state init;
+	__u32 payload_off;
+	__u32 _pad;
 	struct tlsrum_event hdr;
 	__u8 data[TLSRUM_CHUNK];
 };
@@ -451,14 +481,23 @@ static __always_inline int flow_key(const struct pkt *p,
 static __always_inline struct tlsrum_flow_state *
 flow_state(struct tlsrum_flow_key *key, int side, int *created)
 {
-	struct tlsrum_flow_state *st, init = {};
+	struct tlsrum_flow_state *st, *init;
+	struct scratch *sc;
+	__u32 zero = 0;
 	long err;
 
 	st = bpf_map_lookup_elem(&flows, key);
 	if (st)
 		return st;
-	init.initiator = side;
-	err = bpf_map_update_elem(&flows, key, &init, BPF_NOEXIST);
+	/* The new state is built in the scratch map: 104 bytes would crowd
+	 * the 512-byte stack. */
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return NULL;
+	init = &sc->init;
+	__builtin_memset(init, 0, sizeof(*init));
+	init->initiator = side;
+	err = bpf_map_update_elem(&flows, key, init, BPF_NOEXIST);
 	if (err == 0) {
 		*created = 1;
 		count(TLSRUM_CNT_NEW_FLOWS, 1);
@@ -487,19 +526,19 @@ static __always_inline __u64 wakeup_flag(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
-/* Sends the segment's header with its first send_len payload bytes, as
- * records of at most TLSRUM_CHUNK bytes. Every byte not sent is counted. */
-static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
-				 __u8 dir, __u64 ts, __u32 send_len, __u8 flags)
+/* Writes the segment's header fields into the per-CPU scratch record;
+ * emit_run() then sends ranges of its payload. NULL if the map refuses. */
+static __always_inline struct scratch *
+prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u64 ts)
 {
 	struct tlsrum_event *ev;
 	struct scratch *sc;
-	__u32 zero = 0, off;
-	int i;
+	__u32 zero = 0;
 
 	sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (!sc)
-		return;
+		return NULL;
+	sc->payload_off = p->payload_off;
 	ev = &sc->hdr;
 	ev->ts_ns = ts;
 	ev->ifindex = skb->ifindex;
@@ -518,35 +557,63 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
 	ev->_pad[0] = 0;
 	ev->_pad[1] = 0;
 	ev->_pad[2] = 0;
-	if (p->first_fragment)
-		flags |= TLSRUM_EV_CUT;
+	ev->fill = 0;
+	ev->_pad2 = 0;
+	return sc;
+}
 
-	if (send_len == 0) {
-		ev->offset = 0;
-		ev->len = 0;
-		ev->flags = flags | (p->payload_len ? TLSRUM_EV_CUT : 0);
-		if (bpf_ringbuf_output(&events, ev, sizeof(*ev), wakeup_flag())) {
+/*
+ * Sends payload bytes [off, off + len) of the segment prepare()d in the
+ * scratch record, as records of at most TLSRUM_CHUNK bytes; the last one
+ * carries `fill` and, if `flags` has it, TLSRUM_EV_CUT. len 0 sends the
+ * header alone (at offset off). Every byte not sent is counted. Returns 0,
+ * or -1 if bytes were lost.
+ *
+ * A global function: the verifier checks it once rather than at each of
+ * its call sites, which sit inside the record walk's loop.
+ */
+__attribute__((noinline)) int emit_run(struct __sk_buff *skb, __u32 off,
+					      __u32 len, __u32 fill, __u32 flags)
+{
+	struct scratch *sc;
+	__u32 zero = 0, pos, cut = flags & TLSRUM_EV_CUT;
+	int i;
+
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return -1;
+	flags &= ~TLSRUM_EV_CUT;
+
+	if (len == 0) {
+		sc->hdr.offset = off;
+		sc->hdr.len = 0;
+		sc->hdr.fill = fill;
+		sc->hdr.flags = flags | cut;
+		if (bpf_ringbuf_output(&events, &sc->hdr, sizeof(sc->hdr),
+				       wakeup_flag())) {
 			count(TLSRUM_CNT_RINGBUF_FULL, 1);
-			return;
+			return -1;
 		}
 		count(TLSRUM_CNT_EVENTS_SENT, 1);
-		return;
+		return 0;
 	}
 
-	if (send_len > TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK) {
+	if (len > TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK) {
 		count(TLSRUM_CNT_PAYLOAD_TRUNCATED, 1);
-		count(TLSRUM_CNT_BYTES_LOST,
-		      send_len - TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK);
-		send_len = TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK;
+		count(TLSRUM_CNT_BYTES_LOST, len - TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK);
+		len = TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK;
+		cut = TLSRUM_EV_CUT;
+		fill = 0;
 	}
 
 	for (i = 0; i < TLSRUM_MAX_CHUNKS; i++) {
 		__u64 n;
+		int last;
 
-		off = i * TLSRUM_CHUNK;
-		if (off >= send_len)
+		pos = i * TLSRUM_CHUNK;
+		if (pos >= len)
 			break;
-		n = send_len - off;
+		n = len - pos;
 		if (n > TLSRUM_CHUNK)
 			n = TLSRUM_CHUNK;
 		/* Helper sizes must be provably in [1, TLSRUM_CHUNK], and
@@ -555,25 +622,38 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
 		barrier_var(n);
 		if (n == 0 || n > TLSRUM_CHUNK)
 			break;
-		ev->offset = off;
-		ev->len = n;
-		ev->flags = flags;
-		if (off + n >= send_len && send_len < p->payload_len)
-			ev->flags |= TLSRUM_EV_CUT;
-		if (bpf_skb_load_bytes(skb, p->payload_off + off, sc->data, n)) {
+		last = pos + n >= len;
+		sc->hdr.offset = off + pos;
+		sc->hdr.len = n;
+		sc->hdr.fill = last ? fill : 0;
+		sc->hdr.flags = flags | (last ? cut : 0);
+		if (bpf_skb_load_bytes(skb, sc->payload_off + off + pos, sc->data, n)) {
 			count(TLSRUM_CNT_LOAD_ERROR, 1);
-			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
-			return;
+			count(TLSRUM_CNT_BYTES_LOST, len - pos);
+			return -1;
 		}
-		if (bpf_ringbuf_output(&events, sc, sizeof(*ev) + n,
+		if (bpf_ringbuf_output(&events, &sc->hdr, sizeof(sc->hdr) + n,
 				       wakeup_flag())) {
 			count(TLSRUM_CNT_RINGBUF_FULL, 1);
-			count(TLSRUM_CNT_BYTES_LOST, send_len - off);
-			return;
+			count(TLSRUM_CNT_BYTES_LOST, len - pos);
+			return -1;
 		}
 		count(TLSRUM_CNT_EVENTS_SENT, 1);
 		count(TLSRUM_CNT_BYTES_SENT, n);
 	}
+	return 0;
+}
+
+/* The segment's header with its first send_len payload bytes (flagged cut
+ * if that is not all of them). */
+static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
+				 __u8 dir, __u64 ts, __u32 send_len, __u8 flags)
+{
+	if (!prepare(skb, p, dir, ts))
+		return;
+	if (p->first_fragment || send_len < p->payload_len)
+		flags |= TLSRUM_EV_CUT;
+	emit_run(skb, 0, send_len, 0, flags);
 }
 
 /* Reads the first payload byte (QUIC header form). -1 if unreadable. */
@@ -589,6 +669,328 @@ static __always_inline int first_payload_byte(struct __sk_buff *skb,
 	return b;
 }
 
+/* ---- TCP: record tracking, the in-kernel cut-off ---- */
+
+/* Record-walk steps per segment (a header, or a run of bytes of a record
+ * the analyzer reads). A segment holding more records than this ends the
+ * direction's tracking: the byte budget takes over. */
+#define WALK_STEPS		32
+
+static __always_inline int seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+static __always_inline void track_start(struct tlsrum_dir_state *d, __u32 seq)
+{
+	d->next_rec = seq;
+	d->fwd_until = seq;
+	d->plain_end = seq;
+	d->hdr = 0;
+	d->hdr_have = 0;
+	d->records = 0;
+	d->after_ccs = 0;
+	d->track = TLSRUM_TRACK_ON;
+}
+
+static __always_inline void track_lose(struct tlsrum_dir_state *d)
+{
+	if (d->track == TLSRUM_TRACK_ON)
+		count(TLSRUM_CNT_UNTRACKED, 1);
+	d->track = TLSRUM_TRACK_LOST;
+}
+
+/* Sends payload bytes [off, off + len) then `fill` zeros, within the
+ * direction's byte budget. Returns 1 if the budget cut it (the rest of
+ * the segment is not sent), else 0. */
+static __always_inline int send_range(struct __sk_buff *skb,
+				      struct tlsrum_flow_state *st, int side,
+				      __u32 off, __u32 len, __u32 fill,
+				      __u8 flags)
+{
+	__u32 budget = max_payload_per_dir, room;
+	__u64 sent = st->bytes[side & 1];
+	int cut = 0;
+
+	room = sent >= budget ? 0 : budget - (__u32)sent;
+	if (len > room) {
+		count(TLSRUM_CNT_BUDGET, 1);
+		len = room;
+		fill = 0;
+		flags |= TLSRUM_EV_CUT;
+		cut = 1;
+	}
+	if (len)
+		__sync_fetch_and_add(&st->bytes[side & 1], len);
+	if (fill)
+		count(TLSRUM_CNT_FILLED, fill);
+	emit_run(skb, off, len, fill, flags);
+	return cut;
+}
+
+/* One step: a record header, or the bytes of a record the analyzer reads
+ * up to the next header. Returns 1 when the walk is over. */
+static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
+				     struct tlsrum_flow_state *st)
+{
+	__u32 side = w->side & 1;
+	struct tlsrum_dir_state *me = &st->dir[side];
+	__u32 pos = w->pos, len = w->len, run = w->run;
+	__u32 rec = me->next_rec - w->data_seq;
+	__u32 have, type, major, rlen, fill;
+	__u64 raw = 0, h, n;
+
+	if (pos >= len) {
+		w->state = WALK_END;
+		return 1;
+	}
+	if (me->hdr_have == 0 && pos != rec) {
+		/* Inside a record the analyzer reads: sent as is. */
+		if (rec < pos) {
+			w->state = WALK_LOST;
+			return 1;
+		}
+		w->pos = rec < len ? rec : len;
+		return 0;
+	}
+	/* At a record header, or inside one split across segments: read
+	 * what is missing of its 5 bytes (all in one load, no byte loop). */
+	have = me->hdr_have;
+	n = 5 - have;
+	if (n > len - pos)
+		n = len - pos;
+	/* Test the very register passed to the helper (see emit_run). */
+	barrier_var(n);
+	if (n < 1 || n > 5) {
+		w->state = WALK_LOST;
+		return 1;
+	}
+	if (bpf_skb_load_bytes(skb, w->payload_off + pos, &raw, n)) {
+		count(TLSRUM_CNT_LOAD_ERROR, 1);
+		w->state = WALK_LOST;
+		return 1;
+	}
+	/* The n bytes as a big-endian number, after the bytes kept before. */
+	h = (me->hdr << (8 * n)) | (bpf_be64_to_cpu(raw) >> (64 - 8 * n));
+	pos += n;
+	if (have + n < 5) {
+		/* The header goes on in the next segment. */
+		me->hdr = h;
+		me->hdr_have = have + n;
+		w->pos = pos;
+		w->state = WALK_END;
+		return 1;
+	}
+	me->hdr = 0;
+	me->hdr_have = 0;
+	type = (h >> 32) & 0xff;
+	major = (h >> 24) & 0xff;
+	rlen = h & 0xffff;
+	/* What the analyzer's record layer accepts (SSLv2 records, with
+	 * another header, included out). */
+	if (type < 20 || type > 24 || major != 3 || rlen > TLSRUM_MAX_RECORD) {
+		w->state = WALK_LOST;
+		return 1;
+	}
+	me->records++;
+	me->next_rec = me->next_rec + 5 + rlen;
+	if ((type == 23 || type == 24) && !me->after_ccs) {
+		/* Encrypted: the header goes, the body is filled. A FIN or
+		 * RST ends the stream: no fill past the segment then. */
+		fill = rlen;
+		if (w->closing && pos + fill > len)
+			fill = len - pos;
+		w->events++;
+		if (send_range(skb, st, side, run, pos - run, fill, w->flags)) {
+			w->state = WALK_CUT;
+			return 1;
+		}
+		w->pos = pos + rlen;
+		w->run = pos + rlen;
+		return 0;
+	}
+	/* Read by the analyzer: a ChangeCipherSpec marks the next record (a
+	 * Finished, encrypted or not) as read too. */
+	me->after_ccs = type == 20;
+	me->plain_end = me->next_rec;
+	w->pos = pos;
+	return 0;
+}
+
+/*
+ * Walks the TLS records in the segment's new bytes (from me->fwd_until)
+ * and sends what the analyzer reads: every byte of handshake, alert and
+ * ChangeCipherSpec records and of the record after a ChangeCipherSpec,
+ * and each application_data record's 5-byte header, whose body user space
+ * fills with zeros (tlsrum.h). So after the handshake a direction costs
+ * one small event per record header, and segments holding only record
+ * bodies stay in the kernel. Returns the number of events sent, or -1
+ * when tracking was lost before the segment's end (the rest not sent:
+ * the caller falls back to the byte budget).
+ */
+static __always_inline int walk_records(struct __sk_buff *skb,
+					const struct pkt *p,
+					struct tlsrum_flow_state *st, int side,
+					struct tlsrum_dir_state *me, __u32 data_seq,
+					__u8 flags)
+{
+	int closing = p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST);
+	__u32 zero = 0, pos, run, len, events;
+	struct scratch *sc;
+	struct walk *w;
+	int i;
+
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return -1;
+	w = &sc->walk;
+	w->pos = me->fwd_until - data_seq;
+	w->run = w->pos;
+	w->len = p->payload_len;
+	w->data_seq = data_seq;
+	w->events = 0;
+	w->state = WALK_GOING;
+	w->payload_off = p->payload_off;
+	w->side = side & 1;
+	w->flags = flags;
+	w->closing = closing;
+	for (i = 0; i < WALK_STEPS; i++) {
+		if (walk_step(skb, w, st))
+			break;
+	}
+	pos = w->pos;
+	run = w->run;
+	len = w->len;
+	events = w->events;
+	if (w->state == WALK_CUT) {
+		track_lose(me);
+		return events;
+	}
+	if (w->state == WALK_GOING && pos < len)
+		w->state = WALK_LOST;	/* more records than steps */
+	if (w->state == WALK_LOST) {
+		track_lose(me);
+		me->fwd_until = data_seq + run;
+		return -1;
+	}
+	if (run < len && run < pos) {
+		__u32 end = pos < len ? pos : len;
+
+		events++;
+		if (send_range(skb, st, side, run, end - run, 0, flags)) {
+			track_lose(me);
+			return events;
+		}
+	}
+	me->fwd_until = data_seq + pos;
+	return events;
+}
+
+/* Whether a segment with nothing new to send still matters for its ACK:
+ * the analyzer reads acknowledgements of the records it reads (the TCP
+ * handshake's ACK, a client acknowledging the server's Finished). */
+static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side)
+{
+	struct tlsrum_dir_state *me = &st->dir[side & 1];
+	struct tlsrum_dir_state *peer = &st->dir[(side & 1) ^ 1];
+
+	if (peer->track == TLSRUM_TRACK_ON)
+		return !me->ack_valid || seq_before(me->acked, peer->plain_end);
+	/* Untracked peer: while its bytes are still forwarded. */
+	return st->bytes[(side & 1) ^ 1] < max_payload_per_dir;
+}
+
+static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *p,
+				       struct tlsrum_flow_state *st, int side,
+				       __u8 dir, __u64 ts, __u8 flags)
+{
+	struct tlsrum_dir_state *me = &st->dir[side & 1];
+	__u8 tf = p->tcp_flags;
+	__u32 data_seq = p->seq + ((tf & TCP_FLAG_SYN) ? 1 : 0);
+	__u32 len = p->payload_len;
+	int events = 0, tracked;
+
+	/* The stream starts after the SYN: its records can be followed. A
+	 * retransmitted SYN, or a new one before any data, starts again. */
+	if ((tf & TCP_FLAG_SYN) &&
+	    (me->track == TLSRUM_TRACK_NONE ||
+	     (me->records == 0 && me->hdr_have == 0 && me->fwd_until == me->next_rec &&
+	      me->fwd_until == me->plain_end)))
+		track_start(me, data_seq);
+
+	tracked = me->track == TLSRUM_TRACK_ON;
+	if (len && tracked && !p->first_fragment) {
+		if (!seq_before(me->fwd_until, data_seq + len)) {
+			/* Nothing new: sent or filled before. */
+			events = 0;
+		} else if (seq_before(me->fwd_until, data_seq)) {
+			/* A hole (reordering, loss before the hook): the record
+			 * boundaries are unknown from here. */
+			track_lose(me);
+		} else {
+			if (!prepare(skb, p, dir, ts))
+				return;
+			events = walk_records(skb, p, st, side, me, data_seq, flags);
+		}
+	} else if (len && tracked) {
+		track_lose(me);
+	}
+
+	/* Untracked from the start, or tracking lost before any of this
+	 * segment's new bytes went out. */
+	if (me->track != TLSRUM_TRACK_ON && len && (!tracked || events <= 0)) {
+		/* Byte budget: the segment from the first byte not yet sent. */
+		__u32 budget = max_payload_per_dir, room, off = 0, send_len;
+		__u64 sent = st->bytes[side & 1];
+
+		if (events < 0)
+			off = me->fwd_until - data_seq;
+		if (off > len)
+			off = len;
+		room = sent >= budget ? 0 : budget - (__u32)sent;
+		send_len = len - off < room ? len - off : room;
+		if (send_len < len - off)
+			count(TLSRUM_CNT_BUDGET, 1);
+		if (send_len || (tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
+			if (send_len)
+				__sync_fetch_and_add(&st->bytes[side & 1], send_len);
+			if (!prepare(skb, p, dir, ts))
+				return;
+			if (p->first_fragment || off + send_len < len)
+				flags |= TLSRUM_EV_CUT;
+			emit_run(skb, off, send_len, 0, flags);
+			events = 1;
+		} else {
+			/* Data past the budget: stays in the kernel. */
+			return;
+		}
+	}
+
+	if (events <= 0) {
+		/* Nothing new to send: a flag or a wanted ACK still goes. */
+		if (!(tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)) &&
+		    !((tf & TCP_FLAG_ACK) && ack_wanted(st, side))) {
+			if (len)
+				count(TLSRUM_CNT_OPAQUE, 1);
+			return;
+		}
+		if (!prepare(skb, p, dir, ts))
+			return;
+		emit_run(skb, len, 0, 0, flags | (len ? TLSRUM_EV_SEEN : 0));
+	}
+
+	if (tf & TCP_FLAG_ACK) {
+		if (!me->ack_valid || seq_before(me->acked, p->ack))
+			me->acked = p->ack;
+		me->ack_valid = 1;
+	}
+	if (me->records > TLSRUM_RECORDS_PER_DIR && !st->done) {
+		/* The analyzer has finished this connection by now. */
+		st->done = 1;
+		count(TLSRUM_CNT_RECORD_LIMIT, 1);
+	}
+}
+
 static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct tlsrum_flow_state *st;
@@ -597,7 +999,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	__u32 send_len, room, budget = max_payload_per_dir;
 	__u64 sent, ts;
 	__u8 flags = 0;
-	int ret, side, created = 0;
+	int ret, side, created = 0, b;
 
 	ret = parse_packet(skb, &p);
 	if (ret == PARSE_SHORT && skb->len > skb->data_end - skb->data) {
@@ -637,6 +1039,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	if (!created && p.proto == IPPROTO_TCP &&
 	    (p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
 	    (st->done || st->bytes[0] || st->bytes[1])) {
+		__builtin_memset(st->dir, 0, sizeof(st->dir));
 		st->done = 0;
 		st->bytes[0] = 0;
 		st->bytes[1] = 0;
@@ -659,43 +1062,31 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		return;
 	}
 
-	/* The budget check and the add below race between CPUs: a direction
-	 * may overshoot by what the CPUs send at the same moment. */
+	if (p.proto == IPPROTO_TCP) {
+		handle_tcp(skb, &p, st, side & 1, dir, ts, flags);
+		return;
+	}
+
+	/* QUIC: long-header packets up to the byte budget, and the first
+	 * short-header packet each way. */
 	sent = st->bytes[side & 1];
 	room = sent >= budget ? 0 : budget - (__u32)sent;
 	send_len = p.payload_len < room ? p.payload_len : room;
 	if (send_len < p.payload_len)
 		count(TLSRUM_CNT_BUDGET, 1);
-
-	if (p.proto == IPPROTO_UDP) {
-		int b;
-
-		if (p.payload_len == 0)
+	if (p.payload_len == 0)
+		return;
+	b = first_payload_byte(skb, &p);
+	if (b < 0)
+		return;
+	if (!(b & 0x80)) {
+		if (st->quic_short[side & 1])
 			return;
-		b = first_payload_byte(skb, &p);
-		if (b < 0)
-			return;
-		if (!(b & 0x80)) {
-			/* Short header: the first one each way, for timing. */
-			if (st->quic_short[side & 1])
-				return;
-			st->quic_short[side & 1] = 1;
-		}
-		if (send_len == 0)
-			return;
-	} else if (send_len == 0 &&
-		   !(p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
-		/* Data past the budget: stays in the kernel. */
-		if (p.payload_len)
-			return;
-		/* A bare ACK matters while the data it acknowledges is still
-		 * forwarded (RTT at the server, TLS 1.2 completion). */
-		if (st->bytes[(side & 1) ^ 1] >= budget)
-			return;
+		st->quic_short[side & 1] = 1;
 	}
-
-	if (send_len)
-		__sync_fetch_and_add(&st->bytes[side & 1], send_len);
+	if (send_len == 0)
+		return;
+	__sync_fetch_and_add(&st->bytes[side & 1], send_len);
 	emit(skb, &p, dir, ts, send_len, flags);
 }
 

@@ -18,6 +18,12 @@
 #define TLSRUM_MAX_CHUNKS	16
 /* Server ports the filter can hold. */
 #define TLSRUM_MAX_PORTS	8
+/* Records the analyzer keeps per direction (classify::MAX_RECORDS_PER_DIR):
+ * one more and it finishes the connection, so the kernel stops a flow once
+ * a direction has sent this many + 1 record headers. */
+#define TLSRUM_RECORDS_PER_DIR	48
+/* Largest TLS record body (2^14 + 2048, as the analyzer's record layer). */
+#define TLSRUM_MAX_RECORD	18432
 
 /* tlsrum_event.direction */
 enum tlsrum_direction {
@@ -34,6 +40,16 @@ enum tlsrum_event_flag {
 	TLSRUM_EV_DONE		= 1 << 1,
 	/* First packet of the flow seen by the kernel (state created). */
 	TLSRUM_EV_NEW_FLOW	= 1 << 2,
+	/* The segment's bytes outside this event already reached user space
+	 * (sent, or filled by an earlier event): nothing is missing. */
+	TLSRUM_EV_SEEN		= 1 << 3,
+};
+
+/* tlsrum_dir_state.track */
+enum tlsrum_track {
+	TLSRUM_TRACK_NONE	= 0,	/* no SYN seen: the byte budget applies */
+	TLSRUM_TRACK_ON		= 1,	/* record boundaries known */
+	TLSRUM_TRACK_LOST	= 2,	/* given up (gap, not TLS): byte budget */
 };
 
 /*
@@ -48,6 +64,13 @@ enum tlsrum_event_flag {
  * A segment whose payload is larger than TLSRUM_CHUNK is sent as several
  * records with the same header fields except offset/len: the bytes of a
  * record start at TCP sequence number seq + offset.
+ *
+ * `fill` zero bytes follow the record's `len` bytes in the stream: the body
+ * of an application_data record whose header this record carries. The
+ * kernel never sends those bodies (they are encrypted and the analyzer only
+ * needs their length); user space feeds zeros in their place, so the
+ * analyzer's byte stream stays whole. A fill may reach past the segment:
+ * the later segments holding the rest of the body are not sent at all.
  */
 struct tlsrum_event {
 	__u64	ts_ns;		/*  0 */
@@ -68,7 +91,9 @@ struct tlsrum_event {
 	__u8	tcp_flags;	/* 75 TCP header byte 13: FIN 0x01 SYN 0x02 RST 0x04 PSH 0x08 ACK 0x10 */
 	__u8	flags;		/* 76 enum tlsrum_event_flag */
 	__u8	_pad[3];	/* 77 */
-};				/* 80 */
+	__u32	fill;		/* 80 zero bytes that follow this record's bytes */
+	__u32	_pad2;		/* 84 */
+};				/* 88 */
 
 /*
  * Flow key, the same for both directions: side "a" is the (address, port)
@@ -85,6 +110,27 @@ struct tlsrum_flow_key {
 	__u8	_pad[3];	/* 37 */
 };				/* 40 */
 
+/*
+ * TLS record tracking of one TCP direction (the in-kernel cut-off).
+ * Sequence numbers are the sender's. Everything before fwd_until has
+ * reached user space, as bytes or as fill; it is always at a record
+ * boundary or inside a record the analyzer reads, never inside an
+ * application_data body.
+ */
+struct tlsrum_dir_state {
+	__u32	next_rec;	/*  0 seq of the next record header */
+	__u32	fwd_until;	/*  4 user space has every byte before this */
+	__u32	plain_end;	/*  8 end of the last record the analyzer reads */
+	__u32	acked;		/* 12 highest ack forwarded from this side */
+	__u64	hdr;		/* 16 bytes of a header split across segments */
+	__u16	records;	/* 24 record headers seen */
+	__u8	track;		/* 26 enum tlsrum_track */
+	__u8	hdr_have;	/* 27 how many bytes hdr holds (0-4) */
+	__u8	after_ccs;	/* 28 the next record follows a ChangeCipherSpec */
+	__u8	ack_valid;	/* 29 acked holds a value */
+	__u8	_pad[2];	/* 30 */
+};				/* 32 */
+
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
 struct tlsrum_flow_state {
 	__u64	bytes[2];	/*  0 payload bytes forwarded per sender */
@@ -93,7 +139,8 @@ struct tlsrum_flow_state {
 	__u8	initiator;	/* 36 side of the first packet seen (0 = a, 1 = b) */
 	__u8	quic_short[2];	/* 37 QUIC: first short-header packet forwarded */
 	__u8	_pad;		/* 39 */
-};				/* 40 */
+	struct tlsrum_dir_state dir[2];	/* 40 TCP record tracking per sender */
+};				/* 104 */
 
 /* Index in the per-CPU `counters` array. Names in agent/src/ebpf.rs. */
 enum tlsrum_counter {
@@ -110,6 +157,10 @@ enum tlsrum_counter {
 	TLSRUM_CNT_FLOW_MAP_ERROR,	/* flow state could not be created */
 	TLSRUM_CNT_NEW_FLOWS,		/* flow states created */
 	TLSRUM_CNT_PULLED,		/* headers not linear: bpf_skb_pull_data */
+	TLSRUM_CNT_OPAQUE,		/* segments kept in the kernel: application data */
+	TLSRUM_CNT_FILLED,		/* application_data body bytes user space fills */
+	TLSRUM_CNT_UNTRACKED,		/* directions whose record tracking was given up */
+	TLSRUM_CNT_RECORD_LIMIT,	/* flows stopped after TLSRUM_RECORDS_PER_DIR records */
 	TLSRUM_CNT_MAX,
 };
 
@@ -134,7 +185,8 @@ TLSRUM_ASSERT_OFFSET(tlsrum_event, ip_version, 73);
 TLSRUM_ASSERT_OFFSET(tlsrum_event, l4_proto, 74);
 TLSRUM_ASSERT_OFFSET(tlsrum_event, tcp_flags, 75);
 TLSRUM_ASSERT_OFFSET(tlsrum_event, flags, 76);
-_Static_assert(sizeof(struct tlsrum_event) == 80, "tlsrum_event size");
+TLSRUM_ASSERT_OFFSET(tlsrum_event, fill, 80);
+_Static_assert(sizeof(struct tlsrum_event) == 88, "tlsrum_event size");
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, addr_b, 16);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_a, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_b, 34);
@@ -144,7 +196,18 @@ TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, packets, 16);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 37);
-_Static_assert(sizeof(struct tlsrum_flow_state) == 40, "tlsrum_flow_state size");
-_Static_assert(TLSRUM_CNT_MAX == 13, "counter names in ebpf.rs");
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, dir, 40);
+_Static_assert(sizeof(struct tlsrum_flow_state) == 104, "tlsrum_flow_state size");
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fwd_until, 4);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, plain_end, 8);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, acked, 12);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hdr, 16);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, records, 24);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, track, 26);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hdr_have, 27);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, after_ccs, 28);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, ack_valid, 29);
+_Static_assert(sizeof(struct tlsrum_dir_state) == 32, "tlsrum_dir_state size");
+_Static_assert(TLSRUM_CNT_MAX == 17, "counter names in ebpf.rs");
 
 #endif /* TLSRUM_H */

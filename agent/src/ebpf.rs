@@ -59,13 +59,20 @@ pub const EV_CUT: u8 = 1 << 0;
 pub const EV_DONE: u8 = 1 << 1;
 /// `TLSRUM_EV_NEW_FLOW`: the kernel created the flow's state on this packet.
 pub const EV_NEW_FLOW: u8 = 1 << 2;
+/// `TLSRUM_EV_SEEN`: the segment's other bytes reached user space earlier
+/// (sent, or filled): nothing of it is missing.
+pub const EV_SEEN: u8 = 1 << 3;
+/// `TLSRUM_MAX_RECORD`: the longest fill (an application_data record's body).
+pub const MAX_FILL: usize = 18432;
+/// `TLSRUM_RECORDS_PER_DIR`.
+pub const RECORDS_PER_DIR: usize = 48;
 
 /// `enum tlsrum_direction`.
 pub const DIR_INGRESS: u8 = 0;
 pub const DIR_EGRESS: u8 = 1;
 
 /// Names of `enum tlsrum_counter`, in order.
-pub const COUNTER_NAMES: [&str; 13] = [
+pub const COUNTER_NAMES: [&str; 17] = [
     "events_sent",
     "bytes_sent",
     "ringbuf_full",
@@ -79,6 +86,10 @@ pub const COUNTER_NAMES: [&str; 13] = [
     "flow_map_error",
     "new_flows",
     "pulled",
+    "opaque",
+    "filled",
+    "untracked",
+    "record_limit",
 ];
 
 const PROGRAMS: [(&str, TcAttachType); 2] = [
@@ -118,9 +129,14 @@ pub struct EventHeader {
     pub l4_proto: u8,
     /// TCP header byte 13: FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10.
     pub tcp_flags: u8,
-    /// [`EV_CUT`], [`EV_DONE`], [`EV_NEW_FLOW`].
+    /// [`EV_CUT`], [`EV_DONE`], [`EV_NEW_FLOW`], [`EV_SEEN`].
     pub flags: u8,
     pub _pad: [u8; 3],
+    /// Zero bytes that follow this event's bytes in the stream: the body of
+    /// an application_data record whose header the event carries, which
+    /// never leaves the kernel (at most [`MAX_FILL`]).
+    pub fill: u32,
+    pub _pad2: u32,
 }
 
 /// Size of [`EventHeader`] (`sizeof(struct tlsrum_event)`).
@@ -157,6 +173,8 @@ impl EventHeader {
             tcp_flags: b[75],
             flags: b[76],
             _pad: [b[77], b[78], b[79]],
+            fill: u32_at(80),
+            _pad2: u32_at(84),
         })
     }
 
@@ -178,7 +196,8 @@ impl EventHeader {
 
     /// The last event of its segment (no more bytes of it will come).
     pub fn is_last_chunk(&self) -> bool {
-        self.flags & EV_CUT != 0 || self.offset.saturating_add(self.len) >= self.payload_len
+        self.flags & EV_CUT != 0
+            || self.offset.saturating_add(self.len).saturating_add(self.fill) >= self.payload_len
     }
 
     /// The flow this event belongs to, as [`EbpfCapture::mark_done`] takes it.
@@ -232,8 +251,9 @@ impl<'a> Event<'a> {
                 ack: h.ack,
                 syn: syn && first,
                 ack_flag: h.tcp_flags & 0x10 != 0,
-                fin: h.tcp_flags & 0x01 != 0 && last,
-                rst: h.tcp_flags & 0x04 != 0 && last,
+                // With a fill, FIN and RST go on the fill's packet.
+                fin: h.tcp_flags & 0x01 != 0 && last && h.fill == 0,
+                rst: h.tcp_flags & 0x04 != 0 && last && h.fill == 0,
             })
         } else {
             Transport::Udp {
@@ -250,42 +270,96 @@ impl<'a> Event<'a> {
         }
     }
 
-    /// UDP: the datagrams of this event. A GSO batch (egress, `gso_size`
-    /// set) holds datagrams of `gso_size` bytes back to back (the last may
-    /// be shorter); one that straddles the boundary between two events is
-    /// returned in pieces marked truncated. TCP: the one packet.
-    pub fn datagrams(self) -> impl Iterator<Item = Packet<'a>> + 'a {
+    /// The zeros standing for an application_data body the kernel kept
+    /// (`fill`), as a segment right after this event's bytes; None without
+    /// a fill. It carries the segment's ACK, and its FIN or RST if the
+    /// event is the segment's last.
+    pub fn fill_packet(self) -> Option<Packet<'static>> {
+        static ZEROS: [u8; MAX_FILL] = [0; MAX_FILL];
+        let h = self.header;
+        if h.fill == 0 || h.l4_proto != 6 {
+            return None;
+        }
+        let syn = h.tcp_flags & 0x02 != 0;
+        let at = h.offset.wrapping_add(h.len);
+        let seq = if at == 0 { h.seq } else { h.seq.wrapping_add(at).wrapping_add(u32::from(syn)) };
+        let last = h.is_last_chunk();
+        Some(Packet {
+            src: h.src(),
+            dst: h.dst(),
+            transport: Transport::Tcp(TcpHeader {
+                src_port: h.sport,
+                dst_port: h.dport,
+                seq,
+                ack: h.ack,
+                syn: syn && at == 0,
+                ack_flag: h.tcp_flags & 0x10 != 0,
+                fin: h.tcp_flags & 0x01 != 0 && last,
+                rst: h.tcp_flags & 0x04 != 0 && last,
+            }),
+            payload: &ZEROS[..(h.fill as usize).min(MAX_FILL)],
+            truncated: false,
+        })
+    }
+
+    /// The packets of this event for the analyzer. UDP: its datagrams. A GSO
+    /// batch (egress, `gso_size` set) holds datagrams of `gso_size` bytes
+    /// back to back (the last may be shorter); one that straddles the
+    /// boundary between two events is returned in pieces marked truncated.
+    /// TCP: the one packet, then the fill's (see [`Event::fill_packet`]).
+    pub fn datagrams(self) -> Datagrams<'a> {
         let h = *self.header;
-        let base = self.to_packet();
         let gso = h.gso_size as usize;
-        let split = h.l4_proto == 17 && gso > 0 && (h.payload_len as usize) > gso;
-        let payload = self.payload;
-        let mut pos = 0usize;
-        let mut done = false;
-        std::iter::from_fn(move || {
-            if done {
-                return None;
+        let fill = self.fill_packet();
+        Datagrams {
+            base: self.to_packet(),
+            h,
+            split: h.l4_proto == 17 && gso > 0 && (h.payload_len as usize) > gso,
+            pos: 0,
+            // A fill after no bytes: the fill's packet alone.
+            base_done: h.len == 0 && fill.is_some(),
+            fill,
+        }
+    }
+}
+
+/// Iterator returned by [`Event::datagrams`].
+pub struct Datagrams<'a> {
+    base: Packet<'a>,
+    h: EventHeader,
+    split: bool,
+    pos: usize,
+    base_done: bool,
+    fill: Option<Packet<'static>>,
+}
+
+impl<'a> Iterator for Datagrams<'a> {
+    type Item = Packet<'a>;
+
+    fn next(&mut self) -> Option<Packet<'a>> {
+        if !self.split {
+            if !self.base_done {
+                self.base_done = true;
+                return Some(self.base);
             }
-            if !split {
-                done = true;
-                return Some(base);
-            }
-            if pos >= payload.len() {
-                return None;
-            }
-            // Datagram boundaries are at multiples of gso_size in the segment.
-            let seg_pos = h.offset as usize + pos;
-            let dgram_start = seg_pos - seg_pos % gso;
-            let dgram_end = (dgram_start + gso).min(h.payload_len as usize);
-            let end_here = (dgram_end - h.offset as usize).min(payload.len());
-            let piece = &payload[pos..end_here];
-            let whole = dgram_start == seg_pos && h.offset as usize + end_here == dgram_end;
-            pos = end_here;
-            Some(Packet {
-                payload: piece,
-                truncated: !whole || (base.truncated && pos >= payload.len()),
-                ..base
-            })
+            return self.fill.take();
+        }
+        let (h, payload, gso) = (&self.h, self.base.payload, self.h.gso_size as usize);
+        if self.pos >= payload.len() {
+            return None;
+        }
+        // Datagram boundaries are at multiples of gso_size in the segment.
+        let seg_pos = h.offset as usize + self.pos;
+        let dgram_start = seg_pos - seg_pos % gso;
+        let dgram_end = (dgram_start + gso).min(h.payload_len as usize);
+        let end_here = (dgram_end - h.offset as usize).min(payload.len());
+        let piece = &payload[self.pos..end_here];
+        let whole = dgram_start == seg_pos && h.offset as usize + end_here == dgram_end;
+        self.pos = end_here;
+        Some(Packet {
+            payload: piece,
+            truncated: !whole || (self.base.truncated && self.pos >= payload.len()),
+            ..self.base
         })
     }
 }
@@ -323,6 +397,24 @@ pub struct FlowState {
     pub initiator: u8,
     pub quic_short: [u8; 2],
     pub _pad: u8,
+    pub dir: [DirState; 2],
+}
+
+/// `struct tlsrum_dir_state`: record tracking of one TCP direction.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DirState {
+    pub next_rec: u32,
+    pub fwd_until: u32,
+    pub plain_end: u32,
+    pub acked: u32,
+    pub hdr: u64,
+    pub records: u16,
+    pub track: u8,
+    pub hdr_have: u8,
+    pub after_ccs: u8,
+    pub ack_valid: u8,
+    pub _pad: [u8; 2],
 }
 
 // SAFETY: plain #[repr(C)] integers and byte arrays with explicit padding
@@ -330,6 +422,8 @@ pub struct FlowState {
 unsafe impl aya::Pod for FlowKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for FlowState {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DirState {}
 
 fn addr_bytes(a: IpAddr) -> [u8; 16] {
     match a {
@@ -1028,7 +1122,8 @@ mod tests {
     /// The numbers bpf/tlsrum.h asserts with _Static_assert.
     #[test]
     fn layouts_match_the_c_header() {
-        assert_eq!(size_of::<EventHeader>(), 80);
+        assert_eq!(size_of::<EventHeader>(), 88);
+        assert_eq!(offset_of!(EventHeader, fill), 80);
         assert_eq!(offset_of!(EventHeader, ts_ns), 0);
         assert_eq!(offset_of!(EventHeader, ifindex), 8);
         assert_eq!(offset_of!(EventHeader, seq), 12);
@@ -1051,11 +1146,22 @@ mod tests {
         assert_eq!(offset_of!(FlowKey, port_a), 32);
         assert_eq!(offset_of!(FlowKey, port_b), 34);
         assert_eq!(offset_of!(FlowKey, proto), 36);
-        assert_eq!(size_of::<FlowState>(), 40);
+        assert_eq!(size_of::<FlowState>(), 104);
         assert_eq!(offset_of!(FlowState, packets), 16);
         assert_eq!(offset_of!(FlowState, done), 32);
         assert_eq!(offset_of!(FlowState, initiator), 36);
         assert_eq!(offset_of!(FlowState, quic_short), 37);
+        assert_eq!(offset_of!(FlowState, dir), 40);
+        assert_eq!(size_of::<DirState>(), 32);
+        assert_eq!(offset_of!(DirState, fwd_until), 4);
+        assert_eq!(offset_of!(DirState, plain_end), 8);
+        assert_eq!(offset_of!(DirState, acked), 12);
+        assert_eq!(offset_of!(DirState, hdr), 16);
+        assert_eq!(offset_of!(DirState, records), 24);
+        assert_eq!(offset_of!(DirState, track), 26);
+        assert_eq!(offset_of!(DirState, hdr_have), 27);
+        assert_eq!(offset_of!(DirState, after_ccs), 28);
+        assert_eq!(offset_of!(DirState, ack_valid), 29);
     }
 
     /// The C header's own numbers, read from the source: the two sides
@@ -1071,6 +1177,7 @@ mod tests {
             ("saddr", offset_of!(EventHeader, saddr)),
             ("daddr", offset_of!(EventHeader, daddr)),
             ("flags", offset_of!(EventHeader, flags)),
+            ("fill", offset_of!(EventHeader, fill)),
         ] {
             let line = format!("TLSRUM_ASSERT_OFFSET(tlsrum_event, {field}, {off});");
             assert!(h.contains(&line), "bpf/tlsrum.h lacks {line}");
@@ -1078,6 +1185,12 @@ mod tests {
         assert!(h.contains(&format!("#define TLSRUM_CHUNK\t\t{CHUNK}")));
         assert!(h.contains(&format!("#define TLSRUM_MAX_CHUNKS\t{MAX_CHUNKS}")));
         assert!(h.contains(&format!("TLSRUM_CNT_MAX == {}", COUNTER_NAMES.len())));
+        assert!(h.contains(&format!("#define TLSRUM_MAX_RECORD\t{MAX_FILL}")));
+        assert!(h.contains(&format!("#define TLSRUM_RECORDS_PER_DIR\t{RECORDS_PER_DIR}")));
+        // The kernel stops a flow one record after the analyzer would
+        // have finished it, and fills no more than its record layer takes.
+        assert_eq!(RECORDS_PER_DIR, analyzer::classify::MAX_RECORDS_PER_DIR);
+        assert_eq!(MAX_FILL, analyzer::tls::record::MAX_RECORD_PAYLOAD);
     }
 
     fn header(
@@ -1106,6 +1219,41 @@ mod tests {
         h.saddr[..4].copy_from_slice(&[192, 0, 2, 2]);
         h.daddr[..4].copy_from_slice(&[192, 0, 2, 1]);
         h
+    }
+
+    /// An application_data header event: its 5 bytes, then the body's
+    /// zeros as the next segment, which takes the FIN.
+    #[test]
+    fn a_fill_follows_the_header_and_takes_the_fin() {
+        let mut h = header(0, 0x11, 1000, 1448, 100, 5);
+        h.fill = 16401;
+        let bytes = [23u8, 3, 3, 0x40, 0x11];
+        let ev = Event { ts: 1.0, header: &h, payload: &bytes };
+        let got: Vec<Packet<'_>> = ev.datagrams().collect();
+        assert_eq!(got.len(), 2);
+        let tcp = |p: &Packet<'_>| match p.transport {
+            Transport::Tcp(t) => t,
+            _ => panic!("not TCP"),
+        };
+        assert_eq!(got[0].payload, &bytes);
+        assert_eq!(tcp(&got[0]).seq, 1100);
+        assert!(!tcp(&got[0]).fin);
+        assert_eq!(got[1].payload.len(), 16401);
+        assert!(got[1].payload.iter().all(|&b| b == 0));
+        assert_eq!(tcp(&got[1]).seq, 1105);
+        assert_eq!(tcp(&got[1]).ack, 7);
+        assert!(tcp(&got[1]).fin);
+        assert!(!got[0].truncated && !got[1].truncated);
+
+        // A header-only event for a segment already delivered: one
+        // empty packet, not truncated, after the segment's bytes.
+        let mut h = header(EV_SEEN, 0x10, 5000, 1448, 1448, 0);
+        h.fill = 0;
+        let ev = Event { ts: 1.0, header: &h, payload: &[] };
+        let got: Vec<Packet<'_>> = ev.datagrams().collect();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].payload.is_empty() && !got[0].truncated);
+        assert_eq!(tcp(&got[0]).seq, 6448);
     }
 
     #[test]

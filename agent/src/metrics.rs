@@ -121,6 +121,7 @@ pub struct Metrics {
     ringbuf_bytes: Counter,
     kernel_packets: Family<KindOnlyLabels, Counter>,
     kernel_bytes_lost: Counter,
+    kernel_filled_bytes: Counter,
     drops: Family<ReasonLabels, Counter>,
     flows_active: Gauge,
     flows_evicted: Counter,
@@ -162,11 +163,13 @@ impl Metrics {
         let kernel_packets = Family::<KindOnlyLabels, Counter>::default();
         registry.register(
             "tlsrum_kernel_packets",
-            "Kernel-side bookkeeping by kind: done (packets of finished flows kept in the kernel), new_flows, pulled (non-linear packets pulled)",
+            "Kernel-side bookkeeping by kind: done (packets of finished flows kept in the kernel), opaque (segments holding only application-data bodies kept in the kernel), new_flows, record_limit (flows stopped after the analyzer's record limit), untracked (flow directions whose TLS record tracking was given up: not TLS, reordering), pulled (non-linear packets pulled)",
             kernel_packets.clone(),
         );
         let kernel_bytes_lost = Counter::default();
         registry.register("tlsrum_kernel_bytes_lost", "Payload bytes the kernel could not copy to user space (ring buffer full, chunk limit)", kernel_bytes_lost.clone());
+        let kernel_filled_bytes = Counter::default();
+        registry.register("tlsrum_kernel_filled_bytes", "Application-data record bodies the kernel kept, which the analyzer received as zeros (their headers went to user space)", kernel_filled_bytes.clone());
         let drops = Family::<ReasonLabels, Counter>::default();
         registry.register("tlsrum_drops", "Data not delivered to the analyzer, by reason", drops.clone());
         let flows_active = Gauge::default();
@@ -195,6 +198,7 @@ impl Metrics {
             ringbuf_bytes,
             kernel_packets,
             kernel_bytes_lost,
+            kernel_filled_bytes,
             drops,
             flows_active,
             flows_evicted,
@@ -295,7 +299,8 @@ impl Metrics {
                 "events_sent" => self.events.inc_by(delta),
                 "bytes_sent" => self.ringbuf_bytes.inc_by(delta),
                 "bytes_lost" => self.kernel_bytes_lost.inc_by(delta),
-                "done" | "new_flows" | "pulled" => {
+                "filled" => self.kernel_filled_bytes.inc_by(delta),
+                "done" | "opaque" | "new_flows" | "record_limit" | "untracked" | "pulled" => {
                     self.kernel_packets.get_or_create(&KindOnlyLabels { kind: name.clone() }).inc_by(delta)
                 }
                 // ringbuf_full, payload_truncated, budget, parse_error, fragment, load_error, flow_map_error

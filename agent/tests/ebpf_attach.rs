@@ -32,6 +32,8 @@ const CLIENT_IP: &str = "192.0.2.2";
 const SERVER_IP6: &str = "2001:db8::1"; // documentation prefix, likewise
 const CLIENT_IP6: &str = "2001:db8::2";
 const PORT: u16 = 4433;
+/// A plain TCP sink (not TLS) the capture also watches.
+const PLAIN_PORT: u16 = 4434;
 const BULK_BYTES: u64 = 200_000_000;
 const BUDGET: u32 = 64 * 1024;
 
@@ -404,7 +406,7 @@ fn stream(events: &[Ev], from_client: bool) -> Vec<Option<u8>> {
     let mut out: Vec<Option<u8>> = Vec::new();
     for e in events
         .iter()
-        .filter(|e| e.sent_by_client() == from_client && !e.payload.is_empty())
+        .filter(|e| e.sent_by_client() == from_client && (!e.payload.is_empty() || e.h.fill > 0))
     {
         let syn_adj = u32::from(e.h.tcp_flags & 0x02 != 0);
         let start =
@@ -415,11 +417,16 @@ fn stream(events: &[Ev], from_client: bool) -> Vec<Option<u8>> {
         if start > 10_000_000 {
             continue;
         }
-        if out.len() < start + e.payload.len() {
-            out.resize(start + e.payload.len(), None);
+        let fill = e.h.fill as usize;
+        if out.len() < start + e.payload.len() + fill {
+            out.resize(start + e.payload.len() + fill, None);
         }
         for (i, b) in e.payload.iter().enumerate() {
             out[start + i] = Some(*b);
+        }
+        // An application_data body the kernel kept: zeros stand for it.
+        for slot in &mut out[start + e.payload.len()..start + e.payload.len() + fill] {
+            slot.get_or_insert(0);
         }
     }
     out
@@ -481,7 +488,7 @@ fn ebpf_capture_on_veth() {
 
     let opts = EbpfOptions {
         ifaces: vec![topo.veth.clone()],
-        ports: vec![PORT],
+        ports: vec![PORT, PLAIN_PORT],
         max_payload_per_dir: BUDGET,
         ..Default::default()
     };
@@ -497,7 +504,8 @@ fn ebpf_capture_on_veth() {
 
     handshake(&topo, &mut cap, &cert_der);
     bulk_after_done(&topo, &mut cap);
-    bulk_over_budget(&topo, &mut cap);
+    bulk_unmarked_tls(&topo, &mut cap);
+    bulk_plain_over_budget(&topo, &mut cap, &mut procs);
 
     cap.detach().expect("detach");
     assert!(!topo.qdiscs().contains("clsact"));
@@ -577,7 +585,9 @@ fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
             header: &e.h,
             payload: &e.payload,
         };
-        a.push_packet(e.ts, &ev.to_packet());
+        for p in ev.datagrams() {
+            a.push_packet(e.ts, &p);
+        }
     }
     a.finish();
     let recs = a.take_records();
@@ -615,7 +625,9 @@ fn bulk_after_done(topo: &Topology, cap: &mut EbpfCapture) {
                 header: &e.h,
                 payload: &e.payload,
             };
-            a.push_packet(e.ts, &ev.to_packet());
+            for p in ev.datagrams() {
+                a.push_packet(e.ts, &p);
+            }
         }
         for (x, y) in a.take_finished_flows() {
             let t = FlowTuple {
@@ -664,13 +676,15 @@ fn bulk_after_done(topo: &Topology, cap: &mut EbpfCapture) {
     );
 }
 
-/// 200 MB up a connection nobody marks done: the byte budget stops it.
-fn bulk_over_budget(topo: &Topology, cap: &mut EbpfCapture) {
+/// 200 MB up a TLS connection nobody marks done: the kernel follows its
+/// records, sends each application_data header without its body, and stops
+/// the flow once a direction passed the analyzer's record limit.
+fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
     let before = counters(cap);
     let mut client = start_client(topo, &format!("head -c {BULK_BYTES} /dev/zero"), "");
     let events = collect(cap, &mut client, |_, _| {});
     let delta = diff(&counters(cap), &before);
-    eprintln!("bulk/budget: {} events, counters {delta:?}", events.len());
+    eprintln!("bulk/unmarked TLS: {} events, counters {delta:?}", events.len());
     assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
     let port = events
         .iter()
@@ -683,15 +697,77 @@ fn bulk_over_budget(topo: &Topology, cap: &mut EbpfCapture) {
         .filter(|e| e.sent_by_client())
         .map(|e| e.payload.len() as u64)
         .sum();
+    let filled: u64 = conn
+        .iter()
+        .filter(|e| e.sent_by_client())
+        .map(|e| u64::from(e.h.fill))
+        .sum();
+    assert!(conn.len() < 500, "{} events for one connection", conn.len());
+    // The ClientHello and Finished whole, then 5 bytes per record.
+    assert!(up < 4096, "{up} client bytes forwarded");
+    // One header event per record up to the limit, each with its body's fill.
+    let headers = conn.iter().filter(|e| e.sent_by_client() && e.h.fill > 0).count();
+    assert!(
+        (ebpf::RECORDS_PER_DIR - 5..=ebpf::RECORDS_PER_DIR + 1).contains(&headers),
+        "{headers} application_data headers sent"
+    );
+    assert!(filled > 1000 * headers as u64, "only {filled} body bytes filled");
+    assert_eq!(delta["budget"], 0, "budget cut a tracked TLS flow: {delta:?}");
+    assert_eq!(delta["untracked"], 0, "tracking lost: {delta:?}");
+    assert!(delta["record_limit"] >= 1, "record limit not reached: {delta:?}");
+    assert!(delta["done"] > 100, "done counter did not move: {delta:?}");
+    assert!(conn.iter().any(|e| e.h.tcp_flags & 0x05 != 0), "no FIN/RST");
+}
+
+/// 200 MB of plain TCP (not TLS) that nobody marks done: record tracking
+/// gives up on the first bytes and the byte budget stops the flow.
+fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Procs) {
+    let sink = Command::new("ip")
+        .args(["netns", "exec", &topo.server_ns, "python3", "-c"])
+        .arg(format!(
+            "import socket\n\
+             s = socket.create_server(('{SERVER_IP}', {PLAIN_PORT}))\n\
+             c, _ = s.accept()\n\
+             while c.recv(1 << 20): pass\n"
+        ))
+        .spawn()
+        .unwrap();
+    procs.0.push(sink);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run(&["ip", "netns", "exec", &topo.server_ns, "ss", "-Hltn", &format!("sport = :{PLAIN_PORT}")])
+        .trim()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "sink did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = counters(cap);
+    let mut client = Command::new("ip")
+        .args(["netns", "exec", &topo.client_ns, "bash", "-c"])
+        .arg(format!("head -c {BULK_BYTES} /dev/zero > /dev/tcp/{SERVER_IP}/{PLAIN_PORT}"))
+        .spawn()
+        .unwrap();
+    let events = collect(cap, &mut client, |_, _| {});
+    let delta = diff(&counters(cap), &before);
+    eprintln!("bulk/plain: {} events, counters {delta:?}", events.len());
+    assert_eq!(client.wait().unwrap().code(), Some(0), "plain client failed");
+    let conn: Vec<&Ev> = events
+        .iter()
+        .filter(|e| e.h.dport == PLAIN_PORT || e.h.sport == PLAIN_PORT)
+        .collect();
+    let up: u64 = conn
+        .iter()
+        .filter(|e| e.h.dport == PLAIN_PORT)
+        .map(|e| e.payload.len() as u64)
+        .sum();
     assert!(conn.len() < 500, "{} events over the budget", conn.len());
     assert!(
         up >= u64::from(BUDGET) && up <= u64::from(BUDGET) * 2,
         "{up} client bytes forwarded"
     );
-    assert!(
-        delta["budget"] > 100,
-        "budget counter did not move: {delta:?}"
-    );
+    assert!(conn.iter().all(|e| e.h.fill == 0), "fill on a plain TCP flow");
+    assert!(delta["untracked"] >= 1, "tracking not given up: {delta:?}");
+    assert!(delta["budget"] > 100, "budget counter did not move: {delta:?}");
     assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
 }
 
