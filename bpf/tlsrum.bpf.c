@@ -87,6 +87,10 @@ struct walk {
 	__u32	side;		/* sender's side of the flow key */
 	__u32	flags;		/* event flags */
 	__u32	closing;	/* the segment has FIN or RST */
+	__u32	ack;		/* the segment's acknowledgement number */
+	__u32	ack_ok;		/* ... and it has the ACK flag */
+	__u32	over;		/* the handshake phase ended in this segment */
+	struct tlsrum_flow_key key;	/* the flow */
 };
 
 enum walk_state {
@@ -698,6 +702,49 @@ static __always_inline void track_lose(struct tlsrum_dir_state *d)
 	if (d->track == TLSRUM_TRACK_ON)
 		count(TLSRUM_CNT_UNTRACKED, 1);
 	d->track = TLSRUM_TRACK_LOST;
+	/* Its records are unknown from here: no end of handshake from them. */
+	d->post = 3;
+}
+
+/*
+ * The end of the handshake phase, seen from the kernel: the server sends
+ * an application_data record in a segment acknowledging the client's
+ * second application_data record sent after the server's handshake
+ * records (its first if it has sent one only). By then the analyzer has
+ * the completion (the client's Finished or CCS came before), the client's
+ * first data and the server's first data after the request (timing.rs:
+ * the TLS 1.3 threshold is the end of the client's record after its
+ * Finished, or of the Finished; TLS 1.2 takes any server data), so the
+ * connection's record is final and the flow can stop here. The rule may
+ * fire later than the analyzer finishes, never earlier; where it cannot
+ * tell (a record header split across segments, tracking lost, a client
+ * that never acknowledges the server's handshake) it does not fire, and
+ * the record limit or user space stops the flow instead.
+ */
+static __always_inline void phase_check(struct walk *w,
+					struct tlsrum_dir_state *me,
+					struct tlsrum_dir_state *peer,
+					__u32 rec_end, int split)
+{
+	if (me->hello == 1) {
+		/* Client: count its records after the server's handshake. */
+		if (split) {
+			me->post = 3;
+		} else if (me->post < 2 && w->ack_ok && peer->hello == 2 &&
+			   peer->track == TLSRUM_TRACK_ON &&
+			   !seq_before(w->ack, peer->plain_end)) {
+			/* Acknowledging the ServerHello and what follows it:
+			 * not 0-RTT data, sent before the ServerHello came. */
+			me->post++;
+			me->post_end = rec_end;
+		}
+		return;
+	}
+	if (me->hello == 2 && peer->hello == 1 && !split && w->ack_ok &&
+	    (peer->post == 1 || peer->post == 2) &&
+	    peer->track == TLSRUM_TRACK_ON &&
+	    !seq_before(w->ack, peer->post_end))
+		w->over = 1;
 }
 
 /* Sends payload bytes [off, off + len) then `fill` zeros, within the
@@ -735,6 +782,7 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
 {
 	__u32 side = w->side & 1;
 	struct tlsrum_dir_state *me = &st->dir[side];
+	struct tlsrum_dir_state *peer = &st->dir[side ^ 1];
 	__u32 pos = w->pos, len = w->len, run = w->run;
 	__u32 rec = me->next_rec - w->data_seq;
 	__u32 have, type, major, rlen, fill;
@@ -792,8 +840,17 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
 		w->state = WALK_LOST;
 		return 1;
 	}
+	if (me->records == 0 && type == 22 && pos < len) {
+		/* Which side says ClientHello (for phase_check). */
+		__u8 msg = 0;
+
+		if (bpf_skb_load_bytes(skb, w->payload_off + pos, &msg, 1) == 0)
+			me->hello = msg;
+	}
 	me->records++;
 	me->next_rec = me->next_rec + 5 + rlen;
+	if (type == 23)
+		phase_check(w, me, peer, me->next_rec, have > 0);
 	if ((type == 23 || type == 24) && !me->after_ccs) {
 		/* Encrypted: the header goes, the body is filled. A FIN or
 		 * RST ends the stream: no fill past the segment then. */
@@ -828,32 +885,33 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
  * when tracking was lost before the segment's end (the rest not sent:
  * the caller falls back to the byte budget).
  */
-static __always_inline int walk_records(struct __sk_buff *skb,
-					const struct pkt *p,
-					struct tlsrum_flow_state *st, int side,
-					struct tlsrum_dir_state *me, __u32 data_seq,
-					__u8 flags)
+__attribute__((noinline)) int walk_records(struct __sk_buff *skb)
 {
-	int closing = p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST);
-	__u32 zero = 0, pos, run, len, events;
+	struct tlsrum_flow_state *st;
+	struct tlsrum_dir_state *me;
+	__u32 zero = 0, pos, run, len, events, side, data_seq;
 	struct scratch *sc;
 	struct walk *w;
 	int i;
 
+	/* A global function, checked once by the verifier in a context of
+	 * unknown values, so the loop is not followed again for each way
+	 * the main program reaches it. Its inputs are in the scratch map. */
 	sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (!sc)
 		return -1;
 	w = &sc->walk;
+	st = bpf_map_lookup_elem(&flows, &w->key);
+	if (!st)
+		return -1;
+	side = w->side & 1;
+	me = &st->dir[side];
+	data_seq = w->data_seq;
 	w->pos = me->fwd_until - data_seq;
 	w->run = w->pos;
-	w->len = p->payload_len;
-	w->data_seq = data_seq;
 	w->events = 0;
 	w->state = WALK_GOING;
-	w->payload_off = p->payload_off;
-	w->side = side & 1;
-	w->flags = flags;
-	w->closing = closing;
+	w->over = 0;
 	for (i = 0; i < WALK_STEPS; i++) {
 		if (walk_step(skb, w, st))
 			break;
@@ -862,6 +920,11 @@ static __always_inline int walk_records(struct __sk_buff *skb,
 	run = w->run;
 	len = w->len;
 	events = w->events;
+	if (w->over && !st->done) {
+		/* After this segment's events: see phase_check. */
+		st->done = 1;
+		count(TLSRUM_CNT_HANDSHAKE_OVER, 1);
+	}
 	if (w->state == WALK_CUT) {
 		track_lose(me);
 		return events;
@@ -877,13 +940,39 @@ static __always_inline int walk_records(struct __sk_buff *skb,
 		__u32 end = pos < len ? pos : len;
 
 		events++;
-		if (send_range(skb, st, side, run, end - run, 0, flags)) {
+		if (send_range(skb, st, side, run, end - run, 0, w->flags)) {
 			track_lose(me);
 			return events;
 		}
 	}
 	me->fwd_until = data_seq + pos;
 	return events;
+}
+
+/* Hands walk_records its inputs. */
+static __always_inline int walk_segment(struct __sk_buff *skb,
+					const struct pkt *p,
+					const struct tlsrum_flow_key *key, int side,
+					__u32 data_seq, __u8 flags)
+{
+	__u32 zero = 0;
+	struct scratch *sc;
+	struct walk *w;
+
+	sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return -1;
+	w = &sc->walk;
+	__builtin_memcpy(&w->key, key, sizeof(*key));
+	w->len = p->payload_len;
+	w->data_seq = data_seq;
+	w->payload_off = p->payload_off;
+	w->side = side & 1;
+	w->flags = flags;
+	w->closing = !!(p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST));
+	w->ack = p->ack;
+	w->ack_ok = !!(p->tcp_flags & TCP_FLAG_ACK);
+	return walk_records(skb);
 }
 
 /* Whether a segment with nothing new to send still matters for its ACK:
@@ -901,6 +990,7 @@ static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side)
 }
 
 static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *p,
+				       const struct tlsrum_flow_key *key,
 				       struct tlsrum_flow_state *st, int side,
 				       __u8 dir, __u64 ts, __u8 flags)
 {
@@ -930,7 +1020,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 		} else {
 			if (!prepare(skb, p, dir, ts))
 				return;
-			events = walk_records(skb, p, st, side, me, data_seq, flags);
+			events = walk_segment(skb, p, key, side, data_seq, flags);
 		}
 	} else if (len && tracked) {
 		track_lose(me);
@@ -1063,7 +1153,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	}
 
 	if (p.proto == IPPROTO_TCP) {
-		handle_tcp(skb, &p, st, side & 1, dir, ts, flags);
+		handle_tcp(skb, &p, &key, st, side & 1, dir, ts, flags);
 		return;
 	}
 

@@ -128,8 +128,11 @@ struct tlsrum_dir_state {
 	__u8	hdr_have;	/* 27 how many bytes hdr holds (0-4) */
 	__u8	after_ccs;	/* 28 the next record follows a ChangeCipherSpec */
 	__u8	ack_valid;	/* 29 acked holds a value */
-	__u8	_pad[2];	/* 30 */
-};				/* 32 */
+	__u8	hello;		/* 30 type of the first handshake message: 1 ClientHello, 2 ServerHello */
+	__u8	post;		/* 31 client: application_data records sent after the server's handshake (0-2; 3: not counted) */
+	__u32	post_end;	/* 32 client: end of the last of those */
+	__u32	_pad;		/* 36 */
+};				/* 40 */
 
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
 struct tlsrum_flow_state {
@@ -140,7 +143,7 @@ struct tlsrum_flow_state {
 	__u8	quic_short[2];	/* 37 QUIC: first short-header packet forwarded */
 	__u8	_pad;		/* 39 */
 	struct tlsrum_dir_state dir[2];	/* 40 TCP record tracking per sender */
-};				/* 104 */
+};				/* 120 */
 
 /* Index in the per-CPU `counters` array. Names in agent/src/ebpf.rs. */
 enum tlsrum_counter {
@@ -161,6 +164,7 @@ enum tlsrum_counter {
 	TLSRUM_CNT_FILLED,		/* application_data body bytes user space fills */
 	TLSRUM_CNT_UNTRACKED,		/* directions whose record tracking was given up */
 	TLSRUM_CNT_RECORD_LIMIT,	/* flows stopped after TLSRUM_RECORDS_PER_DIR records */
+	TLSRUM_CNT_HANDSHAKE_OVER,	/* flows stopped once the analyzer had all it reads */
 	TLSRUM_CNT_MAX,
 };
 
@@ -197,7 +201,7 @@ TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 37);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, dir, 40);
-_Static_assert(sizeof(struct tlsrum_flow_state) == 104, "tlsrum_flow_state size");
+_Static_assert(sizeof(struct tlsrum_flow_state) == 120, "tlsrum_flow_state size");
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fwd_until, 4);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, plain_end, 8);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, acked, 12);
@@ -207,7 +211,10 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, track, 26);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hdr_have, 27);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, after_ccs, 28);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, ack_valid, 29);
-_Static_assert(sizeof(struct tlsrum_dir_state) == 32, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 17, "counter names in ebpf.rs");
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hello, 30);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post, 31);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
+_Static_assert(sizeof(struct tlsrum_dir_state) == 40, "tlsrum_dir_state size");
+_Static_assert(TLSRUM_CNT_MAX == 18, "counter names in ebpf.rs");
 
 #endif /* TLSRUM_H */

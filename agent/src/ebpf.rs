@@ -72,7 +72,7 @@ pub const DIR_INGRESS: u8 = 0;
 pub const DIR_EGRESS: u8 = 1;
 
 /// Names of `enum tlsrum_counter`, in order.
-pub const COUNTER_NAMES: [&str; 17] = [
+pub const COUNTER_NAMES: [&str; 18] = [
     "events_sent",
     "bytes_sent",
     "ringbuf_full",
@@ -90,6 +90,7 @@ pub const COUNTER_NAMES: [&str; 17] = [
     "filled",
     "untracked",
     "record_limit",
+    "handshake_over",
 ];
 
 const PROGRAMS: [(&str, TcAttachType); 2] = [
@@ -414,7 +415,10 @@ pub struct DirState {
     pub hdr_have: u8,
     pub after_ccs: u8,
     pub ack_valid: u8,
-    pub _pad: [u8; 2],
+    pub hello: u8,
+    pub post: u8,
+    pub post_end: u32,
+    pub _pad: u32,
 }
 
 // SAFETY: plain #[repr(C)] integers and byte arrays with explicit padding
@@ -1146,13 +1150,16 @@ mod tests {
         assert_eq!(offset_of!(FlowKey, port_a), 32);
         assert_eq!(offset_of!(FlowKey, port_b), 34);
         assert_eq!(offset_of!(FlowKey, proto), 36);
-        assert_eq!(size_of::<FlowState>(), 104);
+        assert_eq!(size_of::<FlowState>(), 120);
         assert_eq!(offset_of!(FlowState, packets), 16);
         assert_eq!(offset_of!(FlowState, done), 32);
         assert_eq!(offset_of!(FlowState, initiator), 36);
         assert_eq!(offset_of!(FlowState, quic_short), 37);
         assert_eq!(offset_of!(FlowState, dir), 40);
-        assert_eq!(size_of::<DirState>(), 32);
+        assert_eq!(size_of::<DirState>(), 40);
+        assert_eq!(offset_of!(DirState, hello), 30);
+        assert_eq!(offset_of!(DirState, post), 31);
+        assert_eq!(offset_of!(DirState, post_end), 32);
         assert_eq!(offset_of!(DirState, fwd_until), 4);
         assert_eq!(offset_of!(DirState, plain_end), 8);
         assert_eq!(offset_of!(DirState, acked), 12);

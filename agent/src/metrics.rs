@@ -163,7 +163,7 @@ impl Metrics {
         let kernel_packets = Family::<KindOnlyLabels, Counter>::default();
         registry.register(
             "tlsrum_kernel_packets",
-            "Kernel-side bookkeeping by kind: done (packets of finished flows kept in the kernel), opaque (segments holding only application-data bodies kept in the kernel), new_flows, record_limit (flows stopped after the analyzer's record limit), untracked (flow directions whose TLS record tracking was given up: not TLS, reordering), pulled (non-linear packets pulled)",
+            "Kernel-side bookkeeping by kind: done (packets of finished flows kept in the kernel), opaque (segments holding only application-data bodies kept in the kernel), new_flows, handshake_over (flows the kernel stopped itself once their handshake and first data each way had passed), record_limit (flows stopped after the analyzer's record limit), untracked (flow directions whose TLS record tracking was given up: not TLS, reordering), pulled (non-linear packets pulled)",
             kernel_packets.clone(),
         );
         let kernel_bytes_lost = Counter::default();
@@ -300,7 +300,7 @@ impl Metrics {
                 "bytes_sent" => self.ringbuf_bytes.inc_by(delta),
                 "bytes_lost" => self.kernel_bytes_lost.inc_by(delta),
                 "filled" => self.kernel_filled_bytes.inc_by(delta),
-                "done" | "opaque" | "new_flows" | "record_limit" | "untracked" | "pulled" => {
+                "done" | "opaque" | "new_flows" | "record_limit" | "handshake_over" | "untracked" | "pulled" => {
                     self.kernel_packets.get_or_create(&KindOnlyLabels { kind: name.clone() }).inc_by(delta)
                 }
                 // ringbuf_full, payload_truncated, budget, parse_error, fragment, load_error, flow_map_error
