@@ -27,7 +27,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use analyzer::wire::{Packet, TcpHeader, Transport};
@@ -378,7 +378,7 @@ pub struct FlowTuple {
 
 /// `struct tlsrum_flow_key`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FlowKey {
     pub addr_a: [u8; 16],
     pub addr_b: [u8; 16],
@@ -664,6 +664,29 @@ impl EbpfCapture {
         if opts.ifaces.is_empty() {
             bail!("eBPF capture: no interface given");
         }
+        for iface in &opts.ifaces {
+            if ifindex(iface).is_none() {
+                bail!("eBPF capture: no interface {iface:?}");
+            }
+        }
+        let mut cap = Self::load(opts)?;
+        // On error `cap` is dropped, which detaches what was attached.
+        let tcx = match opts.attach_mode {
+            AttachMode::Tcx => true,
+            AttachMode::Netlink => false,
+            AttachMode::Auto => {
+                KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+            }
+        };
+        for iface in &opts.ifaces {
+            cap.attach_iface(iface, tcx)?;
+        }
+        Ok(cap)
+    }
+
+    /// Loads the programs with the options as their settings, attached to
+    /// nothing: [`EbpfCapture::test_run`] feeds them frames.
+    pub fn load(opts: &EbpfOptions) -> Result<Self> {
         if !opts.all_ports && opts.ports.is_empty() {
             bail!("eBPF capture: no server port given (or ask for all ports)");
         }
@@ -672,11 +695,6 @@ impl EbpfCapture {
                 "eBPF capture: at most {MAX_PORTS} server ports (got {}); use all ports instead",
                 opts.ports.len()
             );
-        }
-        for iface in &opts.ifaces {
-            if ifindex(iface).is_none() {
-                bail!("eBPF capture: no interface {iface:?}");
-            }
         }
         let mut ports = [0u16; MAX_PORTS];
         ports[..opts.ports.len()].copy_from_slice(&opts.ports);
@@ -725,7 +743,7 @@ impl EbpfCapture {
         let counters =
             PerCpuArray::try_from(ebpf.take_map("counters").context("map counters missing")?)?;
 
-        let mut cap = Self {
+        Ok(Self {
             ebpf,
             events,
             flows,
@@ -735,19 +753,65 @@ impl EbpfCapture {
             boot_to_epoch_ns: boot_to_epoch_ns(),
             verified_insns,
             detached: false,
-        };
-        // On error `cap` is dropped, which detaches what was attached.
-        let tcx = match opts.attach_mode {
-            AttachMode::Tcx => true,
-            AttachMode::Netlink => false,
-            AttachMode::Auto => {
-                KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
-            }
-        };
-        for iface in &opts.ifaces {
-            cap.attach_iface(iface, tcx)?;
+        })
+    }
+
+    /// Runs the ingress program once on an Ethernet frame
+    /// (BPF_PROG_TEST_RUN): the same code and maps as on an interface, so
+    /// tests can push whole captures through the kernel side. The kernel
+    /// takes frames of up to about 3.5 KB this way (one page with skb
+    /// headroom). Events land in the ring buffer; [`EbpfCapture::poll`]
+    /// reads them.
+    pub fn test_run(&mut self, frame: &[u8]) -> Result<()> {
+        let prog: &SchedClassifier = self
+            .ebpf
+            .program(PROGRAMS[0].0)
+            .context("ingress program missing")?
+            .try_into()?;
+        let fd = prog.fd()?.as_fd().as_raw_fd();
+        // union bpf_attr, the `test` member (linux/bpf.h), up to ctx_out.
+        #[repr(C)]
+        #[derive(Default)]
+        struct TestRun {
+            prog_fd: u32,
+            retval: u32,
+            data_size_in: u32,
+            data_size_out: u32,
+            data_in: u64,
+            data_out: u64,
+            repeat: u32,
+            duration: u32,
+            ctx_size_in: u32,
+            ctx_size_out: u32,
+            ctx_in: u64,
+            ctx_out: u64,
+            flags: u32,
+            cpu: u32,
+            batch_size: u32,
+            _pad: u32,
         }
-        Ok(cap)
+        let attr = TestRun {
+            prog_fd: fd as u32,
+            data_size_in: frame.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            repeat: 1,
+            ..Default::default()
+        };
+        const BPF_PROG_TEST_RUN: libc::c_long = 10;
+        // SAFETY: attr is a valid, fully initialised bpf_attr prefix that
+        // outlives the call; the kernel only reads `frame` through data_in.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                &attr as *const TestRun,
+                std::mem::size_of::<TestRun>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error()).context("BPF_PROG_TEST_RUN");
+        }
+        Ok(())
     }
 
     fn attach_iface(&mut self, iface: &str, tcx: bool) -> Result<()> {

@@ -1,15 +1,16 @@
 //! The eBPF backend as a live packet source: kernel events become analyzer
-//! packets; flows the analyzer has finished are marked done in the kernel
-//! so nothing more of them leaves it; interfaces that vanish and come back
-//! are re-attached.
+//! packets; a flow the analyzer has finished is marked done in the kernel
+//! if it goes on sending events, so nothing more of it leaves the kernel;
+//! interfaces that vanish and come back are re-attached.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use analyzer::wire::LinkType;
 use analyzer::Endpoint;
 use anyhow::Result;
 
-use crate::ebpf::{EbpfCapture, EbpfOptions, FlowTuple};
+use crate::ebpf::{EbpfCapture, EbpfOptions, FlowKey, FlowTuple};
 use crate::live::{Captured, LiveArgs, Source};
 
 pub struct EbpfSource {
@@ -20,7 +21,15 @@ pub struct EbpfSource {
     last_check: Instant,
     /// Counters of captures torn down by interface changes, kept cumulative.
     carried: Vec<(String, u64)>,
+    /// Flows the analyzer finished and the kernel was not told about yet,
+    /// keyed without protocol; two generations, the older dropped every
+    /// RECENT_FOR, so the set stays bounded.
+    recent: [HashSet<FlowKey>; 2],
+    recent_since: Instant,
 }
+
+/// How long a finished flow is remembered in case it sends more events.
+const RECENT_FOR: Duration = Duration::from_secs(10);
 
 fn ifindex(name: &str) -> Option<u32> {
     std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok()?.trim().parse().ok()
@@ -37,7 +46,15 @@ pub fn open(args: &LiveArgs) -> Result<Box<dyn Source>> {
     };
     let cap = EbpfCapture::attach(&opts)?;
     let ifindexes = opts.ifaces.iter().map(|i| ifindex(i)).collect();
-    Ok(Box::new(EbpfSource { opts, cap: Some(cap), ifindexes, last_check: Instant::now(), carried: Vec::new() }))
+    Ok(Box::new(EbpfSource {
+        opts,
+        cap: Some(cap),
+        ifindexes,
+        last_check: Instant::now(),
+        carried: Vec::new(),
+        recent: [HashSet::new(), HashSet::new()],
+        recent_since: Instant::now(),
+    }))
 }
 
 /// Microsecond timestamps, as a pcapng written by `--write-pcap` holds
@@ -52,28 +69,46 @@ impl Source for EbpfSource {
             std::thread::sleep(timeout);
             return Ok(());
         };
+        let recent = &mut self.recent;
+        let mut stragglers: Vec<FlowTuple> = Vec::new();
         cap.poll(timeout, &mut |ev| {
             let ts = micros(ev.ts);
+            // An event of a flow the analyzer finished (but not the SYN of
+            // a new connection on its tuple, nor the FIN/RST the kernel
+            // sends even for done flows): tell the kernel to stop it.
+            if !recent[0].is_empty() || !recent[1].is_empty() {
+                let h = ev.header;
+                if h.tcp_flags & 0x07 == 0 {
+                    let key = FlowKey::new(&FlowTuple { proto: 0, ..h.flow() });
+                    if recent[0].remove(&key) | recent[1].remove(&key) {
+                        stragglers.push(h.flow());
+                    }
+                }
+            }
             for packet in ev.datagrams() {
                 f(Captured::Packet { ts, packet });
             }
         })?;
+        for t in stragglers {
+            let _ = cap.mark_done(t);
+        }
+        if self.recent_since.elapsed() >= RECENT_FOR {
+            self.recent.swap(0, 1);
+            self.recent[0].clear();
+            self.recent_since = Instant::now();
+        }
         Ok(())
     }
 
+    /// Most finished flows need no word to the kernel: it stops TLS flows
+    /// itself once their handshake phase is over, and many connections end
+    /// with their handshake. Those that go on sending events are marked
+    /// done when they do (see poll), which costs two system calls only for
+    /// them, with the event's own protocol.
     fn finished(&mut self, flows: &[(Endpoint, Endpoint)]) {
-        let Some(cap) = self.cap.as_mut() else { return };
-        // The analyzer's flows carry no protocol: mark the one the kernel
-        // tracks (TCP first, the common case). Marking both created an entry
-        // for the other protocol each time, which halved the LRU map's room
-        // and doubled the system calls. A flow the map already evicted is
-        // recreated as a done TCP flow, as mark_done does.
         for &(a, b) in flows {
-            let t = |proto| FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto };
-            if matches!(cap.mark_done_if_tracked(t(6)), Ok(true)) || matches!(cap.mark_done_if_tracked(t(17)), Ok(true)) {
-                continue;
-            }
-            let _ = cap.mark_done(t(6));
+            let t = FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto: 0 };
+            self.recent[0].insert(FlowKey::new(&t));
         }
     }
 

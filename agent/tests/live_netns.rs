@@ -1335,7 +1335,9 @@ fn flow_map_id(pid: u32) -> u32 {
 /// in the kernel as TCP and as UDP (the analyzer's flows carry no
 /// protocol), which created a UDP entry for every TCP connection in the
 /// kernel's LRU flow map: half its room went to phantoms that evicted real
-/// flows, and each flow cost four system calls instead of two.
+/// flows, and each flow cost four system calls instead of two. (Marks now
+/// go only to flows that send events after the analyzer finished them,
+/// with the event's own protocol.)
 #[test]
 fn ebpf_marks_only_the_flows_the_kernel_tracks() {
     if common::skip(
@@ -1385,8 +1387,7 @@ fn ebpf_marks_only_the_flows_the_kernel_tracks() {
         tcp >= expected,
         "{tcp} TCP entries for {expected} connections"
     );
-    assert!(
-        done >= expected,
-        "{done} flows done for {expected} connections"
-    );
+    // Done now comes from the kernel itself (end of the handshake phase,
+    // record limit) or from a straggler's mark; either way some must be.
+    assert!(done > 0, "no flow done for {expected} connections");
 }
