@@ -679,6 +679,8 @@ static __always_inline int first_payload_byte(struct __sk_buff *skb,
  * the analyzer reads). A segment holding more records than this ends the
  * direction's tracking: the byte budget takes over. */
 #define WALK_STEPS		32
+/* QUIC short-header packets a side may send before the peer's first. */
+#define QUIC_SHORT_BEFORE	8
 
 static __always_inline int seq_before(__u32 a, __u32 b)
 {
@@ -978,13 +980,17 @@ static __always_inline int walk_segment(struct __sk_buff *skb,
 /* Whether a segment with nothing new to send still matters for its ACK:
  * the analyzer reads acknowledgements of the records it reads (the TCP
  * handshake's ACK, a client acknowledging the server's Finished). */
-static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side)
+static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side,
+				      __u32 ack)
 {
 	struct tlsrum_dir_state *me = &st->dir[side & 1];
 	struct tlsrum_dir_state *peer = &st->dir[(side & 1) ^ 1];
 
+	/* An ACK past what user space has of the peer's stream tells the
+	 * analyzer of bytes the hook never saw (capture loss): it goes too. */
 	if (peer->track == TLSRUM_TRACK_ON)
-		return !me->ack_valid || seq_before(me->acked, peer->plain_end);
+		return !me->ack_valid || seq_before(me->acked, peer->plain_end) ||
+		       seq_before(peer->fwd_until, ack);
 	/* Untracked peer: while its bytes are still forwarded. */
 	return st->bytes[(side & 1) ^ 1] < max_payload_per_dir;
 }
@@ -1059,7 +1065,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	if (events <= 0) {
 		/* Nothing new to send: a flag or a wanted ACK still goes. */
 		if (!(tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)) &&
-		    !((tf & TCP_FLAG_ACK) && ack_wanted(st, side))) {
+		    !((tf & TCP_FLAG_ACK) && ack_wanted(st, side, p->ack))) {
 			if (len)
 				count(TLSRUM_CNT_OPAQUE, 1);
 			return;
@@ -1135,6 +1141,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		st->bytes[1] = 0;
 		st->quic_short[0] = 0;
 		st->quic_short[1] = 0;
+		st->quic_after = 0;
 		st->initiator = side;
 		flags |= TLSRUM_EV_NEW_FLOW;
 		count(TLSRUM_CNT_NEW_FLOWS, 1);
@@ -1170,9 +1177,24 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	if (b < 0)
 		return;
 	if (!(b & 0x80)) {
-		if (st->quic_short[side & 1])
+		/* Short header (1-RTT). The analyzer times the client's first
+		 * and the server's first after it; a server may send some
+		 * before the client's first (0.5-RTT data), so up to
+		 * QUIC_SHORT_BEFORE go while the peer has sent none, then the
+		 * first one after the peer's first. */
+		__u8 mine = st->quic_short[side & 1];
+		__u8 bit = 1 << (side & 1);
+
+		if (st->quic_short[(side & 1) ^ 1] == 0) {
+			if (mine >= QUIC_SHORT_BEFORE)
+				return;
+		} else if (st->quic_after & bit) {
 			return;
-		st->quic_short[side & 1] = 1;
+		} else {
+			st->quic_after |= bit;
+		}
+		if (mine < 255)
+			st->quic_short[side & 1] = mine + 1;
 	}
 	if (send_len == 0)
 		return;

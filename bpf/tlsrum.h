@@ -140,8 +140,8 @@ struct tlsrum_flow_state {
 	__u64	packets[2];	/* 16 packets seen per sender */
 	__u32	done;		/* 32 set to 1 by user space: forward only FIN/RST */
 	__u8	initiator;	/* 36 side of the first packet seen (0 = a, 1 = b) */
-	__u8	quic_short[2];	/* 37 QUIC: first short-header packet forwarded */
-	__u8	_pad;		/* 39 */
+	__u8	quic_short[2];	/* 37 QUIC: short-header packets forwarded per sender */
+	__u8	quic_after;	/* 39 QUIC: bit per sender, its first short header after the peer's went */
 	struct tlsrum_dir_state dir[2];	/* 40 TCP record tracking per sender */
 };				/* 120 */
 

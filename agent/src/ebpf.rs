@@ -397,7 +397,7 @@ pub struct FlowState {
     pub done: u32,
     pub initiator: u8,
     pub quic_short: [u8; 2],
-    pub _pad: u8,
+    pub quic_after: u8,
     pub dir: [DirState; 2],
 }
 
