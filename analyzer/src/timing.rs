@@ -131,15 +131,20 @@ pub fn timing(hs: &TlsHandshake, tcp: &TcpHandshake) -> Timing {
     }
 }
 
-/// Bytes of handshake records each way (headers included). TLS 1.3's
+/// Bytes of handshake records each way (headers included): the records
+/// other than application_data before a direction's first application_data
+/// record, so that an alert that follows data (in the same segment or
+/// not) never counts, however the stream was cut into packets. TLS 1.3's
 /// encrypted handshake records are counted up to the client's Finished.
 pub fn handshake_bytes(hs: &TlsHandshake) -> HandshakeBytes {
     let size = |r: &RecordInfo| 5 + r.len as u64;
-    let plain = |r: &&RecordInfo| r.content_type != ct::APPLICATION_DATA;
+    let before_data = |log: &[RecordInfo]| -> u64 {
+        log.iter().take_while(|r| r.content_type != ct::APPLICATION_DATA).map(size).sum()
+    };
     let [client, server] = &hs.records;
     let mut out = HandshakeBytes {
-        client_handshake: client.iter().filter(plain).map(size).sum(),
-        server_handshake: server.iter().filter(plain).map(size).sum(),
+        client_handshake: before_data(client),
+        server_handshake: before_data(server),
     };
     if hs.is_tls13() {
         let sh_end = hs.server_hello_end.unwrap_or(0);
