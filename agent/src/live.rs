@@ -61,7 +61,8 @@ pub struct LiveArgs {
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Per-direction payload bytes the kernel forwards for one flow (eBPF backend).
+    /// Per-direction payload bytes the kernel forwards for a flow whose TLS
+    /// records it cannot follow (not TLS, reordered before the hook; eBPF backend).
     #[arg(long, default_value_t = 256 * 1024)]
     pub max_payload_per_flow: u32,
 }

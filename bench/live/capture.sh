@@ -14,6 +14,7 @@ LIVE_CONNECTIONS="${LIVE_CONNECTIONS:-100000}"
 # Bulk records per connection (mkcapture --bulk-ratio); 0: handshakes only.
 LIVE_BULK="${LIVE_BULK:-10}"
 if [ "$LIVE_BULK" = 10 ]; then LIVE_PCAP="$DATA/live-hs.pcap"; else LIVE_PCAP="$DATA/live-hs-bulk$LIVE_BULK.pcap"; fi
+if [ "$LIVE_CONNECTIONS" != 100000 ]; then LIVE_PCAP="${LIVE_PCAP%.pcap}-c$LIVE_CONNECTIONS.pcap"; fi
 
 make_capture() {
   local params inputs
