@@ -929,24 +929,6 @@ impl EbpfCapture {
             .context("updating the eBPF flow map")
     }
 
-    /// Marks a flow done only if the kernel tracks it; returns whether it
-    /// did. For a caller that does not know the flow's protocol: trying
-    /// both with [`EbpfCapture::mark_done`] would create an entry for the
-    /// wrong one in the LRU map, which evicts a real flow to make room.
-    pub fn mark_done_if_tracked(&mut self, key: FlowTuple) -> Result<bool> {
-        let k = FlowKey::new(&key);
-        let mut state = match self.flows.get(&k, 0) {
-            Ok(s) => s,
-            Err(aya::maps::MapError::KeyNotFound) => return Ok(false),
-            Err(e) => return Err(e).context("reading the eBPF flow map"),
-        };
-        state.done = 1;
-        self.flows
-            .insert(k, state, 0)
-            .context("updating the eBPF flow map")?;
-        Ok(true)
-    }
-
     /// The kernel's counters (summed over CPUs), by name.
     pub fn counters(&self) -> Result<Vec<(&'static str, u64)>> {
         COUNTER_NAMES

@@ -278,24 +278,17 @@ fn start_server(t: &Topology, cert: &Path, key: &Path, procs: &mut Procs) {
         .spawn()
         .unwrap();
     procs.0.push(child);
+    wait_listening(&t.server_ns, PORT, "s_server");
+}
+
+/// Waits until something listens on TCP `port` in namespace `ns`.
+fn wait_listening(ns: &str, port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = run(&[
-            "ip",
-            "netns",
-            "exec",
-            &t.server_ns,
-            "ss",
-            "-Hltn",
-            &format!("sport = :{PORT}"),
-        ]);
-        if !out.trim().is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "s_server did not start listening"
-        );
+    while run(&["ip", "netns", "exec", ns, "ss", "-Hltn", &format!("sport = :{port}")])
+        .trim()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "{what} did not start listening");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -742,14 +735,7 @@ fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Pr
         .spawn()
         .unwrap();
     procs.0.push(sink);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while run(&["ip", "netns", "exec", &topo.server_ns, "ss", "-Hltn", &format!("sport = :{PLAIN_PORT}")])
-        .trim()
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "sink did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&topo.server_ns, PLAIN_PORT, "sink");
     let before = counters(cap);
     let mut client = Command::new("ip")
         .args(["netns", "exec", &topo.client_ns, "bash", "-c"])
