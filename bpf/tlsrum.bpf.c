@@ -533,7 +533,7 @@ static __always_inline __u64 wakeup_flag(void)
 /* Writes the segment's header fields into the per-CPU scratch record;
  * emit_run() then sends ranges of its payload. NULL if the map refuses. */
 static __always_inline struct scratch *
-prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u64 ts)
+prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir)
 {
 	struct tlsrum_event *ev;
 	struct scratch *sc;
@@ -544,7 +544,9 @@ prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u64 ts)
 		return NULL;
 	sc->payload_off = p->payload_off;
 	ev = &sc->hdr;
-	ev->ts_ns = ts;
+	/* The clock is read only for packets that send something: most
+	 * packets of a connection send nothing. */
+	ev->ts_ns = bpf_ktime_get_boot_ns();
 	ev->ifindex = skb->ifindex;
 	ev->seq = p->seq;
 	ev->ack = p->ack;
@@ -651,9 +653,9 @@ __attribute__((noinline)) int emit_run(struct __sk_buff *skb, __u32 off,
 /* The segment's header with its first send_len payload bytes (flagged cut
  * if that is not all of them). */
 static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
-				 __u8 dir, __u64 ts, __u32 send_len, __u8 flags)
+				 __u8 dir, __u32 send_len, __u8 flags)
 {
-	if (!prepare(skb, p, dir, ts))
+	if (!prepare(skb, p, dir))
 		return;
 	if (p->first_fragment || send_len < p->payload_len)
 		flags |= TLSRUM_EV_CUT;
@@ -998,7 +1000,7 @@ static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side,
 static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *p,
 				       const struct tlsrum_flow_key *key,
 				       struct tlsrum_flow_state *st, int side,
-				       __u8 dir, __u64 ts, __u8 flags)
+				       __u8 dir, __u8 flags)
 {
 	struct tlsrum_dir_state *me = &st->dir[side & 1];
 	__u8 tf = p->tcp_flags;
@@ -1024,7 +1026,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 			 * boundaries are unknown from here. */
 			track_lose(me);
 		} else {
-			if (!prepare(skb, p, dir, ts))
+			if (!prepare(skb, p, dir))
 				return;
 			events = walk_segment(skb, p, key, side, data_seq, flags);
 		}
@@ -1050,7 +1052,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 		if (send_len || (tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
 			if (send_len)
 				__sync_fetch_and_add(&st->bytes[side & 1], send_len);
-			if (!prepare(skb, p, dir, ts))
+			if (!prepare(skb, p, dir))
 				return;
 			if (p->first_fragment || off + send_len < len)
 				flags |= TLSRUM_EV_CUT;
@@ -1070,7 +1072,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 				count(TLSRUM_CNT_OPAQUE, 1);
 			return;
 		}
-		if (!prepare(skb, p, dir, ts))
+		if (!prepare(skb, p, dir))
 			return;
 		emit_run(skb, len, 0, 0, flags | (len ? TLSRUM_EV_SEEN : 0));
 	}
@@ -1093,7 +1095,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	struct tlsrum_flow_key key = {};
 	struct pkt p = {};
 	__u32 send_len, room, budget = max_payload_per_dir;
-	__u64 sent, ts;
+	__u64 sent;
 	__u8 flags = 0;
 	int ret, side, created = 0, b;
 
@@ -1146,13 +1148,13 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		flags |= TLSRUM_EV_NEW_FLOW;
 		count(TLSRUM_CNT_NEW_FLOWS, 1);
 	}
-	__sync_fetch_and_add(&st->packets[side & 1], 1);
-	ts = bpf_ktime_get_boot_ns();
-
+	/* The bulk of a connection ends here: no write to the flow's state
+	 * (the two directions run on different CPUs and would bounce its
+	 * cache line). */
 	if (st->done) {
 		if (p.proto == IPPROTO_TCP &&
 		    (p.tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))) {
-			emit(skb, &p, dir, ts, 0, flags | TLSRUM_EV_DONE);
+			emit(skb, &p, dir, 0, flags | TLSRUM_EV_DONE);
 			return;
 		}
 		count(TLSRUM_CNT_DONE, 1);
@@ -1160,7 +1162,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	}
 
 	if (p.proto == IPPROTO_TCP) {
-		handle_tcp(skb, &p, &key, st, side & 1, dir, ts, flags);
+		handle_tcp(skb, &p, &key, st, side & 1, dir, flags);
 		return;
 	}
 
@@ -1199,7 +1201,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	if (send_len == 0)
 		return;
 	__sync_fetch_and_add(&st->bytes[side & 1], send_len);
-	emit(skb, &p, dir, ts, send_len, flags);
+	emit(skb, &p, dir, send_len, flags);
 }
 
 SEC("classifier")

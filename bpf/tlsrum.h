@@ -137,13 +137,12 @@ struct tlsrum_dir_state {
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
 struct tlsrum_flow_state {
 	__u64	bytes[2];	/*  0 payload bytes forwarded per sender */
-	__u64	packets[2];	/* 16 packets seen per sender */
-	__u32	done;		/* 32 set to 1 by user space: forward only FIN/RST */
-	__u8	initiator;	/* 36 side of the first packet seen (0 = a, 1 = b) */
-	__u8	quic_short[2];	/* 37 QUIC: short-header packets forwarded per sender */
-	__u8	quic_after;	/* 39 QUIC: bit per sender, its first short header after the peer's went */
-	struct tlsrum_dir_state dir[2];	/* 40 TCP record tracking per sender */
-};				/* 120 */
+	__u32	done;		/* 16 set to 1 by user space: forward only FIN/RST */
+	__u8	initiator;	/* 20 side of the first packet seen (0 = a, 1 = b) */
+	__u8	quic_short[2];	/* 21 QUIC: short-header packets forwarded per sender */
+	__u8	quic_after;	/* 23 QUIC: bit per sender, its first short header after the peer's went */
+	struct tlsrum_dir_state dir[2];	/* 24 TCP record tracking per sender */
+};				/* 104 */
 
 /* Index in the per-CPU `counters` array. Names in agent/src/ebpf.rs. */
 enum tlsrum_counter {
@@ -196,12 +195,11 @@ TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_a, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, port_b, 34);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_key, proto, 36);
 _Static_assert(sizeof(struct tlsrum_flow_key) == 40, "tlsrum_flow_key size");
-TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, packets, 16);
-TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 32);
-TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 36);
-TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 37);
-TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, dir, 40);
-_Static_assert(sizeof(struct tlsrum_flow_state) == 120, "tlsrum_flow_state size");
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 16);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 20);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 21);
+TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, dir, 24);
+_Static_assert(sizeof(struct tlsrum_flow_state) == 104, "tlsrum_flow_state size");
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fwd_until, 4);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, plain_end, 8);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, acked, 12);
