@@ -9,7 +9,6 @@
 //! compare paths and builds with these figures, not live packets.
 
 #[path = "../src/ebpf.rs"]
-#[allow(dead_code)]
 mod ebpf;
 
 use std::net::{IpAddr, Ipv4Addr};
