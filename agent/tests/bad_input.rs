@@ -8,10 +8,37 @@ fn tlsrum(args: &[&str], files: &[&Path]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tlsrum")).args(args).args(files).output().unwrap()
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A file in this run's scratch directory, removed when dropped (and the
+/// directory with the last of them).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            // Fails while another test's file is still there.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tlsrum-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    Scratch(dir.join(name))
 }
 
 fn sample() -> PathBuf {
@@ -51,7 +78,7 @@ fn truncated_capture_names_the_file_and_keeps_earlier_connections() {
     // Cut inside the last block: every connection before it must still be reported.
     let cut = scratch("cut.pcapng");
     std::fs::write(&cut, &whole[..whole.len() - 40]).unwrap();
-    let out = tlsrum(&["replay", "--format", "ndjson"], &[&cut]);
+    let out = tlsrum(&["replay", "--format", "ndjson"], &[&*cut]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
     assert!(err.contains("cut.pcapng") && err.contains("truncated or corrupt after packet"), "{err}");
@@ -62,7 +89,7 @@ fn truncated_capture_names_the_file_and_keeps_earlier_connections() {
 fn not_a_capture_is_a_clear_error() {
     let junk = scratch("junk.pcap");
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
-    let out = tlsrum(&["replay"], &[&junk]);
+    let out = tlsrum(&["replay"], &[&*junk]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("junk.pcap") && err.contains("cannot open as pcap or pcapng"), "{err}");
@@ -72,7 +99,7 @@ fn not_a_capture_is_a_clear_error() {
 fn unknown_link_type_is_a_clear_error() {
     let f = scratch("usb.pcap");
     std::fs::write(&f, pcap_file(189, &[b"\x00\x01\x02"])).unwrap(); // LINKTYPE_USB_LINUX
-    let out = tlsrum(&["replay"], &[&f]);
+    let out = tlsrum(&["replay"], &[&*f]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("usb.pcap") && err.contains("link type 189") && err.contains("not supported"), "{err}");
@@ -88,7 +115,7 @@ fn non_tls_traffic_is_counted_and_ignored() {
     pkt[2..4].copy_from_slice(&len.to_be_bytes());
     let f = scratch("http.pcap");
     std::fs::write(&f, pcap_file(101, &[&pkt])).unwrap();
-    let out = tlsrum(&["replay", "--format", "ndjson", "--stats"], &[&f]);
+    let out = tlsrum(&["replay", "--format", "ndjson", "--stats"], &[&*f]);
     assert!(out.status.success());
     assert_eq!(lines(&out), 0);
     let stats: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
