@@ -531,9 +531,12 @@ static __always_inline __u64 wakeup_flag(void)
 }
 
 /* Writes the segment's header fields into the per-CPU scratch record;
- * emit_run() then sends ranges of its payload. NULL if the map refuses. */
+ * emit_run() then sends ranges of its payload. NULL if the map refuses.
+ * *ts is the packet's timestamp, read from the clock on first use (0 until
+ * then): only packets that send something pay for the read, and every
+ * event of one packet carries the same time. */
 static __always_inline struct scratch *
-prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir)
+prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u64 *ts)
 {
 	struct tlsrum_event *ev;
 	struct scratch *sc;
@@ -544,9 +547,9 @@ prepare(struct __sk_buff *skb, const struct pkt *p, __u8 dir)
 		return NULL;
 	sc->payload_off = p->payload_off;
 	ev = &sc->hdr;
-	/* The clock is read only for packets that send something: most
-	 * packets of a connection send nothing. */
-	ev->ts_ns = bpf_ktime_get_boot_ns();
+	if (!*ts)
+		*ts = bpf_ktime_get_boot_ns();
+	ev->ts_ns = *ts;
 	ev->ifindex = skb->ifindex;
 	ev->seq = p->seq;
 	ev->ack = p->ack;
@@ -655,7 +658,9 @@ __attribute__((noinline)) int emit_run(struct __sk_buff *skb, __u32 off,
 static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p,
 				 __u8 dir, __u32 send_len, __u8 flags)
 {
-	if (!prepare(skb, p, dir))
+	__u64 ts = 0;
+
+	if (!prepare(skb, p, dir, &ts))
 		return;
 	if (p->first_fragment || send_len < p->payload_len)
 		flags |= TLSRUM_EV_CUT;
@@ -1006,6 +1011,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	__u8 tf = p->tcp_flags;
 	__u32 data_seq = p->seq + ((tf & TCP_FLAG_SYN) ? 1 : 0);
 	__u32 len = p->payload_len;
+	__u64 ts = 0;
 	int events = 0, tracked;
 
 	/* The stream starts after the SYN: its records can be followed. A
@@ -1026,7 +1032,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 			 * boundaries are unknown from here. */
 			track_lose(me);
 		} else {
-			if (!prepare(skb, p, dir))
+			if (!prepare(skb, p, dir, &ts))
 				return;
 			events = walk_segment(skb, p, key, side, data_seq, flags);
 		}
@@ -1052,7 +1058,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 		if (send_len || (tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
 			if (send_len)
 				__sync_fetch_and_add(&st->bytes[side & 1], send_len);
-			if (!prepare(skb, p, dir))
+			if (!prepare(skb, p, dir, &ts))
 				return;
 			if (p->first_fragment || off + send_len < len)
 				flags |= TLSRUM_EV_CUT;
@@ -1072,7 +1078,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 				count(TLSRUM_CNT_OPAQUE, 1);
 			return;
 		}
-		if (!prepare(skb, p, dir))
+		if (!prepare(skb, p, dir, &ts))
 			return;
 		emit_run(skb, len, 0, 0, flags | (len ? TLSRUM_EV_SEEN : 0));
 	}
