@@ -485,32 +485,6 @@ fn assert_metrics_agree(agent: &Agent, m: &Metrics, records: &[Value]) {
 
 // ---- servers ----
 
-fn make_cert(topo: &Topology) -> (PathBuf, PathBuf) {
-    let key = topo.path("key.pem");
-    let cert = topo.path("cert.pem");
-    run(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        key.to_str().unwrap(),
-        "-out",
-        cert.to_str().unwrap(),
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN={HOST}"),
-        "-addext",
-        &format!("subjectAltName=DNS:{HOST}"),
-    ]);
-    (cert, key)
-}
-
 /// One nginx with a server block per configuration and one access log
 /// line per request, as scripts/gen-pcaps/nginx.conf.in writes it, plus the
 /// server port.
@@ -935,7 +909,7 @@ fn live_matches_servers_backends_and_replay() {
     // namespaces deleted.
     let topo = Topology::new("a");
     let mut procs = Procs::default();
-    let (cert, key) = make_cert(&topo);
+    let (key, cert) = topo.self_signed(HOST);
     let access_log = start_nginx(&topo, &mut procs, &cert, &key);
     start_s_servers(&topo, &mut procs, &cert, &key);
 
