@@ -62,11 +62,14 @@ fn delayline() -> PathBuf {
     let path = tlsrum.with_file_name("delayline");
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // The same profile as the binary under test: target/<dir>/tlsrum,
+        // where <dir> is the profile's name ("debug" for the dev profile).
+        let profile = match tlsrum.parent().and_then(Path::file_name).and_then(|d| d.to_str()) {
+            Some("debug") | None => "dev".to_string(),
+            Some(dir) => dir.to_string(),
+        };
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo()).args(["build", "-p", "delayline"]);
-        if tlsrum.components().any(|c| c.as_os_str() == "release") {
-            cmd.arg("--release");
-        }
+        cmd.current_dir(repo()).args(["build", "-p", "delayline", "--profile", &profile]);
         let status = cmd.status().expect("run cargo build -p delayline");
         assert!(status.success(), "cargo build -p delayline failed");
     }

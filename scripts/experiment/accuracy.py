@@ -78,7 +78,7 @@ def run(rtts, workdir, n=3):
             rows = compare.rows({"labs": [res]})
             if attempt < MAX_RERUNS and compare.rerun_worthy(rows):
                 why = sorted({f'{r["scenario"]}/{r["vantage"]}: {"; ".join(r["problems"] + r["noise"])}'
-                              for r in rows if r["problems"]})
+                              for r in rows if r["problems"] or r["noise"]})
                 wanlab.log(f"RTT {rtt} ms: rerun, the link or a client clock was off: {why}")
                 doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
                 continue
