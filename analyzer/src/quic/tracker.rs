@@ -159,6 +159,10 @@ struct Active {
     /// Source Connection IDs of the Retry packets seen: a client answers
     /// one of them (the first it receives), which its next Initial shows.
     retry_cids: Vec<Cid>,
+    /// After a Retry: the client's first Destination Connection ID and its
+    /// keys. Initials the client sent before it processed the Retry still
+    /// use them (Chromium sends its ClientHello in two datagrams).
+    pre_retry: Option<(Cid, Box<InitialKeys>)>,
     largest_pn: [Option<u64>; 2],
     crypto: [CryptoStream; 2],
     first_client_hello: Option<ClientHello>,
@@ -422,8 +426,19 @@ impl QuicTracker {
                     act.keys = InitialKeys::new(l.version, act.keys_cid.as_slice());
                     act.notes.push("version_upgraded");
                 }
+                let pre_retry = side == Side::Client && dcid != act.keys_cid && act.pre_retry.as_ref().is_some_and(|(c, _)| *c == dcid);
                 if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
+                } else if pre_retry {
+                    // Opened with the original keys, which stay put: the
+                    // server's Initials use the Retry's.
+                    if let Some((_, keys)) = act.pre_retry.as_mut() {
+                        std::mem::swap(&mut act.keys, keys);
+                        open_initial(act, side, ts, &l, &mut self.scratch, stats);
+                        if let Some((_, keys)) = act.pre_retry.as_mut() {
+                            std::mem::swap(&mut act.keys, keys);
+                        }
+                    }
                 } else {
                     open_initial(act, side, ts, &l, &mut self.scratch, stats);
                 }
@@ -444,7 +459,8 @@ impl QuicTracker {
                 if !act.retry {
                     stats.retry += 1;
                     act.retry = true;
-                    act.keys = InitialKeys::new(act.version, l.scid);
+                    let original = std::mem::replace(&mut act.keys, InitialKeys::new(act.version, l.scid));
+                    act.pre_retry = Some((act.keys_cid, Box::new(original)));
                     act.keys_cid = cid;
                     act.last_client_initial = None;
                 }
@@ -487,6 +503,7 @@ impl QuicTracker {
             keys: InitialKeys::new(l.version, l.dcid),
             keys_cid: Cid::new(l.dcid),
             retry_cids: Vec::new(),
+            pre_retry: None,
             largest_pn: [None; 2],
             crypto: [CryptoStream::default(), CryptoStream::default()],
             first_client_hello: None,
@@ -1070,9 +1087,13 @@ mod tests {
         retry.extend(b"token");
         retry.extend([0; 16]);
         let ch = client_hello();
+        let (head, tail) = ch.split_at(ch.len() / 2);
         let mut d = vec![
-            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
+            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, head), 1200)),
             (1.005, false, retry),
+            // The ClientHello's second datagram, sent before the client
+            // processed the Retry: still keyed from the original ID.
+            (1.006, true, long(0, true, ODCID, ODCID, CCID, 1, &crypto_frame(head.len() as u64, tail), 1200)),
         ];
         // After the Retry everything is keyed from the Retry's SCID.
         for (ts, c, p) in handshake(retry_scid, CCID, 1.010, false) {
@@ -1086,6 +1107,7 @@ mod tests {
         assert_eq!(r.timing.tcp_rtt, Some(10.0), "RTT from the post-Retry Initial");
         assert_eq!(r.timing.handshake, Some(25.0), "handshake from the very first Initial");
         assert_eq!(st.decrypt_failed, 0);
+        assert!(!r.notes.iter().any(|n| n.contains("decrypt")), "{:?}", r.notes);
     }
 
     #[test]
