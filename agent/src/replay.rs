@@ -46,7 +46,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = Config::default().idle_timeout)]
     idle_timeout: f64,
     /// TLS key log (SSLKEYLOGFILE format): lets tlsrum read TLS 1.3
-    /// EncryptedExtensions and say whether 0-RTT data was accepted.
+    /// EncryptedExtensions (TCP and QUIC) and say whether 0-RTT data was accepted.
     #[arg(long, value_name = "FILE")]
     keylog: Option<PathBuf>,
     /// Also write a self-contained HTML report (charts and tables) to FILE.

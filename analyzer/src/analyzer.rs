@@ -276,7 +276,7 @@ impl Analyzer {
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
-            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout),
+            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout).with_keylog(cfg.keylog.clone()),
             cfg,
         }
     }

@@ -65,6 +65,10 @@ SCENARIOS = {
     "0rtt": dict(
         desc="full handshake, then a PSK resumption whose request is sent as 0-RTT data before the handshake completes",
         conns=[dict(ticket="none"), dict(ticket="fresh", early=True)]),
+    "0rtt-rejected": dict(
+        desc="full handshake, then a PSK resumption whose client offers 0-RTT and sends its request as 0-RTT data; the server accepts the PSK but refuses early data (no early_data in its EncryptedExtensions), so the request is sent again in 1-RTT",
+        server_refuses_early_data=True,
+        conns=[dict(ticket="none"), dict(ticket="fresh", early=True)]),
     "retry": dict(
         desc="server with retry=True (address validation): every connection gets a Retry first; full, then PSK resumption",
         retry=True,
@@ -169,6 +173,17 @@ async def run_scenario(sc, port, key, cert, keylog):
     server_conf.load_cert_chain(cert, key)
     if sc.get("server_versions") == "v1":
         server_conf.supported_versions = [QuicProtocolVersion.VERSION_1]
+    import aioquic.tls as aioquic_tls
+    pull_client_hello = aioquic_tls.pull_client_hello
+    if sc.get("server_refuses_early_data"):
+        # The server side reads the ClientHello through this function: a
+        # server that never takes 0-RTT just does not see the offer, so it
+        # resumes the PSK and leaves early_data out of EncryptedExtensions.
+        def refusing(buf):
+            hello = pull_client_hello(buf)
+            hello.early_data = False
+            return hello
+        aioquic_tls.pull_client_hello = refusing
     server = await serve("127.0.0.1", port, configuration=server_conf,
                          stream_handler=lambda r, w: asyncio.ensure_future(handle_stream(r, w)),
                          session_ticket_fetcher=fetch_ticket, session_ticket_handler=store_ticket,
@@ -243,6 +258,7 @@ async def run_scenario(sc, port, key, cert, keylog):
             await asyncio.sleep(0.3)
     finally:
         server.close()
+        aioquic_tls.pull_client_hello = pull_client_hello
     return labels
 
 
@@ -306,6 +322,9 @@ def generate(name, sc, port, outdir, tmp):
         "connections": labels,
     }
     shutil.copy(pcap, outdir / f"{name}.pcapng")
+    # The clients' TLS secrets: `replay --keylog` reads the server's
+    # EncryptedExtensions with them (0-RTT accepted or rejected).
+    shutil.copy(tmp / f"{name}.keys", outdir / f"{name}.keylog")
     (outdir / f"{name}.expected.json").write_text(json.dumps(doc, indent=2) + "\n")
     log(f"{name}: {len(labels)} connections, {size} bytes")
 
@@ -344,7 +363,7 @@ def main():
             failed += 1
             log(f"{name}: FAILED: {e}")
             traceback.print_exc()
-            for stale in (outdir / f"{name}.pcapng", outdir / f"{name}.expected.json"):
+            for stale in (outdir / f"{name}.pcapng", outdir / f"{name}.expected.json", outdir / f"{name}.keylog"):
                 if stale.exists():
                     stale.unlink()
         finally:

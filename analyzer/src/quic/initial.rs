@@ -1,16 +1,14 @@
-//! Initial packet protection (RFC 9001 §5, RFC 9369 §3.3): keys derived from
-//! the client's first Destination Connection ID with a per-version salt,
-//! header protection removal, and AES-128-GCM decryption. Everything an
-//! observer can decrypt without the endpoints' secrets.
+//! Initial packet protection (RFC 9001 §5.2, RFC 9369 §3.3): keys derived
+//! from the client's first Destination Connection ID with a per-version
+//! salt. Everything an observer can decrypt without the endpoints' secrets;
+//! [`protection`](super::protection) opens the packets.
 
-use aes::cipher::{BlockEncrypt, KeyInit};
-use aes::Aes128;
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes128Gcm, Nonce, Tag};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
 use super::packet::Version;
+pub use super::protection::{DecryptError, DirKeys};
+use crate::tls::keylog::label_info;
 
 const SALT_V1: [u8; 20] = hex20("38762cf7f55934b34d179ae6a4c80cadccbb7f0a");
 const SALT_V2: [u8; 20] = hex20("0dede3def700a6db819381be6e269dcbf9bd2ed9");
@@ -51,33 +49,18 @@ impl Version {
         }
     }
 
-    /// HKDF labels for key, IV and header-protection key.
-    fn labels(self) -> [&'static [u8]; 3] {
+    /// HKDF labels for key, IV and header-protection key, at every level.
+    pub(crate) fn labels(self) -> [&'static str; 3] {
         match self {
-            Version::V2 => [b"quicv2 key", b"quicv2 iv", b"quicv2 hp"],
-            _ => [b"quic key", b"quic iv", b"quic hp"],
+            Version::V2 => ["quicv2 key", "quicv2 iv", "quicv2 hp"],
+            _ => ["quic key", "quic iv", "quic hp"],
         }
     }
 }
 
-/// Why a protected packet could not be opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DecryptError {
-    #[error("packet too short for header protection sample and tag")]
-    Short,
-    #[error("AEAD authentication failed")]
-    Aead,
-}
-
-/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context.
-fn expand_label(secret: &[u8], label: &[u8], out: &mut [u8]) {
-    let mut info = Vec::with_capacity(4 + 6 + label.len());
-    info.extend_from_slice(&(out.len() as u16).to_be_bytes());
-    info.push((6 + label.len()) as u8);
-    info.extend_from_slice(b"tls13 ");
-    info.extend_from_slice(label);
-    info.push(0);
+/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256.
+fn expand_label(secret: &[u8], label: &str, out: &mut [u8]) {
+    let info = label_info(label, out.len());
     // A 32-byte secret is a valid PRK and every length asked here is far
     // below 255 * 32, so neither call can fail; fall back to zeros if one did.
     if let Ok(hk) = Hkdf::<Sha256>::from_prk(secret) {
@@ -90,8 +73,8 @@ pub fn initial_secrets(version: Version, dcid: &[u8]) -> ([u8; 32], [u8; 32]) {
     let (prk, _) = Hkdf::<Sha256>::extract(Some(version.initial_salt()), dcid);
     let mut client = [0; 32];
     let mut server = [0; 32];
-    expand_label(&prk, b"client in", &mut client);
-    expand_label(&prk, b"server in", &mut server);
+    expand_label(&prk, "client in", &mut client);
+    expand_label(&prk, "server in", &mut server);
     (client, server)
 }
 
@@ -105,96 +88,6 @@ pub fn key_iv_hp(version: Version, secret: &[u8; 32]) -> ([u8; 16], [u8; 12], [u
     (key, iv, hp)
 }
 
-/// One direction's Initial packet protection.
-pub struct DirKeys {
-    aead: Aes128Gcm,
-    iv: [u8; 12],
-    hp: Aes128,
-}
-
-impl DirKeys {
-    fn new(version: Version, secret: &[u8; 32]) -> Self {
-        let (key, iv, hp) = key_iv_hp(version, secret);
-        DirKeys { aead: Aes128Gcm::new(&key.into()), iv, hp: Aes128::new(&hp.into()) }
-    }
-
-    /// Removes header protection and decrypts a long-header packet in place
-    /// (`pkt` is the whole packet, `pn_offset` where its packet number
-    /// starts). Returns the full packet number and the plaintext's range in
-    /// `pkt`. `largest` is the largest packet number opened so far in this
-    /// direction and space, to expand the truncated number (RFC 9000 §A.3).
-    pub fn open(&self, pkt: &mut [u8], pn_offset: usize, largest: Option<u64>) -> Result<(u64, std::ops::Range<usize>), DecryptError> {
-        let sample_at = pn_offset + 4;
-        let sample = pkt.get(sample_at..sample_at + 16).ok_or(DecryptError::Short)?;
-        let mut mask = aes::Block::clone_from_slice(sample);
-        self.hp.encrypt_block(&mut mask);
-        pkt[0] ^= mask[0] & 0x0f;
-        let pn_len = usize::from(pkt[0] & 3) + 1;
-        let mut truncated = 0u64;
-        for i in 0..pn_len {
-            pkt[pn_offset + i] ^= mask[1 + i];
-            truncated = (truncated << 8) | u64::from(pkt[pn_offset + i]);
-        }
-        let header_len = pn_offset + pn_len;
-        if pkt.len() < header_len + 16 {
-            return Err(DecryptError::Short);
-        }
-        let pn = decode_packet_number(largest, truncated, pn_len as u32 * 8);
-        let mut nonce = self.iv;
-        for (n, p) in nonce[4..].iter_mut().zip(pn.to_be_bytes()) {
-            *n ^= p;
-        }
-        let tag_at = pkt.len() - 16;
-        let (head, rest) = pkt.split_at_mut(header_len);
-        let (payload, tag) = rest.split_at_mut(tag_at - header_len);
-        self.aead
-            .decrypt_in_place_detached(Nonce::from_slice(&nonce), head, payload, Tag::from_slice(tag))
-            .map_err(|_| DecryptError::Aead)?;
-        Ok((pn, header_len..tag_at))
-    }
-}
-
-#[cfg(test)]
-impl DirKeys {
-    /// Protects a packet (tests build traffic with it): `header` ends with
-    /// the `pn_len`-byte packet number.
-    pub(crate) fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
-        let mut nonce = self.iv;
-        for (n, p) in nonce[4..].iter_mut().zip(pn.to_be_bytes()) {
-            *n ^= p;
-        }
-        let mut body = payload.to_vec();
-        let tag = self.aead.encrypt_in_place_detached(Nonce::from_slice(&nonce), header, &mut body).unwrap();
-        let mut out = header.to_vec();
-        out.extend_from_slice(&body);
-        out.extend_from_slice(&tag);
-        let pn_offset = header.len() - pn_len;
-        let mut mask = aes::Block::clone_from_slice(&out[pn_offset + 4..pn_offset + 20]);
-        self.hp.encrypt_block(&mut mask);
-        out[0] ^= mask[0] & 0x0f;
-        for i in 0..pn_len {
-            out[pn_offset + i] ^= mask[1 + i];
-        }
-        out
-    }
-}
-
-/// RFC 9000 Appendix A.3.
-fn decode_packet_number(largest: Option<u64>, truncated: u64, bits: u32) -> u64 {
-    let expected = largest.map_or(0, |l| l + 1);
-    let win = 1u64 << bits;
-    let hwin = win / 2;
-    let mask = win - 1;
-    let candidate = (expected & !mask) | truncated;
-    if candidate + hwin <= expected && candidate < (1u64 << 62) - win {
-        candidate + win
-    } else if candidate > expected + hwin && candidate >= win {
-        candidate - win
-    } else {
-        candidate
-    }
-}
-
 /// Both directions' Initial keys for one connection attempt.
 pub struct InitialKeys {
     pub client: DirKeys,
@@ -206,7 +99,11 @@ impl InitialKeys {
     /// (or, after a Retry, the Retry's Source Connection ID).
     pub fn new(version: Version, dcid: &[u8]) -> Self {
         let (c, s) = initial_secrets(version, dcid);
-        InitialKeys { client: DirKeys::new(version, &c), server: DirKeys::new(version, &s) }
+        let dir = |secret: &[u8; 32]| {
+            let (key, iv, hp) = key_iv_hp(version, secret);
+            DirKeys::aes128(key, iv, hp)
+        };
+        InitialKeys { client: dir(&c), server: dir(&s) }
     }
 }
 
@@ -339,12 +236,5 @@ pub(crate) mod tests {
         assert_eq!(keys.client.open(&mut buf, l.pn_offset, None).unwrap_err(), DecryptError::Aead);
         let mut short = l.bytes[..l.pn_offset + 10].to_vec();
         assert_eq!(keys.client.open(&mut short, l.pn_offset, None).unwrap_err(), DecryptError::Short);
-    }
-
-    #[test]
-    fn packet_numbers_expand_as_rfc9000_a3() {
-        assert_eq!(decode_packet_number(Some(0xa82f30ea), 0x9b32, 16), 0xa82f9b32);
-        assert_eq!(decode_packet_number(None, 2, 32), 2);
-        assert_eq!(decode_packet_number(Some(255), 1, 8), 257);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! Data flows down the modules: [`packet`] reads the version-independent
 //! header and the long-header fields; [`initial`] derives the Initial keys
-//! from the client's first Destination Connection ID, removes header
-//! protection and decrypts; [`crypto_stream`] reassembles CRYPTO frames
+//! from the client's first Destination Connection ID; [`protection`] removes
+//! header protection and decrypts, with those keys or (given a key log)
+//! Handshake keys; [`crypto_stream`] reassembles CRYPTO frames
 //! (bounded) into handshake messages; [`tracker`] follows connections by
 //! connection ID through Retry and Version Negotiation and turns them into
 //! [`ConnectionRecord`](crate::record::ConnectionRecord)s with
@@ -24,6 +25,7 @@
 pub mod crypto_stream;
 pub mod initial;
 pub mod packet;
+pub mod protection;
 pub mod tracker;
 
 pub use tracker::{QuicStats, QuicTracker};

@@ -12,21 +12,27 @@
 //!   packets can be bare ACKs sent before it.
 //! * `ttfb`: the client's first Initial -> the server's first 1-RTT packet
 //!   captured after the client's first 1-RTT packet.
+//! * `early_data`: with a key log (`--keylog`), the server's Handshake
+//!   packets are opened and its EncryptedExtensions says whether 0-RTT was
+//!   accepted; without one an accepted PSK leaves it `attempted`.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use lru::LruCache;
 use serde::Serialize;
 
 use super::crypto_stream::CryptoStream;
 use super::initial::InitialKeys;
+use super::protection::DirKeys;
 use super::packet::{self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN};
 use crate::flow::table::{Endpoint, FlowKey};
 use crate::record::{endpoint, ConnectionRecord, EarlyData, HandshakeBytes, HandshakeKind, Resumption, Timing, Transport};
 use crate::tls::codec::Reader;
 use crate::tls::enums::{alert_name, cipher_suite_name, handshake_type as ht};
 use crate::tls::handshake::{ClientHello, ServerHello};
+use crate::tls::keylog::{self, KeyLog};
 
 /// Smallest UDP payload that can carry a client's first Initial (RFC 9000
 /// §14.1): anything smaller starts no connection, and costs no crypto.
@@ -67,6 +73,11 @@ pub struct QuicStats {
     pub unknown_version: u64,
     /// Initial packets that did not decrypt (wrong keys, corruption, truncation).
     pub decrypt_failed: u64,
+    /// Handshake packets opened with key-log secrets.
+    pub keylog_opened: u64,
+    /// Handshake packets that did not open with the key log's secrets for
+    /// their connection (a stale or foreign key log).
+    pub keylog_failed: u64,
     /// Decryption attempts skipped: the per-tuple or per-connection cap was hit.
     pub decrypt_capped: u64,
     /// Would-be first Initials in datagrams below 1200 bytes.
@@ -99,6 +110,8 @@ impl QuicStats {
         self.bad_cid_len += o.bad_cid_len;
         self.unknown_version += o.unknown_version;
         self.decrypt_failed += o.decrypt_failed;
+        self.keylog_opened += o.keylog_opened;
+        self.keylog_failed += o.keylog_failed;
         self.decrypt_capped += o.decrypt_capped;
         self.short_initial += o.short_initial;
         self.orphan_packets += o.orphan_packets;
@@ -187,7 +200,21 @@ struct Active {
     /// Handshake packets' bytes each way (encrypted: counted whole).
     handshake_bytes: [u64; 2],
     decrypt_failures: u8,
+    /// With a key log entry for this connection: its Handshake level.
+    handshake_level: Option<Box<HandshakeLevel>>,
     notes: Vec<&'static str>,
+}
+
+/// The Handshake packet number space, opened with a key log's traffic
+/// secrets: the server's EncryptedExtensions tells whether 0-RTT was
+/// accepted (RFC 9001 §4.6.1), and either side's CONNECTION_CLOSE there
+/// tells why a handshake failed.
+struct HandshakeLevel {
+    /// Client, server; None when the key log lacks that side's secret.
+    keys: [Option<DirKeys>; 2],
+    largest_pn: [Option<u64>; 2],
+    crypto: [CryptoStream; 2],
+    early_data_accepted: Option<bool>,
 }
 
 struct Conn {
@@ -218,6 +245,7 @@ pub struct QuicTracker {
     next_id: u64,
     idle_timeout: f64,
     scratch: Vec<u8>,
+    keylog: Option<Arc<KeyLog>>,
     /// Records finished, in order; the analyzer drains them.
     pub out: Vec<ConnectionRecord>,
 }
@@ -233,8 +261,15 @@ impl QuicTracker {
             next_id: 0,
             idle_timeout,
             scratch: Vec::with_capacity(1500),
+            keylog: None,
             out: Vec::new(),
         }
+    }
+
+    /// TLS secrets to open Handshake packets with (see [`HandshakeLevel`]).
+    pub fn with_keylog(mut self, keylog: Option<Arc<KeyLog>>) -> Self {
+        self.keylog = keylog.filter(|k| !k.is_empty());
+        self
     }
 
     pub fn active_connections(&self) -> usize {
@@ -430,13 +465,18 @@ impl QuicTracker {
                 if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
                 } else if pre_retry {
-                    // Opened with the original keys, which stay put: the
-                    // server's Initials use the Retry's.
-                    if let Some((_, keys)) = act.pre_retry.as_mut() {
-                        std::mem::swap(&mut act.keys, keys);
-                        open_initial(act, side, ts, &l, &mut self.scratch, stats);
-                        if let Some((_, keys)) = act.pre_retry.as_mut() {
-                            std::mem::swap(&mut act.keys, keys);
+                    // Only checked: its CRYPTO data belongs to the attempt
+                    // the Retry ended (the client starts again at offset 0).
+                    self.scratch.clear();
+                    self.scratch.extend_from_slice(l.bytes);
+                    let opened = act.pre_retry.as_ref().and_then(|(_, keys)| keys.client.open(&mut self.scratch, l.pn_offset, act.largest_pn[0]).ok());
+                    match opened {
+                        // Packet numbers go on across a Retry (RFC 9000 §17.2.5.3).
+                        Some((pn, _)) => act.largest_pn[0] = Some(act.largest_pn[0].map_or(pn, |p| p.max(pn))),
+                        None => {
+                            stats.decrypt_failed += 1;
+                            act.decrypt_failures = act.decrypt_failures.saturating_add(1);
+                            act.notes.push("client_decrypt_failed");
                         }
                     }
                 } else {
@@ -447,6 +487,9 @@ impl QuicTracker {
                 act.handshake_bytes[side as usize] += l.bytes.len() as u64;
                 if side == Side::Server && !l.scid.is_empty() {
                     new_cids.push((Cid::new(l.scid), Side::Server));
+                }
+                if let Some(log) = &self.keylog {
+                    open_handshake(act, log, side, &l, &mut self.scratch, stats);
                 }
             }
             (LongType::ZeroRtt, Side::Client) => act.zero_rtt_packets += 1,
@@ -463,6 +506,10 @@ impl QuicTracker {
                     act.pre_retry = Some((act.keys_cid, Box::new(original)));
                     act.keys_cid = cid;
                     act.last_client_initial = None;
+                    // The ClientHello comes again from offset 0, and need
+                    // not be the same one (aioquic makes a new one, with a
+                    // new random: the one a key log knows).
+                    act.crypto[0] = CryptoStream::default();
                 }
                 if act.retry_cids.len() < 4 && !act.retry_cids.contains(&cid) {
                     act.retry_cids.push(cid);
@@ -522,6 +569,7 @@ impl QuicTracker {
             close: None,
             handshake_bytes: [0; 2],
             decrypt_failures: 0,
+            handshake_level: None,
             notes: Vec::new(),
         });
         if !open_initial(&mut act, Side::Client, ts, &l, &mut self.scratch, stats) {
@@ -728,6 +776,48 @@ fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scrat
     true
 }
 
+/// Opens a Handshake packet with the key log's secrets for this
+/// connection (found by its ClientHello.random, once the ServerHello named
+/// the suite) and reads its frames.
+fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) {
+    if act.handshake_level.is_none() {
+        let (Some(ch), Some(sh)) = (act.client_hello.as_ref(), act.server_hello.as_ref()) else { return };
+        let Some(secrets) = log.get(&ch.random) else { return };
+        let keys = |secret: &Option<Vec<u8>>| secret.as_deref().and_then(|s| DirKeys::from_traffic_secret(act.version, sh.cipher_suite, s));
+        act.handshake_level = Some(Box::new(HandshakeLevel {
+            keys: [keys(&secrets.client_handshake), keys(&secrets.server_handshake)],
+            largest_pn: [None; 2],
+            crypto: [CryptoStream::default(), CryptoStream::default()],
+            early_data_accepted: None,
+        }));
+    }
+    let Some(level) = act.handshake_level.as_deref_mut() else { return };
+    let s = side as usize;
+    let Some(keys) = &level.keys[s] else { return };
+    if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
+        stats.decrypt_capped += 1;
+        return;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(l.bytes);
+    let Ok((pn, range)) = keys.open(scratch, l.pn_offset, level.largest_pn[s]) else {
+        stats.keylog_failed += 1;
+        act.decrypt_failures = act.decrypt_failures.saturating_add(1);
+        act.notes.push("keylog_mismatch");
+        return;
+    };
+    stats.keylog_opened += 1;
+    level.largest_pn[s] = Some(level.largest_pn[s].map_or(pn, |p| p.max(pn)));
+    if read_frames(&scratch[range], &mut level.crypto[s], &mut act.close).is_err() {
+        stats.bad_frames += 1;
+    }
+    while let Some((typ, body)) = level.crypto[s].next_message() {
+        if side == Side::Server && typ == ht::ENCRYPTED_EXTENSIONS && level.early_data_accepted.is_none() {
+            level.early_data_accepted = keylog::early_data_in_extensions(&body);
+        }
+    }
+}
+
 /// Frames allowed in Initial packets (RFC 9000 §12.4): PADDING, PING, ACK,
 /// CRYPTO, CONNECTION_CLOSE. Anything else ends the packet's parse.
 fn read_frames(payload: &[u8], crypto: &mut CryptoStream, close: &mut Option<String>) -> Result<(), &'static str> {
@@ -828,13 +918,19 @@ fn build_record(conn: &Conn, mut act: Active, why: Why, stats: &mut QuicStats) -
     let hellos = [act.first_client_hello.as_ref(), act.client_hello.as_ref()];
     let offered: Vec<Resumption> = if hellos.iter().flatten().any(|ch| ch.psk.is_some()) { vec![Resumption::Psk] } else { Vec::new() };
     let first = act.first_client_hello.as_ref().or(act.client_hello.as_ref());
+    let decrypted = act.handshake_level.as_ref().and_then(|l| l.early_data_accepted);
+    if decrypted.is_some() {
+        act.notes.push("decrypted_with_keylog");
+    }
     let early_data = if !first.is_some_and(|ch| ch.early_data) {
         EarlyData::None
     } else if act.hrr {
         EarlyData::Rejected // RFC 8446 §4.2.10: HelloRetryRequest rejects 0-RTT.
     } else {
-        match sh {
-            Some(s) if s.psk_selected.is_none() => EarlyData::Rejected,
+        match (sh, decrypted) {
+            (Some(s), _) if s.psk_selected.is_none() => EarlyData::Rejected,
+            (Some(_), Some(true)) => EarlyData::Accepted,
+            (Some(_), Some(false)) => EarlyData::Rejected,
             // PSK accepted (or no ServerHello): the answer is in the
             // encrypted EncryptedExtensions.
             _ => EarlyData::Attempted,
@@ -936,6 +1032,12 @@ mod tests {
     #[allow(clippy::too_many_arguments)]
     fn long(ty: u8, client: bool, key_cid: &[u8], dcid: &[u8], scid: &[u8], pn: u64, frames: &[u8], pad_to: usize) -> Vec<u8> {
         let keys = InitialKeys::new(Version::V1, key_cid);
+        let dir = if client { &keys.client } else { &keys.server };
+        long_sealed(dir, ty, dcid, scid, pn, frames, pad_to)
+    }
+
+    /// A v1 long-header packet sealed with `keys`.
+    fn long_sealed(keys: &DirKeys, ty: u8, dcid: &[u8], scid: &[u8], pn: u64, frames: &[u8], pad_to: usize) -> Vec<u8> {
         let mut payload = frames.to_vec();
         let mut header = vec![0xc3 | (ty << 4), 0, 0, 0, 1, dcid.len() as u8];
         header.extend_from_slice(dcid);
@@ -951,8 +1053,66 @@ mod tests {
         let len = 4 + payload.len() + 16;
         header.extend([0x40 | (len >> 8) as u8, len as u8]);
         header.extend((pn as u32).to_be_bytes());
-        let dir = if client { &keys.client } else { &keys.server };
-        dir.seal(&header, 4, pn, &payload)
+        keys.seal(&header, 4, pn, &payload)
+    }
+
+    /// The test ClientHello with an `early_data` extension added.
+    fn client_hello_offering_early_data() -> Vec<u8> {
+        let mut ch = client_hello();
+        let mut p = 4 + 2 + 32;
+        p += 1 + usize::from(ch[p]);
+        p += 2 + usize::from(u16::from_be_bytes([ch[p], ch[p + 1]]));
+        p += 1 + usize::from(ch[p]);
+        let exts = u16::from_be_bytes([ch[p], ch[p + 1]]) + 4;
+        ch[p..p + 2].copy_from_slice(&exts.to_be_bytes());
+        ch.extend([0, 42, 0, 0]);
+        let len = (ch.len() - 4) as u32;
+        ch[1..4].copy_from_slice(&len.to_be_bytes()[1..]);
+        ch
+    }
+
+    /// 0-RTT under an accepted PSK: without a key log "attempted"; with
+    /// one, the server's EncryptedExtensions decides, and a stale key log
+    /// is counted, never trusted.
+    #[test]
+    fn key_log_reads_encrypted_extensions() {
+        let ch = client_hello_offering_early_data();
+        let random: String = ch[6..38].iter().map(|b| format!("{b:02x}")).collect();
+        let secret = [0x5e; 32];
+        let hs_keys = DirKeys::from_traffic_secret(Version::V1, 0x1301, &secret).unwrap();
+        let traffic = |accept: bool| {
+            let ee: Vec<u8> = if accept { vec![8, 0, 0, 6, 0, 4, 0, 42, 0, 0] } else { vec![8, 0, 0, 2, 0, 0] };
+            let mut server = long(0, false, ODCID, CCID, SCID, 0, &crypto_frame(0, &server_hello(true, false)), 0);
+            server.extend(long_sealed(&hs_keys, 2, CCID, SCID, 0, &crypto_frame(0, &ee), 0));
+            let mut client_fin = long(2, true, ODCID, SCID, CCID, 0, &[1; 40], 0);
+            client_fin.extend(short(SCID));
+            vec![
+                (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
+                (1.001, true, long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0)),
+                (1.010, false, server),
+                (1.015, true, client_fin),
+                (1.030, false, short(CCID)),
+            ]
+        };
+        let log = |secret: &[u8]| {
+            let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            Some(Arc::new(KeyLog::parse(&format!("SERVER_HANDSHAKE_TRAFFIC_SECRET {random} {hex}\n"))))
+        };
+        for (keylog, accept, want, round_trips) in [
+            (None, true, EarlyData::Attempted, None),
+            (log(&secret), true, EarlyData::Accepted, Some(0)),
+            (log(&secret), false, EarlyData::Rejected, Some(1)),
+            (log(&[0x6f; 32]), true, EarlyData::Attempted, None),
+        ] {
+            let stale = keylog.is_some() && want == EarlyData::Attempted;
+            let mut t = QuicTracker::new(100, 120.0).with_keylog(keylog);
+            let mut st = QuicStats::default();
+            run(&mut t, &mut st, &traffic(accept));
+            let r = &t.out[0];
+            assert_eq!((r.handshake, r.early_data, r.timing.round_trips), (HandshakeKind::Resumed, want, round_trips), "{:?}", r.notes);
+            assert_eq!(r.notes.contains(&"decrypted_with_keylog"), want != EarlyData::Attempted);
+            assert_eq!((st.keylog_failed > 0, r.notes.contains(&"keylog_mismatch")), (stale, stale));
+        }
     }
 
     fn short(dcid: &[u8]) -> Vec<u8> {

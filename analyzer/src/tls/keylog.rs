@@ -72,7 +72,7 @@ impl KeyLog {
 }
 
 /// HKDF-Expand-Label info: length, "tls13 " + label, empty context.
-fn label_info(label: &str, len: usize) -> Vec<u8> {
+pub(crate) fn label_info(label: &str, len: usize) -> Vec<u8> {
     let full = format!("tls13 {label}");
     let mut info = Vec::with_capacity(4 + full.len());
     info.extend((len as u16).to_be_bytes());
@@ -82,7 +82,8 @@ fn label_info(label: &str, len: usize) -> Vec<u8> {
     info
 }
 
-fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Option<Vec<u8>> {
+/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256 or SHA-384.
+pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Option<Vec<u8>> {
     let info = label_info(label, len);
     let mut out = vec![0; len];
     if sha384 {
@@ -131,6 +132,13 @@ pub fn accepts_early_data(plain: &[u8]) -> Option<bool> {
         return None;
     }
     let mut body = r.sub24("EncryptedExtensions").ok()?;
+    early_data_in_extensions(body.rest())
+}
+
+/// Whether an EncryptedExtensions body carries `early_data`; None if it
+/// does not parse.
+pub fn early_data_in_extensions(body: &[u8]) -> Option<bool> {
+    let mut body = Reader::new(body);
     let mut exts = body.sub16("extensions").ok()?;
     while exts.any_left() {
         let typ = exts.u16("extension type").ok()?;
