@@ -565,6 +565,7 @@ impl Analyzer {
     fn finish_flow(&mut self, mut flow: Flow, why: Finish) -> Flow {
         if let (Status::Tls, Some(act)) = (flow.status, flow.active.take()) {
             let mut act = *act;
+            act.hs.settle();
             if flow.fin.contains(&true) {
                 act.hs.on_close(false);
             }

@@ -85,6 +85,18 @@ pub struct TlsHandshake {
     pub server_handshake_secret: Option<Vec<u8>>,
     /// Decrypted EncryptedExtensions: did the server accept early data?
     pub early_data_accepted: Option<bool>,
+    /// TLS 1.3 with early data offered: the client's encrypted records after
+    /// it acknowledged the ServerHello that were not its Finished (0-RTT
+    /// data it wrote before reading the server's flight, or an
+    /// EndOfEarlyData): the first one, and the latest if EndOfEarlyData-sized.
+    second_flight_first: Option<RecordInfo>,
+    pending_eoed: Option<RecordInfo>,
+    /// An EndOfEarlyData-sized record came right before the Finished-sized
+    /// one that completed the handshake (heuristic `eoed_before_finished`).
+    pub eoed_before_finished: bool,
+    /// Where the client's last handshake flight starts (its EndOfEarlyData
+    /// or Finished), for byte counts.
+    pub client_flight_start: Option<u32>,
     pub parse_errors: u32,
 }
 
@@ -114,6 +126,10 @@ impl Default for TlsHandshake {
             records_overflowed: false,
             server_handshake_secret: None,
             early_data_accepted: None,
+            second_flight_first: None,
+            pending_eoed: None,
+            eoed_before_finished: false,
+            client_flight_start: None,
             parse_errors: 0,
         }
     }
@@ -186,17 +202,63 @@ impl TlsHandshake {
         }
         match (self.state, dir) {
             // TLS 1.3: the client's first encrypted record sent after it saw
-            // the ServerHello is its Finished (or EndOfEarlyData) — or an
-            // encrypted alert, told apart by its length.
+            // the ServerHello is its Finished — or an encrypted alert, told
+            // apart by its length. With early data offered it may instead be
+            // 0-RTT data written before the client read the server's flight
+            // (the ACK only says the kernel had the ServerHello): then the
+            // Finished is found by its size.
             (State::ServerHello13, Dir::Client) if self.acks_server_hello(&rec) => {
                 if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
                     self.fail("encrypted_alert".into());
+                } else if self.client_hello.as_ref().is_some_and(|ch| ch.early_data) {
+                    self.on_second_flight_record(rec);
                 } else {
+                    self.client_flight_start = Some(rec.seq);
                     self.complete(rec);
                 }
             }
             (State::ServerDone12 | State::ClientCcs12, Dir::Client) => self.false_start = true,
             _ => {}
+        }
+    }
+
+    /// A client record after the ServerHello when early data was offered:
+    /// Finished-sized completes the handshake (after an EndOfEarlyData-sized
+    /// record right before it, early data was accepted); anything else waits
+    /// (see [`settle`](Self::settle)).
+    fn on_second_flight_record(&mut self, rec: RecordInfo) {
+        let Some((eoed_len, fin_len)) = self.eoed_and_finished_lens() else {
+            self.client_flight_start = Some(rec.seq);
+            self.complete(rec);
+            return;
+        };
+        let eoed = self.pending_eoed.take();
+        if rec.len == fin_len {
+            let eoed = eoed.filter(|e| e.end == rec.seq);
+            self.eoed_before_finished = eoed.is_some();
+            self.client_flight_start = Some(eoed.map_or(rec.seq, |e| e.seq));
+            self.complete(rec);
+            return;
+        }
+        if rec.len == eoed_len {
+            self.pending_eoed = Some(rec);
+        }
+        // Only a longer record can be a padded Finished.
+        if rec.len > fin_len {
+            self.second_flight_first.get_or_insert(rec);
+        }
+    }
+
+    /// The connection ends (or the capture does) while a TLS 1.3 client's
+    /// Finished was not recognised by its size: its first record after the
+    /// ServerHello long enough to be a padded Finished completed the
+    /// handshake, as without early data.
+    pub fn settle(&mut self) {
+        if self.state == State::ServerHello13 {
+            if let Some(first) = self.second_flight_first.take() {
+                self.client_flight_start = Some(first.seq);
+                self.complete(first);
+            }
         }
     }
 
@@ -352,6 +414,7 @@ impl TlsHandshake {
 
     /// The TCP connection closed (FIN) or was reset.
     pub fn on_close(&mut self, reset: bool) {
+        self.settle();
         if !self.is_over() && self.state != State::Start {
             self.fail(if reset { "reset" } else { "close" }.into());
         }
@@ -433,7 +496,7 @@ impl TlsHandshake {
             _ => match self.early_data_accepted {
                 Some(true) => EarlyData::Accepted,
                 Some(false) => EarlyData::Rejected,
-                None if self.end_of_early_data_seen() => EarlyData::Accepted,
+                None if self.eoed_before_finished => EarlyData::Accepted,
                 None => EarlyData::Attempted,
             },
         }
@@ -455,35 +518,16 @@ impl TlsHandshake {
         Some((4 + 1 + tag, 4 + hash + 1 + tag))
     }
 
-    /// Heuristic `eoed_before_finished`: early data was accepted if the
-    /// client's first encrypted records after it acknowledged the ServerHello
-    /// are an EndOfEarlyData-sized record and, right behind it in the same
-    /// segment, a Finished-sized one. A client sends EndOfEarlyData only when
-    /// the server's EncryptedExtensions accepted early data (RFC 8446 §4.5);
-    /// after a rejection its first record is the Finished. The lookalike -- a
-    /// client writing exactly 4 more bytes of early data after the server's
-    /// flight arrived, coalesced with its Finished -- is not something a TLS
-    /// stack produces; padded records simply leave the answer "attempted".
-    fn end_of_early_data_seen(&self) -> bool {
-        let Some((eoed_len, fin_len)) = self.eoed_and_finished_lens() else { return false };
-        let client = &self.records[Dir::Client as usize];
-        let Some(i) = client
-            .iter()
-            .position(|r| r.content_type == ct::APPLICATION_DATA && self.acks_server_hello(r))
-        else {
-            return false;
-        };
-        match (client.get(i), client.get(i + 1)) {
-            (Some(e), Some(f)) => {
-                e.len == eoed_len
-                    && f.content_type == ct::APPLICATION_DATA
-                    && f.len == fin_len
-                    && f.seq == e.end
-                    && f.ts == e.ts
-            }
-            _ => false,
-        }
-    }
+    // Heuristic `eoed_before_finished` (set in on_second_flight_record):
+    // early data was accepted if the client's Finished-sized record right
+    // after the ServerHello reached it follows an EndOfEarlyData-sized one
+    // directly in its stream. A client sends EndOfEarlyData only when the
+    // server's EncryptedExtensions accepted early data (RFC 8446 §4.5); after
+    // a rejection its Finished follows its 0-RTT data directly. The
+    // lookalike -- exactly 4 bytes of 0-RTT data written after the server's
+    // flight arrived but before the client read it, then the Finished -- is
+    // not something a TLS stack produces; padded records leave the answer
+    // "attempted".
 
     /// Handshake round trips before the client could send application data.
     pub fn round_trips(&self) -> Option<u8> {
@@ -676,11 +720,49 @@ mod tests {
 
     #[test]
     fn early_data_without_end_of_early_data_stays_attempted() {
-        // Rejected (only a Finished), or a lookalike not coalesced with the Finished.
-        for tail in [&[(69, false)][..], &[(21, false), (69, false)], &[(22, false), (69, true)], &[(21, false), (53, true)]] {
+        // Rejected (only a Finished), a record that is no EndOfEarlyData, or
+        // one not followed by a Finished-sized record.
+        for tail in [&[(69, false)][..], &[(22, false), (69, true)], &[(21, false), (53, true)], &[(21, false), (300, false), (69, false)]] {
             let hs = resumed13_early(tail);
             assert_eq!(hs.early_data(), EarlyData::Attempted, "{tail:?}");
             assert_eq!(hs.round_trips(), None);
         }
+    }
+
+    /// Regression (Chromium and gnutls-cli against nginx): 0-RTT data the
+    /// client wrote after the kernel had the ServerHello but before it read
+    /// the server's flight acknowledges the ServerHello too. It completed
+    /// the handshake (too early), and hid the EndOfEarlyData; gnutls-cli's
+    /// EndOfEarlyData and Finished travel in separate segments.
+    #[test]
+    fn late_zero_rtt_data_is_not_the_finished() {
+        for (tail, accepted) in [
+            (&[(566, false), (21, false), (69, true)][..], true),
+            (&[(21, false), (69, false)], true),
+            (&[(566, false), (69, false)], false),
+        ] {
+            let hs = resumed13_early(tail);
+            assert_eq!(hs.kind(), HandshakeKind::Resumed, "{tail:?}");
+            let want = if accepted { EarlyData::Accepted } else { EarlyData::Attempted };
+            assert_eq!(hs.early_data(), want, "{tail:?}");
+            let fin = hs.completed_by.unwrap();
+            assert_eq!(fin.len, 69, "{tail:?}: completed by the Finished");
+            // Handshake bytes: EndOfEarlyData and Finished, never the 0-RTT data.
+            let client_bytes = crate::timing::handshake_bytes(&hs).client_handshake;
+            let flight: u64 = if accepted { 5 + 21 + 5 + 69 } else { 5 + 69 };
+            assert_eq!(client_bytes, 5 + 578 + flight, "{tail:?}");
+        }
+        // A padded Finished is never recognised by size: the first record
+        // after the ServerHello completes the handshake once it closes.
+        let mut hs = resumed13_early(&[(566, false), (120, false)]);
+        assert_eq!(hs.kind(), HandshakeKind::Incomplete);
+        hs.on_close(false);
+        assert_eq!((hs.kind(), hs.completed_by.map(|r| r.len)), (HandshakeKind::Resumed, Some(566)));
+        assert_eq!(hs.early_data(), EarlyData::Attempted);
+        // gnutls-cli sent its EndOfEarlyData, never its Finished, and was
+        // reset: nothing that could be a Finished, so the handshake failed.
+        let mut hs = resumed13_early(&[(21, false)]);
+        hs.on_close(true);
+        assert_eq!((hs.kind(), hs.failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
     }
 }

@@ -135,7 +135,8 @@ pub fn timing(hs: &TlsHandshake, tcp: &TcpHandshake) -> Timing {
 /// other than application_data before a direction's first application_data
 /// record, so that an alert that follows data (in the same segment or
 /// not) never counts, however the stream was cut into packets. TLS 1.3's
-/// encrypted handshake records are counted up to the client's Finished.
+/// encrypted handshake records are counted up to the client's Finished
+/// (from its EndOfEarlyData, if any: 0-RTT data before it is not handshake).
 pub fn handshake_bytes(hs: &TlsHandshake) -> HandshakeBytes {
     let size = |r: &RecordInfo| 5 + r.len as u64;
     let before_data = |log: &[RecordInfo]| -> u64 {
@@ -147,11 +148,12 @@ pub fn handshake_bytes(hs: &TlsHandshake) -> HandshakeBytes {
         server_handshake: before_data(server),
     };
     if hs.is_tls13() {
-        let sh_end = hs.server_hello_end.unwrap_or(0);
         let fin = hs.completed_by;
+        let start = hs.client_flight_start;
         out.client_handshake += client
             .iter()
-            .filter(|r| r.content_type == ct::APPLICATION_DATA && acked(r, sh_end))
+            .filter(|r| r.content_type == ct::APPLICATION_DATA)
+            .filter(|r| start.is_some_and(|s| seq_diff(r.seq, s) >= 0))
             .filter(|r| fin.is_some_and(|f| seq_diff(r.seq, f.seq) <= 0))
             .map(size)
             .sum::<u64>();
