@@ -13,7 +13,7 @@ use chacha20::ChaCha20;
 use chacha20poly1305::ChaCha20Poly1305;
 
 use super::packet::Version;
-use crate::tls::keylog::expand;
+use crate::tls::keylog::{expand, suite_key};
 
 /// Why a protected packet could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -84,12 +84,7 @@ impl DirKeys {
     /// Keys from a TLS 1.3 traffic secret (as a key log gives it) for the
     /// negotiated suite; None for a suite QUIC does not use here (CCM).
     pub fn from_traffic_secret(version: Version, suite: u16, secret: &[u8]) -> Option<Self> {
-        let (key_len, sha384) = match suite {
-            0x1301 => (16, false),
-            0x1302 => (32, true),
-            0x1303 => (32, false),
-            _ => return None,
-        };
+        let (key_len, sha384) = suite_key(suite)?;
         let [kl, il, hl] = version.labels();
         let key = expand(sha384, secret, kl, key_len)?;
         let iv: [u8; 12] = expand(sha384, secret, il, 12)?.try_into().ok()?;

@@ -467,17 +467,10 @@ impl QuicTracker {
                 } else if pre_retry {
                     // Only checked: its CRYPTO data belongs to the attempt
                     // the Retry ended (the client starts again at offset 0).
-                    self.scratch.clear();
-                    self.scratch.extend_from_slice(l.bytes);
-                    let opened = act.pre_retry.as_ref().and_then(|(_, keys)| keys.client.open(&mut self.scratch, l.pn_offset, act.largest_pn[0]).ok());
-                    match opened {
-                        // Packet numbers go on across a Retry (RFC 9000 §17.2.5.3).
-                        Some((pn, _)) => act.largest_pn[0] = Some(act.largest_pn[0].map_or(pn, |p| p.max(pn))),
-                        None => {
-                            stats.decrypt_failed += 1;
-                            act.decrypt_failures = act.decrypt_failures.saturating_add(1);
-                            act.notes.push("client_decrypt_failed");
-                        }
+                    // Packet numbers go on across a Retry (RFC 9000 §17.2.5.3).
+                    let opened = act.pre_retry.as_ref().and_then(|(_, keys)| open_packet(&keys.client, &l, &mut self.scratch, &mut act.largest_pn[0]));
+                    if opened.is_none() {
+                        initial_decrypt_failed(act, side, stats);
                     }
                 } else {
                     open_initial(act, side, ts, &l, &mut self.scratch, stats);
@@ -719,20 +712,12 @@ impl QuicTracker {
 
 /// Decrypts an Initial and feeds its frames; returns whether it opened.
 fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) -> bool {
-    scratch.clear();
-    scratch.extend_from_slice(l.bytes);
     let keys = if side == Side::Client { &act.keys.client } else { &act.keys.server };
     let s = side as usize;
-    let (pn, range) = match keys.open(scratch, l.pn_offset, act.largest_pn[s]) {
-        Ok(v) => v,
-        Err(_) => {
-            stats.decrypt_failed += 1;
-            act.decrypt_failures = act.decrypt_failures.saturating_add(1);
-            act.notes.push(if side == Side::Client { "client_decrypt_failed" } else { "server_decrypt_failed" });
-            return false;
-        }
+    let Some(range) = open_packet(keys, l, scratch, &mut act.largest_pn[s]) else {
+        initial_decrypt_failed(act, side, stats);
+        return false;
     };
-    act.largest_pn[s] = Some(act.largest_pn[s].map_or(pn, |p| p.max(pn)));
     match side {
         Side::Client => {
             if act.server_initial.is_none() {
@@ -776,6 +761,23 @@ fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scrat
     true
 }
 
+/// Opens a copy of the packet in `scratch`; on success raises `largest`
+/// (the direction's largest packet number in that space) and returns the
+/// plaintext's range.
+fn open_packet(keys: &DirKeys, l: &LongPacket<'_>, scratch: &mut Vec<u8>, largest: &mut Option<u64>) -> Option<std::ops::Range<usize>> {
+    scratch.clear();
+    scratch.extend_from_slice(l.bytes);
+    let (pn, range) = keys.open(scratch, l.pn_offset, *largest).ok()?;
+    *largest = Some(largest.map_or(pn, |p| p.max(pn)));
+    Some(range)
+}
+
+fn initial_decrypt_failed(act: &mut Active, side: Side, stats: &mut QuicStats) {
+    stats.decrypt_failed += 1;
+    act.decrypt_failures = act.decrypt_failures.saturating_add(1);
+    act.notes.push(if side == Side::Client { "client_decrypt_failed" } else { "server_decrypt_failed" });
+}
+
 /// Opens a Handshake packet with the key log's secrets for this
 /// connection (found by its ClientHello.random, once the ServerHello named
 /// the suite) and reads its frames.
@@ -798,16 +800,13 @@ fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, l: &LongPacket<'_>
         stats.decrypt_capped += 1;
         return;
     }
-    scratch.clear();
-    scratch.extend_from_slice(l.bytes);
-    let Ok((pn, range)) = keys.open(scratch, l.pn_offset, level.largest_pn[s]) else {
+    let Some(range) = open_packet(keys, l, scratch, &mut level.largest_pn[s]) else {
         stats.keylog_failed += 1;
         act.decrypt_failures = act.decrypt_failures.saturating_add(1);
         act.notes.push("keylog_mismatch");
         return;
     };
     stats.keylog_opened += 1;
-    level.largest_pn[s] = Some(level.largest_pn[s].map_or(pn, |p| p.max(pn)));
     if read_frames(&scratch[range], &mut level.crypto[s], &mut act.close).is_err() {
         stats.bad_frames += 1;
     }

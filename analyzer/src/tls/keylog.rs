@@ -94,15 +94,21 @@ pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Op
     Some(out)
 }
 
+/// Key length and hash (SHA-384 or SHA-256) of a TLS 1.3 suite tlsrum can
+/// decrypt: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305 (not the CCM suites).
+pub(crate) fn suite_key(suite: u16) -> Option<(usize, bool)> {
+    match suite {
+        0x1301 => Some((16, false)),
+        0x1302 => Some((32, true)),
+        0x1303 => Some((32, false)),
+        _ => None,
+    }
+}
+
 /// Decrypts the record with sequence number `seq` protected under a TLS 1.3
 /// traffic secret; returns (inner content type, plaintext).
 pub fn decrypt_record(suite: u16, secret: &[u8], seq: u64, header: &[u8; 5], payload: &[u8]) -> Option<(u8, Vec<u8>)> {
-    let (key_len, sha384) = match suite {
-        0x1301 => (16, false),
-        0x1302 => (32, true),
-        0x1303 => (32, false),
-        _ => return None, // CCM suites: not supported
-    };
+    let (key_len, sha384) = suite_key(suite)?;
     let key = expand(sha384, secret, "key", key_len)?;
     let mut nonce = expand(sha384, secret, "iv", 12)?;
     for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
