@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use lru::LruCache;
-use serde::Serialize;
+use crate::counters::Stats;
 
 use crate::classify::{leaf_names, Dir, State, TlsHandshake, TraceMemory};
 use crate::flow::reassembly::{seq_diff, Reassembler, Segment, DEFAULT_MAX_BUFFERED};
@@ -54,61 +54,6 @@ impl Default for Config {
         }
     }
 }
-
-/// Counters: what was seen, skipped, lost or capped.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct Stats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub tcp_packets: u64,
-    pub udp_packets: u64,
-    pub not_ip: u64,
-    pub malformed_packets: u64,
-    pub ip_fragments: u64,
-    pub other_transport: u64,
-    pub flows_created: u64,
-    pub flows_evicted: u64,
-    pub flows_expired: u64,
-    pub non_tls_flows: u64,
-    pub tls_connections: u64,
-    pub stream_errors: u64,
-    pub handshake_parse_errors: u64,
-    pub reassembly_gaps: u64,
-    pub retransmitted_bytes: u64,
-    pub truncated_segments: u64,
-    /// Bytes the peer acknowledged that the capture never showed.
-    pub capture_loss_bytes: u64,
-    pub record_limit_hits: u64,
-    /// QUIC counters, by reason (see `quic::tracker::QuicStats`).
-    pub quic: crate::quic::QuicStats,
-}
-
-impl Stats {
-    /// Adds another analyzer's counters (one per file or per CPU).
-    pub fn merge(&mut self, o: &Stats) {
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-        self.tcp_packets += o.tcp_packets;
-        self.udp_packets += o.udp_packets;
-        self.not_ip += o.not_ip;
-        self.malformed_packets += o.malformed_packets;
-        self.ip_fragments += o.ip_fragments;
-        self.other_transport += o.other_transport;
-        self.flows_created += o.flows_created;
-        self.flows_evicted += o.flows_evicted;
-        self.flows_expired += o.flows_expired;
-        self.non_tls_flows += o.non_tls_flows;
-        self.tls_connections += o.tls_connections;
-        self.stream_errors += o.stream_errors;
-        self.handshake_parse_errors += o.handshake_parse_errors;
-        self.reassembly_gaps += o.reassembly_gaps;
-        self.retransmitted_bytes += o.retransmitted_bytes;
-        self.truncated_segments += o.truncated_segments;
-        self.record_limit_hits += o.record_limit_hits;
-        self.quic.merge(&o.quic);
-    }
-}
-
 
 /// Segments (per direction) inspected for a ClientHello before a flow is
 /// declared not TLS. More than one allows STARTTLS, SOCKS and proxies.

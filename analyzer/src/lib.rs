@@ -2,6 +2,7 @@
 mod analyzer;
 pub mod aggregate;
 pub mod classify;
+pub mod counters;
 pub mod flow;
 pub mod output;
 pub mod quic;
@@ -9,5 +10,6 @@ pub mod record;
 pub mod timing;
 pub mod tls;
 pub mod wire;
-pub use analyzer::{Analyzer, Config, Stats};
+pub use analyzer::{Analyzer, Config};
+pub use counters::Stats;
 pub use flow::table::Endpoint;

@@ -21,7 +21,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use lru::LruCache;
-use serde::Serialize;
+pub use crate::counters::QuicStats;
 
 use super::crypto_stream::CryptoStream;
 use super::initial::InitialKeys;
@@ -52,79 +52,6 @@ pub const VN_WINDOW: f64 = 10.0;
 const MAX_CIDS_PER_CONN: usize = 6;
 /// 5-tuples remembered per connection.
 const MAX_TUPLES_PER_CONN: usize = 4;
-
-/// QUIC counters, by reason. Every cap hit and every packet tlsrum could
-/// not use is counted here.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct QuicStats {
-    /// UDP datagrams handed to the QUIC tracker.
-    pub datagrams: u64,
-    /// QUIC packets read (coalesced packets counted one by one).
-    pub packets: u64,
-    /// QUIC connection records emitted.
-    pub connections: u64,
-    /// Datagrams that are not QUIC (or short headers of no known connection).
-    pub not_quic: u64,
-    /// Long headers whose fields overrun the datagram or break the rules.
-    pub bad_header: u64,
-    /// Connection IDs longer than 20 bytes, or a first Initial's DCID shorter than 8.
-    pub bad_cid_len: u64,
-    /// Long headers of versions tlsrum cannot decrypt (gQUIC, grease, future versions).
-    pub unknown_version: u64,
-    /// Initial packets that did not decrypt (wrong keys, corruption, truncation).
-    pub decrypt_failed: u64,
-    /// Handshake packets opened with key-log secrets.
-    pub keylog_opened: u64,
-    /// Handshake packets that did not open with the key log's secrets for
-    /// their connection (a stale or foreign key log).
-    pub keylog_failed: u64,
-    /// Decryption attempts skipped: the per-tuple or per-connection cap was hit.
-    pub decrypt_capped: u64,
-    /// Would-be first Initials in datagrams below 1200 bytes.
-    pub short_initial: u64,
-    /// Long-header packets (not a first Initial) of no known connection.
-    pub orphan_packets: u64,
-    /// Initial payloads with a frame tlsrum cannot read.
-    pub bad_frames: u64,
-    /// Connections whose CRYPTO stream kept a hole to the end.
-    pub crypto_gap: u64,
-    /// CRYPTO bytes dropped by the stream caps.
-    pub crypto_capped: u64,
-    /// ClientHello/ServerHello bodies that did not parse.
-    pub hello_parse_errors: u64,
-    /// Connections evicted from the full table.
-    pub evicted: u64,
-    /// Connections finished by the idle timeout.
-    pub expired: u64,
-    pub version_negotiation: u64,
-    pub retry: u64,
-}
-
-impl QuicStats {
-    pub fn merge(&mut self, o: &QuicStats) {
-        self.datagrams += o.datagrams;
-        self.packets += o.packets;
-        self.connections += o.connections;
-        self.not_quic += o.not_quic;
-        self.bad_header += o.bad_header;
-        self.bad_cid_len += o.bad_cid_len;
-        self.unknown_version += o.unknown_version;
-        self.decrypt_failed += o.decrypt_failed;
-        self.keylog_opened += o.keylog_opened;
-        self.keylog_failed += o.keylog_failed;
-        self.decrypt_capped += o.decrypt_capped;
-        self.short_initial += o.short_initial;
-        self.orphan_packets += o.orphan_packets;
-        self.bad_frames += o.bad_frames;
-        self.crypto_gap += o.crypto_gap;
-        self.crypto_capped += o.crypto_capped;
-        self.hello_parse_errors += o.hello_parse_errors;
-        self.evicted += o.evicted;
-        self.expired += o.expired;
-        self.version_negotiation += o.version_negotiation;
-        self.retry += o.retry;
-    }
-}
 
 /// A connection ID as a fixed-size, cheaply hashed key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
