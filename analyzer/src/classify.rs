@@ -15,9 +15,7 @@ pub enum Dir {
     Server,
 }
 
-/// Records kept per direction for timing and byte counts; a handshake needs
-/// a handful, so hitting this means the connection is odd (counted).
-pub const MAX_RECORDS_PER_DIR: usize = 48;
+pub use crate::caps::MAX_RECORDS_PER_DIR;
 
 /// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
 /// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).

@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 mod analyzer;
 pub mod aggregate;
+pub mod caps;
 pub mod classify;
 pub mod counters;
 pub mod flow;

@@ -1,0 +1,10 @@
+//! Caps that more than one part of tlsrum must agree on, stated once.
+//! Hitting any of them is counted (see [`crate::counters`]).
+
+/// TLS records kept per direction of a connection for timing and byte
+/// counts; a handshake needs a handful, so hitting this means the
+/// connection is odd (counted as `record_limit_hits`, noted `record_limit`).
+/// The eBPF program (`TLSRUM_RECORDS_PER_DIR` in `bpf/tlsrum.h`) stops
+/// forwarding a direction past this many records: the agent checks at
+/// compile time that both say the same.
+pub const MAX_RECORDS_PER_DIR: usize = 48;
