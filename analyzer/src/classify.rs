@@ -507,12 +507,8 @@ impl TlsHandshake {
     /// §4.4.4, §5.2).
     pub fn eoed_and_finished_lens(&self) -> Option<(u16, u16)> {
         let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr && sh.version().is_tls13())?;
-        let (hash, tag) = match sh.cipher_suite {
-            0x1301 | 0x1303 | 0x1304 => (32, 16), // AES_128_GCM, CHACHA20_POLY1305, AES_128_CCM: SHA-256
-            0x1302 => (48, 16),                   // AES_256_GCM_SHA384
-            0x1305 => (32, 8),                    // AES_128_CCM_8_SHA256
-            _ => return None,
-        };
+        let suite = crate::tls::suites::Tls13Suite::get(sh.cipher_suite)?;
+        let (hash, tag) = (suite.hash_len as u16, suite.tag_len()? as u16);
         Some((4 + 1 + tag, 4 + hash + 1 + tag))
     }
 

@@ -14,6 +14,7 @@ use chacha20poly1305::ChaCha20Poly1305;
 
 use super::packet::Version;
 use crate::tls::keylog::{expand, suite_key};
+use crate::tls::suites::{Aead as SuiteAead, Tls13Suite};
 
 /// Why a protected packet could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -89,9 +90,9 @@ impl DirKeys {
         let key = expand(sha384, secret, kl, key_len)?;
         let iv: [u8; 12] = expand(sha384, secret, il, 12)?.try_into().ok()?;
         let hp = expand(sha384, secret, hl, key_len)?;
-        let (aead, hp) = match suite {
-            0x1301 => (Aead::Aes128(Aes128Gcm::new_from_slice(&key).ok()?), HeaderKey::Aes128(Aes128::new_from_slice(&hp).ok()?)),
-            0x1302 => (Aead::Aes256(Box::new(Aes256Gcm::new_from_slice(&key).ok()?)), HeaderKey::Aes256(Box::new(Aes256::new_from_slice(&hp).ok()?))),
+        let (aead, hp) = match (Tls13Suite::get(suite)?.aead, key_len) {
+            (SuiteAead::AesGcm, 16) => (Aead::Aes128(Aes128Gcm::new_from_slice(&key).ok()?), HeaderKey::Aes128(Aes128::new_from_slice(&hp).ok()?)),
+            (SuiteAead::AesGcm, _) => (Aead::Aes256(Box::new(Aes256Gcm::new_from_slice(&key).ok()?)), HeaderKey::Aes256(Box::new(Aes256::new_from_slice(&hp).ok()?))),
             _ => (Aead::ChaCha(ChaCha20Poly1305::new_from_slice(&key).ok()?), HeaderKey::ChaCha(hp.try_into().ok()?)),
         };
         Some(DirKeys { aead, iv, hp })

@@ -12,6 +12,7 @@ use sha2::{Sha256, Sha384};
 
 use super::codec::Reader;
 use super::enums::{extension_type, handshake_type};
+use super::suites::{Aead as SuiteAead, Tls13Suite};
 
 /// Secrets of one connection, keyed in the log by the ClientHello.random.
 #[derive(Debug, Default, Clone)]
@@ -95,14 +96,9 @@ pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Op
 }
 
 /// Key length and hash (SHA-384 or SHA-256) of a TLS 1.3 suite tlsrum can
-/// decrypt: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305 (not the CCM suites).
+/// decrypt (see [`Tls13Suite::decryptable`]).
 pub(crate) fn suite_key(suite: u16) -> Option<(usize, bool)> {
-    match suite {
-        0x1301 => Some((16, false)),
-        0x1302 => Some((32, true)),
-        0x1303 => Some((32, false)),
-        _ => None,
-    }
+    Tls13Suite::get(suite).filter(|s| s.decryptable()).map(|s| (s.key_len, s.sha384()))
 }
 
 /// Decrypts the record with sequence number `seq` protected under a TLS 1.3
@@ -116,9 +112,9 @@ pub fn decrypt_record(suite: u16, secret: &[u8], seq: u64, header: &[u8; 5], pay
     }
     let msg = Payload { msg: payload, aad: header };
     let nonce = aes_gcm::Nonce::from_slice(&nonce);
-    let mut plain = match suite {
-        0x1301 => aes_gcm::Aes128Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
-        0x1302 => aes_gcm::Aes256Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+    let mut plain = match (Tls13Suite::get(suite)?.aead, key_len) {
+        (SuiteAead::AesGcm, 16) => aes_gcm::Aes128Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+        (SuiteAead::AesGcm, _) => aes_gcm::Aes256Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
         _ => chacha20poly1305::ChaCha20Poly1305::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
     };
     // TLSInnerPlaintext: content, content type, zero padding.

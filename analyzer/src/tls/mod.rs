@@ -4,3 +4,4 @@ pub mod enums;
 pub mod handshake;
 pub mod keylog;
 pub mod record;
+pub mod suites;
