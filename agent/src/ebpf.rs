@@ -1250,7 +1250,7 @@ mod tests {
         assert!(h.contains(&format!("#define TLSRUM_RECORDS_PER_DIR\t{RECORDS_PER_DIR}")));
         // The kernel stops a flow one record after the analyzer would
         // have finished it, and fills no more than its record layer takes.
-        assert_eq!(RECORDS_PER_DIR, analyzer::classify::MAX_RECORDS_PER_DIR);
+        assert_eq!(RECORDS_PER_DIR, analyzer::caps::MAX_RECORDS_PER_DIR);
         assert_eq!(MAX_FILL, analyzer::tls::record::MAX_RECORD_PAYLOAD);
     }
 

@@ -1,20 +1,23 @@
-//! The pipeline: decoded packets -> flows -> reassembled handshake bytes ->
-//! TLS events -> classification and timing -> connection records.
+//! The orchestrator: decoded packets go to the TCP flow table ([`crate::tcp`])
+//! or the QUIC tracker ([`crate::quic`]); both feed the one handshake
+//! pipeline ([`crate::handshake`]) and hand back connection records.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use lru::LruCache;
-use crate::counters::Stats;
 
-use crate::classify::{leaf_names, Dir, State, TlsHandshake, TraceMemory};
-use crate::flow::reassembly::{seq_diff, Reassembler, Segment, DEFAULT_MAX_BUFFERED};
+use crate::counters::Stats;
+use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
 use crate::flow::table::{Endpoint, FlowKey, FlowTable};
-use crate::record::{endpoint, ConnectionRecord, Transport as RecordTransport};
-use crate::timing::{fully_timed, handshake_bytes, timing, TcpHandshake};
-use crate::tls::enums::content_type as ct;
-use crate::tls::record::{Chunk, RecordStream, StreamEvent, DEFAULT_MAX_HANDSHAKE_MESSAGE};
+use crate::handshake::{leaf_names, Finish, TraceMemory};
+use crate::record::ConnectionRecord;
+use crate::tcp::{Ctx, Status, TcpFlow};
+use crate::tls::keylog::KeyLog;
+use crate::tls::record::DEFAULT_MAX_HANDSHAKE_MESSAGE;
 use crate::wire::{self, DecodeError, LinkType, Packet, TcpHeader, Transport};
 
 /// Every cap the analyzer enforces; hitting one is counted in [`Stats`].
@@ -37,7 +40,7 @@ pub struct Config {
     pub report_finished_flows: bool,
     /// TLS secrets (SSLKEYLOGFILE) to read TLS 1.3 EncryptedExtensions:
     /// early data `accepted`/`rejected` instead of `attempted`.
-    pub keylog: Option<std::sync::Arc<crate::tls::keylog::KeyLog>>,
+    pub keylog: Option<Arc<KeyLog>>,
 }
 
 impl Default for Config {
@@ -55,87 +58,6 @@ impl Default for Config {
     }
 }
 
-/// Segments (per direction) inspected for a ClientHello before a flow is
-/// declared not TLS. More than one allows STARTTLS, SOCKS and proxies.
-const DETECT_MAX_SEGMENTS: u8 = 16;
-
-/// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
-#[derive(Debug, Default)]
-struct Probe {
-    bytes: Vec<u8>,
-    start: Option<(u32, f64, Option<u32>)>,
-    tries: u8,
-}
-
-enum ProbeResult {
-    NeedMore,
-    NotHello,
-    Hello,
-}
-
-/// TLS record header of a ClientHello, or an SSLv2 CLIENT-HELLO.
-fn looks_like_client_hello(b: &[u8]) -> bool {
-    let tls = b[0] == ct::HANDSHAKE && b[1] == 3 && b[2] <= 4 && b[5] == 1;
-    let v2 = b[0] & 0x80 != 0 && b[2] == 1 && (b[3] == 3 || b[3] == 0 || b[3] == 2);
-    tls || v2
-}
-
-impl Probe {
-    fn feed(&mut self, c: &Chunk<'_>) -> ProbeResult {
-        if self.start.is_none() {
-            self.start = Some((c.seq, c.ts, c.ack));
-            self.tries = self.tries.saturating_add(1);
-        }
-        let n = (6 - self.bytes.len()).min(c.data.len());
-        self.bytes.extend_from_slice(&c.data[..n]);
-        if self.bytes.len() < 6 {
-            return ProbeResult::NeedMore;
-        }
-        if looks_like_client_hello(&self.bytes) {
-            ProbeResult::Hello
-        } else {
-            self.bytes.clear();
-            self.start = None;
-            ProbeResult::NotHello
-        }
-    }
-}
-
-/// State kept while a flow's handshake is being followed; dropped once
-/// the connection's record is out.
-struct Active {
-    reasm: [Reassembler; 2],
-    stream: [RecordStream; 2],
-    probe: [Probe; 2],
-    /// Index of the direction that sent the ClientHello.
-    client: Option<usize>,
-    hs: TlsHandshake,
-    notes: Vec<&'static str>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Detecting,
-    Tls,
-    /// The record is out; later packets are ignored.
-    Done,
-    NotTls,
-}
-
-struct Flow {
-    /// The endpoint that sent the first packet seen; direction 0 is a -> b.
-    a: Endpoint,
-    b: Endpoint,
-    first_ts: f64,
-    last_ts: f64,
-    tcp: TcpHandshake,
-    syn_dir: Option<usize>,
-    server_isn: Option<u32>,
-    fin: [bool; 2],
-    status: Status,
-    active: Option<Box<Active>>,
-}
-
 /// Leaf certificates whose names are remembered.
 const CERT_CACHE: usize = 4096;
 
@@ -144,29 +66,23 @@ const CERT_CACHE: usize = 4096;
 struct IssuedIds {
     ids: LruCache<u64, ()>,
     certs: LruCache<u64, (Option<String>, Option<String>)>,
-    keylog: Option<std::sync::Arc<crate::tls::keylog::KeyLog>>,
 }
 
-impl IssuedIds {
-    fn hash(id: &[u8]) -> u64 {
-        let mut h = DefaultHasher::new();
-        id.hash(&mut h);
-        h.finish()
-    }
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 impl TraceMemory for IssuedIds {
     fn was_issued(&self, id: &[u8]) -> bool {
-        self.ids.contains(&Self::hash(id))
+        self.ids.contains(&hash(id))
     }
     fn issued(&mut self, id: &[u8]) {
-        self.ids.put(Self::hash(id), ());
-    }
-    fn server_handshake_secret(&self, client_random: &[u8; 32]) -> Option<Vec<u8>> {
-        self.keylog.as_ref()?.get(client_random)?.server_handshake.clone()
+        self.ids.put(hash(id), ());
     }
     fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
-        let h = Self::hash(der);
+        let h = hash(der);
         if let Some(names) = self.certs.get(&h) {
             return names.clone();
         }
@@ -188,8 +104,8 @@ impl TraceMemory for IssuedIds {
 /// ```
 pub struct Analyzer {
     cfg: Config,
-    flows: FlowTable<Flow>,
-    issued: IssuedIds,
+    flows: FlowTable<TcpFlow>,
+    memory: IssuedIds,
     out: Vec<ConnectionRecord>,
     /// Flows whose analysis ended (record out, or not TLS) since the last
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
@@ -199,24 +115,12 @@ pub struct Analyzer {
     quic: crate::quic::QuicTracker,
 }
 
-enum Finish {
-    CaptureEnd,
-    Evicted,
-    Expired,
-    Closed,
-    Timed,
-}
-
 impl Analyzer {
     pub fn new(cfg: Config) -> Self {
-        let ids = std::num::NonZeroUsize::new(cfg.max_session_ids.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
-            issued: IssuedIds {
-                ids: LruCache::new(ids),
-                certs: LruCache::new(std::num::NonZeroUsize::new(CERT_CACHE).unwrap_or(std::num::NonZeroUsize::MIN)),
-                keylog: cfg.keylog.clone(),
-            },
+            memory: IssuedIds { ids: LruCache::new(nz(cfg.max_session_ids)), certs: LruCache::new(nz(CERT_CACHE)) },
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
@@ -296,16 +200,18 @@ impl Analyzer {
     /// its handshake had not ended).
     pub fn finish(&mut self) {
         while let Some((_, flow)) = self.flows.pop_oldest() {
-            self.finish_flow(flow, Finish::CaptureEnd);
+            self.finish_flow(flow, Finish::CaptureEnd, false);
         }
         self.quic.finish_all(&mut self.stats.quic);
         self.out.append(&mut self.quic.out);
     }
 
     fn wanted(&self, src_port: u16, dst_port: u16) -> bool {
-        self.cfg.server_ports.is_empty()
-            || self.cfg.server_ports.contains(&src_port)
-            || self.cfg.server_ports.contains(&dst_port)
+        self.cfg.server_ports.is_empty() || self.cfg.server_ports.contains(&src_port) || self.cfg.server_ports.contains(&dst_port)
+    }
+
+    fn ctx(&mut self) -> Ctx<'_> {
+        Ctx { mem: &mut self.memory, keylog: self.cfg.keylog.as_deref(), stats: &mut self.stats }
     }
 
     fn tcp(&mut self, ts: f64, src: IpAddr, dst: IpAddr, h: &TcpHeader, payload: &[u8], truncated: bool) {
@@ -323,9 +229,10 @@ impl Analyzer {
         if let Some(f) = self.flows.peek_mut(&key) {
             known = true;
             f.last_ts = ts;
+            let reused = new_syn && f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
-                if new_syn && f.syn_dir.is_some() && f.tcp.syn_ack.is_some() {
+                if reused {
                     self.flows.remove(&key);
                     known = false;
                 } else {
@@ -334,9 +241,9 @@ impl Analyzer {
                     }
                     return;
                 }
-            } else if new_syn && f.status == Status::Tls && f.syn_dir.is_some() && f.tcp.syn_ack.is_some() {
+            } else if reused && f.status == Status::Tls {
                 if let Some(old) = self.flows.remove(&key) {
-                    self.finish_flow(old, Finish::Closed);
+                    self.finish_flow(old, Finish::Done, false);
                 }
                 known = false;
             }
@@ -348,144 +255,40 @@ impl Analyzer {
                 return;
             }
             self.stats.flows_created += 1;
-            let flow = self.new_flow(ts, from, to);
-            if let Some((_, evicted)) = self.flows.insert(key, flow) {
-                self.stats.flows_evicted += 1;
-                self.finish_flow(evicted, Finish::Evicted);
-            }
+            let flow = TcpFlow::new(ts, from, to, self.cfg.max_flow_buffer, self.cfg.max_handshake_message);
+            self.insert(key, flow);
         }
+        let keylog = self.cfg.keylog.as_deref();
         let Some(flow) = self.flows.get_mut(&key) else { return };
-        let dir = usize::from(from != flow.a);
-        track_tcp_handshake(flow, dir, ts, h);
-        let outcome = Self::payload(flow, dir, ts, h, payload, truncated, &mut self.issued, &mut self.stats);
-        // A FIN is a half-close: the peer may still finish the handshake
-        // (a False Start client can close first). Both FINs, or a RST, end it.
-        flow.fin[dir] |= h.fin;
-        let closed = h.rst || flow.fin == [true, true];
-        if closed {
-            if let Some(act) = flow.active.as_mut() {
-                act.hs.on_close(h.rst);
+        let was = flow.status;
+        let mut ctx = Ctx { mem: &mut self.memory, keylog, stats: &mut self.stats };
+        let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
+        if flow.status == Status::NotTls {
+            if was != Status::NotTls {
+                self.stats.non_tls_flows += 1;
+                if self.cfg.report_finished_flows {
+                    self.finished.push((flow.a, flow.b));
+                }
             }
-        }
-        let timed = flow.active.as_ref().is_some_and(|a| {
-            (a.client.is_some() && fully_timed(&a.hs)) || a.hs.records_overflowed
-        });
-        if outcome == Status::NotTls {
-            self.stats.non_tls_flows += 1;
-            flow.status = Status::NotTls;
-            flow.active = None;
-            if self.cfg.report_finished_flows {
-                self.finished.push((flow.a, flow.b));
-            }
-            if closed {
+            if seg.closed {
                 self.flows.remove(&key);
             }
-        } else if closed || timed {
+        } else if seg.closed || seg.timed {
             if let Some(flow) = self.flows.remove(&key) {
-                let reason = if timed { Finish::Timed } else { Finish::Closed };
-                let done = self.finish_flow(flow, reason);
+                let done = self.finish_flow(flow, Finish::Done, seg.timed);
                 // Keep a tombstone so the rest of the connection is skipped cheaply.
-                if !closed {
-                    if let Some((_, evicted)) = self.flows.insert(key, done) {
-                        self.stats.flows_evicted += 1;
-                        self.finish_flow(evicted, Finish::Evicted);
-                    }
+                if !seg.closed {
+                    self.insert(key, done);
                 }
             }
         }
     }
 
-    fn new_flow(&self, ts: f64, from: Endpoint, to: Endpoint) -> Flow {
-        let reasm = || Reassembler::new(self.cfg.max_flow_buffer);
-        let stream = || RecordStream::new(self.cfg.max_handshake_message);
-        Flow {
-            a: from,
-            b: to,
-            first_ts: ts,
-            last_ts: ts,
-            tcp: TcpHandshake::default(),
-            syn_dir: None,
-            server_isn: None,
-            fin: [false; 2],
-            status: Status::Detecting,
-            active: Some(Box::new(Active {
-                reasm: [reasm(), reasm()],
-                stream: [stream(), stream()],
-                probe: [Probe::default(), Probe::default()],
-                client: None,
-                hs: TlsHandshake::default(),
-                notes: Vec::new(),
-            })),
-        }
-    }
-
-    /// Feeds a segment's payload through reassembly, detection and the
-    /// record layer. Returns the flow's status afterwards.
-    #[allow(clippy::too_many_arguments)]
-    fn payload(
-        flow: &mut Flow,
-        dir: usize,
-        ts: f64,
-        h: &TcpHeader,
-        payload: &[u8],
-        truncated: bool,
-        issued: &mut IssuedIds,
-        stats: &mut Stats,
-    ) -> Status {
-        let Some(act) = flow.active.as_deref_mut() else { return flow.status };
-        if h.ack_flag {
-            Self::skip_capture_loss(act, &mut flow.status, 1 - dir, h.ack, issued, stats);
-            if let Some(c) = act.client {
-                let side = if c == dir { Dir::Client } else { Dir::Server };
-                act.hs.on_ack(side, ts, h.ack);
-            }
-        }
-        if payload.is_empty() {
-            return flow.status;
-        }
-        if truncated {
-            stats.truncated_segments += 1;
-        }
-        let Active { reasm, stream, probe, client, hs, notes } = act;
-        let mut status = flow.status;
-        // Data on a SYN (TCP Fast Open) starts after the SYN's sequence number.
-        let seq = if h.syn { h.seq.wrapping_add(1) } else { h.seq };
-        let seg = Segment { seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
-        let mut handle = |c: Chunk<'_>| {
-            handle_chunk(&mut status, probe, stream, hs, notes, client, dir, c, issued, stats)
-        };
-        let out = reasm[dir].push(seg, truncated, &mut handle);
-        stats.retransmitted_bytes += out.duplicate_bytes as u64;
-        if out.gap {
-            stats.reassembly_gaps += 1;
-            let client_side = *client == Some(dir) || (client.is_none() && flow.syn_dir == Some(dir));
-            notes.push(if client_side { "client_gap" } else { "server_gap" });
-        }
-        flow.status = status;
-        status
-    }
-
-    /// The peer acknowledged bytes of direction `dir` that the capture never
-    /// showed: skip the hole and tell the record layer what was lost.
-    fn skip_capture_loss(act: &mut Active, status: &mut Status, dir: usize, ack: u32, issued: &mut IssuedIds, stats: &mut Stats) {
-        if *status != Status::Tls {
-            return;
-        }
-        let Active { reasm, stream, probe, client, hs, notes } = act;
-        let mut lost = None;
-        let mut pending = Vec::new();
-        if let Some(hole) = reasm[dir].acked(ack, &mut |c| pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))) {
-            lost = Some(hole);
-        }
-        let Some((_, n)) = lost else { return };
-        stats.capture_loss_bytes += n as u64;
-        notes.push(if *client == Some(dir) { "client_capture_loss" } else { "server_capture_loss" });
-        if stream[dir].lost(n).is_err() {
-            stats.stream_errors += 1;
-        }
-        for (data, seq, ts, ack) in &pending {
-            let c = Chunk { data, seq: *seq, ts: *ts, ack: *ack };
-            handle_chunk(status, probe, stream, hs, notes, client, dir, c, issued, stats);
+    /// Inserts a flow; one evicted to make room is finished.
+    fn insert(&mut self, key: FlowKey, flow: TcpFlow) {
+        if let Some((_, evicted)) = self.flows.insert(key, flow) {
+            self.stats.flows_evicted += 1;
+            self.finish_flow(evicted, Finish::Evicted, false);
         }
     }
 
@@ -500,212 +303,92 @@ impl Analyzer {
                 if flow.status == Status::Tls {
                     self.stats.flows_expired += 1;
                 }
-                self.finish_flow(flow, Finish::Expired);
+                self.finish_flow(flow, Finish::Expired, false);
             }
         }
     }
 
     /// Emits the flow's record if it is a TLS connection whose record is
     /// not out yet; returns the flow as a tombstone.
-    fn finish_flow(&mut self, mut flow: Flow, why: Finish) -> Flow {
-        if let (Status::Tls, Some(act)) = (flow.status, flow.active.take()) {
-            let mut act = *act;
-            act.hs.settle();
-            if flow.fin.contains(&true) {
-                act.hs.on_close(false);
-            }
-            if let Some(client_dir) = act.client {
-                match why {
-                    Finish::CaptureEnd if !act.hs.is_over() => act.notes.push("capture_ended"),
-                    Finish::Evicted if !act.hs.is_over() => act.notes.push("evicted"),
-                    Finish::Expired if !act.hs.is_over() => act.notes.push("idle_timeout"),
-                    _ => {}
-                }
-                if act.hs.records_overflowed {
-                    self.stats.record_limit_hits += 1;
-                    act.notes.push("record_limit");
-                }
-                // Bytes still waiting behind a hole the capture never filled
-                // (a connection finished because it is fully timed may
-                // simply have the rest of a segment in flight).
-                let timed = matches!(why, Finish::Timed);
-                for (d, r) in act.reasm.iter().enumerate() {
-                    if !timed && r.buffered() > 0 && !r.has_gap() {
-                        act.notes.push(if d == client_dir { "client_gap" } else { "server_gap" });
-                    }
-                }
-                if flow.tcp.syn.is_none() {
-                    act.notes.push("no_syn");
-                }
-                if act.hs.client_hello_lost {
-                    act.notes.push("client_hello_lost");
-                }
-                if act.hs.early_data_accepted.is_some() {
-                    act.notes.push("decrypted_with_keylog");
-                }
-                if act.hs.false_start {
-                    act.notes.push("false_start");
-                }
-                self.stats.tls_connections += 1;
-                self.stats.handshake_parse_errors += act.hs.parse_errors as u64;
-                let (client, server) = if client_dir == 0 { (flow.a, flow.b) } else { (flow.b, flow.a) };
-                self.out.push(build_record(&act, &flow, client, server));
-            }
+    fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) -> TcpFlow {
+        let reported = matches!(flow.status, Status::Done | Status::NotTls);
+        if let Some(record) = flow.finish(why, timed, &mut self.ctx()) {
+            self.out.push(record);
         }
-        if self.cfg.report_finished_flows && flow.status != Status::Done && flow.status != Status::NotTls {
+        if self.cfg.report_finished_flows && !reported {
             self.finished.push((flow.a, flow.b));
         }
-        flow.status = Status::Done;
-        flow.active = None;
         flow
     }
 }
 
-/// Routes in-order bytes of one direction: to the ClientHello detector
-/// until TLS is recognised, then to that direction's record layer.
-#[allow(clippy::too_many_arguments)]
-fn handle_chunk(
-    status: &mut Status,
-    probe: &mut [Probe; 2],
-    stream: &mut [RecordStream; 2],
-    hs: &mut TlsHandshake,
-    notes: &mut Vec<&'static str>,
-    client: &mut Option<usize>,
-    dir: usize,
-    c: Chunk<'_>,
-    issued: &mut IssuedIds,
-    stats: &mut Stats,
-) {
-    if *status == Status::Detecting {
-        match probe[dir].feed(&c) {
-            ProbeResult::NeedMore => return,
-            ProbeResult::NotHello => {
-                if probe[dir].tries >= DETECT_MAX_SEGMENTS {
-                    *status = Status::NotTls;
-                }
-                return;
-            }
-            ProbeResult::Hello => {
-                *status = Status::Tls;
-                *client = Some(dir);
-                let p = std::mem::take(&mut probe[dir]);
-                let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
-                // Bytes of the hello that came in earlier chunks.
-                let already = (seq_diff(c.seq, seq).max(0) as usize).min(p.bytes.len());
-                // Replay the probed bytes, then the rest of this chunk.
-                let head = Chunk { data: &p.bytes[..already], seq, ts, ack };
-                feed_stream(stream, hs, notes, *client, dir, head, issued, stats);
-                feed_stream(stream, hs, notes, *client, dir, c, issued, stats);
-                return;
-            }
-        }
-    }
-    if *status == Status::Tls {
-        feed_stream(stream, hs, notes, *client, dir, c, issued, stats);
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::HandshakeKind;
 
-fn track_tcp_handshake(flow: &mut Flow, dir: usize, ts: f64, h: &TcpHeader) {
-    let Some(act) = flow.active.as_deref_mut() else { return };
-    if h.syn && !h.ack_flag {
-        if flow.tcp.syn_ack.is_none() {
-            flow.tcp.syn = Some(ts);
-            flow.syn_dir = Some(dir);
-        }
-        act.reasm[dir].start_at(h.seq.wrapping_add(1));
-        act.reasm[dir].restart_at(h.seq.wrapping_add(1));
-    } else if h.syn && h.ack_flag {
-        // The last SYN-ACK before the handshake's ACK is the one that counts.
-        if flow.tcp.ack.is_none() && flow.syn_dir == Some(1 - dir) {
-            flow.tcp.syn_ack.get_or_insert(ts);
-            flow.server_isn = Some(h.seq);
-        }
-        act.reasm[dir].start_at(h.seq.wrapping_add(1));
-        act.reasm[dir].restart_at(h.seq.wrapping_add(1));
-    } else if h.ack_flag
-        && flow.tcp.ack.is_none()
-        && flow.syn_dir == Some(dir)
-        && flow.server_isn.is_some_and(|isn| h.ack == isn.wrapping_add(1))
-    {
-        flow.tcp.ack = Some(ts);
+    /// An IPv4/TCP packet (no options) from 10.0.0.`src`:`sport` to 10.0.0.`dst`:`dport`.
+    fn tcp((src, sport): (u8, u16), (dst, dport): (u8, u16), seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let len = 40 + payload.len();
+        let mut p = vec![0x45, 0, (len >> 8) as u8, len as u8, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, src, 10, 0, 0, dst];
+        p.extend(sport.to_be_bytes());
+        p.extend(dport.to_be_bytes());
+        p.extend(seq.to_be_bytes());
+        p.extend(ack.to_be_bytes());
+        p.extend([0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(payload);
+        p
     }
-}
 
-#[allow(clippy::too_many_arguments)]
-fn feed_stream(
-    stream: &mut [RecordStream; 2],
-    hs: &mut TlsHandshake,
-    notes: &mut Vec<&'static str>,
-    client: Option<usize>,
-    dir: usize,
-    chunk: Chunk<'_>,
-    issued: &mut IssuedIds,
-    stats: &mut Stats,
-) {
-    if chunk.data.is_empty() {
-        return;
-    }
-    let side = if client == Some(dir) { Dir::Client } else { Dir::Server };
-    let chunk_seq = chunk.seq;
-    let mut tls13_known = false;
-    let res = stream[dir].push(chunk, &mut |ev| match ev {
-        StreamEvent::Record(r) => hs.on_record(side, r),
-        StreamEvent::Handshake { msg_type, body, record, .. } => {
-            hs.on_message(side, msg_type, body, record, issued);
-            tls13_known = hs.version().is_some();
-        }
-        StreamEvent::Alert { level, description, .. } => hs.on_alert(level, description),
-        StreamEvent::Sslv2 { msg_type, body, record } => hs.on_sslv2(side, msg_type, body, record),
-        StreamEvent::Encrypted { header, payload, .. } => {
-            if side == Dir::Server {
-                hs.on_server_encrypted(&header, payload);
-            }
-        }
-    });
-    // With a key log entry for this ClientHello, keep the server's first
-    // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
-    if side == Dir::Client && hs.server_handshake_secret.is_none() {
-        if let Some(secret) = hs.client_hello.as_ref().and_then(|ch| issued.server_handshake_secret(&ch.random)) {
-            hs.server_handshake_secret = Some(secret);
-            stream[1 - dir].capture_encrypted = true;
-        }
-    }
-    if tls13_known && !hs.is_tls13() {
-        // TLS <= 1.2: after a side's ChangeCipherSpec its records are encrypted.
-        stream[0].ccs_encrypts = true;
-        stream[1].ccs_encrypts = true;
-    }
-    if let Err(e) = &res {
-        if std::env::var_os("TLSRUM_DEBUG").is_some() { eprintln!("stream error {side:?}: {e} at seq {}", chunk_seq); }
-        stats.stream_errors += 1;
-        notes.push(if side == Dir::Client { "client_stream_error" } else { "server_stream_error" });
-    }
-}
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    const RST: u8 = 0x04;
 
-fn build_record(act: &Active, flow: &Flow, client: Endpoint, server: Endpoint) -> ConnectionRecord {
-    let hs = &act.hs;
-    let ch = hs.client_hello.as_ref();
-    let mut notes = act.notes.clone();
-    notes.dedup();
-    ConnectionRecord {
-        ts: flow.first_ts,
-        transport: RecordTransport::Tcp,
-        client: endpoint(client.0, client.1),
-        server: endpoint(server.0, server.1),
-        sni: ch.and_then(|c| c.server_name.clone()),
-        version: hs.version().and_then(|v| v.name()),
-        cipher: hs.cipher(),
-        alpn: ch.map(|c| c.alpn.clone()).unwrap_or_default(),
-        handshake: hs.kind(),
-        offered: hs.offered(),
-        resumption: hs.resumption().filter(|_| hs.state == State::Complete),
-        early_data: hs.early_data(),
-        hrr: hs.hrr,
-        retry: false,
-        timing: timing(hs, &flow.tcp),
-        bytes: handshake_bytes(hs),
-        certs: hs.certs.clone(),
-        failure: hs.failure.clone(),
-        notes,
+    /// A TLS record holding a ClientHello with no extensions.
+    fn client_hello() -> Vec<u8> {
+        let mut body = vec![3, 3];
+        body.extend([7; 32]);
+        body.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
+        let mut msg = vec![1, 0, 0, body.len() as u8];
+        msg.extend(body);
+        let mut rec = vec![22, 3, 1, 0, msg.len() as u8];
+        rec.extend(msg);
+        rec
+    }
+
+    /// The orchestrator: a TLS flow gets a record, a plain one is counted
+    /// as not TLS, a reset fails the handshake, and the end of input
+    /// finishes what is open.
+    #[test]
+    fn flows_are_routed_classified_and_finished() {
+        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let ch = client_hello();
+        let frames = [
+            tcp((1, 40000), (2, 443), 100, 0, SYN, &[]),
+            tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[]),
+            tcp((1, 40000), (2, 443), 101, 501, ACK, &[]),
+            tcp((1, 40000), (2, 443), 101, 501, ACK, &ch),
+            tcp((2, 443), (1, 40000), 501, 101 + ch.len() as u32, RST | ACK, &[]),
+            // Plain text on another flow: 16 segments that are no ClientHello.
+            tcp((3, 40001), (2, 80), 1, 0, SYN, &[]),
+        ];
+        for (i, f) in frames.iter().enumerate() {
+            a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
+        }
+        for i in 0..16u32 {
+            a.push_frame(2.0, LinkType::RawIp, &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"));
+        }
+        let open = tcp((4, 40002), (2, 443), 1, 0, ACK, &ch);
+        a.push_frame(3.0, LinkType::RawIp, &open);
+        a.finish();
+        let records = a.take_records();
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!((records[0].handshake, records[0].failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
+        assert_eq!(records[0].timing.tcp_rtt, Some(20.0));
+        assert_eq!(records[1].handshake, HandshakeKind::Incomplete);
+        assert_eq!(records[1].notes, ["capture_ended", "no_syn"]);
+        let s = a.stats();
+        assert_eq!((s.tls_connections, s.non_tls_flows, s.flows_created), (2, 1, 3));
+        assert_eq!(a.take_finished_flows().len(), 3);
     }
 }

@@ -2,13 +2,14 @@
 mod analyzer;
 pub mod aggregate;
 pub mod caps;
-pub mod classify;
 pub mod counters;
 pub mod flow;
+pub mod handshake;
 pub mod output;
 pub mod quic;
 pub mod record;
-pub mod timing;
+pub mod seq;
+pub mod tcp;
 pub mod tls;
 pub mod wire;
 pub use analyzer::{Analyzer, Config};

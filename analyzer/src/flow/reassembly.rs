@@ -4,7 +4,7 @@
 //! cap is hit, or a segment arrives cut short by the capture, the stream has
 //! a gap that TLS cannot resynchronise across, and the caller is told.
 
-use crate::tls::record::Chunk;
+pub use crate::seq::seq_diff;
 
 /// Default cap on out-of-order bytes held per direction.
 pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024;
@@ -37,9 +37,13 @@ pub struct PushOutcome {
     pub gap: bool,
 }
 
-/// `a - b` in sequence space, as a signed distance (RFC 1982 style).
-pub fn seq_diff(a: u32, b: u32) -> i64 {
-    a.wrapping_sub(b) as i32 as i64
+/// A bytes chunk in stream order, with where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
+    pub data: &'a [u8],
+    pub seq: u32,
+    pub ts: f64,
+    pub ack: Option<u32>,
 }
 
 #[derive(Debug)]

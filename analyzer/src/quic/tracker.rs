@@ -28,11 +28,11 @@ use super::initial::InitialKeys;
 use super::protection::DirKeys;
 use super::packet::{self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN};
 use crate::flow::table::{Endpoint, FlowKey};
-use crate::record::{endpoint, ConnectionRecord, EarlyData, HandshakeBytes, HandshakeKind, Resumption, Timing, Transport};
+use crate::handshake::{Close, Dir, Event, Finish, Handshake, NoMemory, Space, TransportView};
+use crate::record::{ConnectionRecord, HandshakeBytes, Transport};
 use crate::tls::codec::Reader;
-use crate::tls::enums::{alert_name, cipher_suite_name, handshake_type as ht};
-use crate::tls::handshake::{ClientHello, ServerHello};
-use crate::tls::keylog::{self, KeyLog};
+use crate::tls::enums::{alert_name, handshake_type as ht};
+use crate::tls::keylog::KeyLog;
 
 /// Smallest UDP payload that can carry a client's first Initial (RFC 9000
 /// §14.1): anything smaller starts no connection, and costs no crypto.
@@ -78,6 +78,15 @@ enum Side {
     Server = 1,
 }
 
+impl Side {
+    fn dir(self) -> Dir {
+        match self {
+            Side::Client => Dir::Client,
+            Side::Server => Dir::Server,
+        }
+    }
+}
+
 /// What one 5-tuple taught before a connection on it was decodable.
 #[derive(Debug, Clone, Copy, Default)]
 struct Hint {
@@ -105,22 +114,15 @@ struct Active {
     pre_retry: Option<(Cid, Box<InitialKeys>)>,
     largest_pn: [Option<u64>; 2],
     crypto: [CryptoStream; 2],
-    first_client_hello: Option<ClientHello>,
-    client_hello: Option<ClientHello>,
-    server_hello: Option<ServerHello>,
-    hrr: bool,
+    /// The handshake both transports share: hellos, 1-RTT packets, closes.
+    hs: Handshake,
     retry: bool,
-    vn: bool,
     /// The client's first Initial (the first attempt, across VN).
     start: f64,
     /// The latest client Initial before the server's first Initial.
     last_client_initial: Option<f64>,
     server_initial: Option<f64>,
     rtt: Option<f64>,
-    /// The client's first 1-RTT packet after the ServerHello.
-    client_done: Option<f64>,
-    /// The server's first 1-RTT packet after `client_done`.
-    server_data: Option<f64>,
     zero_rtt_packets: u32,
     /// CONNECTION_CLOSE in an Initial: the failure string.
     close: Option<String>,
@@ -141,7 +143,6 @@ struct HandshakeLevel {
     keys: [Option<DirKeys>; 2],
     largest_pn: [Option<u64>; 2],
     crypto: [CryptoStream; 2],
-    early_data_accepted: Option<bool>,
 }
 
 struct Conn {
@@ -156,12 +157,6 @@ struct Conn {
     active: Option<Box<Active>>,
 }
 
-enum Why {
-    CaptureEnd,
-    Evicted,
-    Expired,
-    Done,
-}
 
 /// Follows QUIC connections and emits one record per connection.
 pub struct QuicTracker {
@@ -295,7 +290,7 @@ impl QuicTracker {
         let target = [scid, dcid].into_iter().filter(|c| !c.is_empty()).find_map(|c| self.by_cid.get(&Cid::new(c)).copied()).or_else(|| self.by_tuple.get(&key).copied());
         let mut first_attempt = None;
         if let Some(id) = target {
-            let abandoned = self.conns.peek(&id).is_some_and(|c| c.active.as_ref().is_some_and(|a| a.server_initial.is_none() && a.server_hello.is_none()));
+            let abandoned = self.conns.peek(&id).is_some_and(|c| c.active.as_ref().is_some_and(|a| a.server_initial.is_none() && a.hs.version().is_none()));
             if abandoned {
                 if let Some(c) = self.conns.pop(&id) {
                     first_attempt = c.active.as_ref().map(|a| a.start);
@@ -409,7 +404,7 @@ impl QuicTracker {
                     new_cids.push((Cid::new(l.scid), Side::Server));
                 }
                 if let Some(log) = &self.keylog {
-                    open_handshake(act, log, side, &l, &mut self.scratch, stats);
+                    open_handshake(act, log, side, ts, &l, &mut self.scratch, stats);
                 }
             }
             (LongType::ZeroRtt, Side::Client) => act.zero_rtt_packets += 1,
@@ -422,6 +417,7 @@ impl QuicTracker {
                 if !act.retry {
                     stats.retry += 1;
                     act.retry = true;
+                    act.hs.on(Dir::Server, Event::Retry, &mut NoMemory);
                     let original = std::mem::replace(&mut act.keys, InitialKeys::new(act.version, l.scid));
                     act.pre_retry = Some((act.keys_cid, Box::new(original)));
                     act.keys_cid = cid;
@@ -445,7 +441,7 @@ impl QuicTracker {
             }
         }
         if conn.active.as_ref().is_some_and(|a| a.close.is_some()) {
-            self.finish(id, Why::Done, stats);
+            self.finish(id, Finish::Done, stats);
         }
         Some(id)
     }
@@ -465,6 +461,15 @@ impl QuicTracker {
             stats.decrypt_capped += 1;
             return None;
         }
+        // A Version Negotiation shortly before on this tuple answered this
+        // client's first attempt: the handshake began then.
+        let vn = hint.vn.filter(|&v| ts - v <= VN_WINDOW && ts >= v);
+        let start = vn.map_or(ts, |v| hint.first_attempt.map_or(v, |f| f.min(v)));
+        let mut hs = Handshake::new(Transport::Quic);
+        hs.on(Dir::Client, Event::Begin { ts: start }, &mut NoMemory);
+        if vn.is_some() {
+            hs.on(Dir::Server, Event::VersionNegotiation, &mut NoMemory);
+        }
         let mut act = Box::new(Active {
             version: l.version,
             keys: InitialKeys::new(l.version, l.dcid),
@@ -473,18 +478,12 @@ impl QuicTracker {
             pre_retry: None,
             largest_pn: [None; 2],
             crypto: [CryptoStream::default(), CryptoStream::default()],
-            first_client_hello: None,
-            client_hello: None,
-            server_hello: None,
-            hrr: false,
+            hs,
             retry: false,
-            vn: false,
             start: ts,
             last_client_initial: None,
             server_initial: None,
             rtt: None,
-            client_done: None,
-            server_data: None,
             zero_rtt_packets: 0,
             close: None,
             handshake_bytes: [0; 2],
@@ -510,10 +509,8 @@ impl QuicTracker {
                 h.early_zero_rtt = 0;
             }
         }
-        if let Some(vn) = hint.vn.filter(|&v| ts - v <= VN_WINDOW && ts >= v) {
-            act.vn = true;
+        if vn.is_some() {
             act.notes.push("version_negotiation");
-            let start = hint.first_attempt.map_or(vn, |f| f.min(vn));
             act.start = start;
             first_ts = start;
             self.hints.pop(&key);
@@ -537,7 +534,7 @@ impl QuicTracker {
         if let Some((old_id, old)) = self.conns.push(id, conn) {
             if old_id != id {
                 stats.evicted += 1;
-                self.emit(old_id, old, Why::Evicted, stats);
+                self.emit(old_id, old, Finish::Evicted, stats);
             }
         }
         Some(id)
@@ -570,13 +567,9 @@ impl QuicTracker {
         let side = if src == conn.client { Side::Client } else { Side::Server };
         let Some(act) = conn.active.as_deref_mut() else { return };
         stats.packets += 1;
-        match side {
-            Side::Client if act.server_hello.is_some() && act.client_done.is_none() => act.client_done = Some(ts),
-            Side::Server if act.client_done.is_some() && act.server_data.is_none() => act.server_data = Some(ts),
-            _ => {}
-        }
-        if act.server_data.is_some() {
-            self.finish(id, Why::Done, stats);
+        act.hs.on(side.dir(), Event::Packet { space: Space::OneRtt, ts }, &mut NoMemory);
+        if act.hs.fully_timed() {
+            self.finish(id, Finish::Done, stats);
         }
     }
 
@@ -595,7 +588,7 @@ impl QuicTracker {
     }
 
     /// Emits the record of a connection still in the table; keeps it as a tombstone.
-    fn finish(&mut self, id: u64, why: Why, stats: &mut QuicStats) {
+    fn finish(&mut self, id: u64, why: Finish, stats: &mut QuicStats) {
         let Some(conn) = self.conns.peek_mut(&id) else { return };
         let Some(act) = conn.active.take() else { return };
         let rec = build_record(conn, *act, why, stats);
@@ -604,7 +597,7 @@ impl QuicTracker {
     }
 
     /// Emits the record of a connection removed from the table.
-    fn emit(&mut self, id: u64, mut conn: Conn, why: Why, stats: &mut QuicStats) {
+    fn emit(&mut self, id: u64, mut conn: Conn, why: Finish, stats: &mut QuicStats) {
         self.unregister(id, &conn);
         if let Some(act) = conn.active.take() {
             let rec = build_record(&conn, *act, why, stats);
@@ -623,7 +616,7 @@ impl QuicTracker {
             if conn.active.is_some() {
                 stats.expired += 1;
             }
-            self.emit(id, conn, Why::Expired, stats);
+            self.emit(id, conn, Finish::Expired, stats);
         }
     }
 
@@ -631,7 +624,7 @@ impl QuicTracker {
     pub fn finish_all(&mut self, stats: &mut QuicStats) {
         // Oldest first, like the TCP flow table.
         while let Some((id, conn)) = self.conns.pop_lru() {
-            self.emit(id, conn, Why::CaptureEnd, stats);
+            self.emit(id, conn, Finish::CaptureEnd, stats);
         }
         self.hints.clear();
     }
@@ -667,24 +660,11 @@ fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scrat
         stats.crypto_capped += 1;
         act.notes.push("crypto_capped");
     }
+    let errors_before = act.hs.parse_errors();
     while let Some((typ, body)) = act.crypto[s].next_message() {
-        match (side, typ) {
-            (Side::Client, ht::CLIENT_HELLO) => match ClientHello::parse(&body) {
-                Ok(ch) => {
-                    if let Some(first) = act.client_hello.replace(ch) {
-                        act.first_client_hello.get_or_insert(first);
-                    }
-                }
-                Err(_) => stats.hello_parse_errors += 1,
-            },
-            (Side::Server, ht::SERVER_HELLO) => match ServerHello::parse(&body) {
-                Ok(sh) if sh.is_hrr => act.hrr = true,
-                Ok(sh) => act.server_hello = Some(sh),
-                Err(_) => stats.hello_parse_errors += 1,
-            },
-            _ => {}
-        }
+        act.hs.on(side.dir(), Event::Message { msg_type: typ, body: Some(&body), ts, record: None }, &mut NoMemory);
     }
+    stats.hello_parse_errors += u64::from(act.hs.parse_errors() - errors_before);
     true
 }
 
@@ -708,16 +688,15 @@ fn initial_decrypt_failed(act: &mut Active, side: Side, stats: &mut QuicStats) {
 /// Opens a Handshake packet with the key log's secrets for this
 /// connection (found by its ClientHello.random, once the ServerHello named
 /// the suite) and reads its frames.
-fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) {
+fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, ts: f64, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) {
     if act.handshake_level.is_none() {
-        let (Some(ch), Some(sh)) = (act.client_hello.as_ref(), act.server_hello.as_ref()) else { return };
+        let (Some(ch), Some(suite)) = (act.hs.client_hello(), act.hs.cipher_suite()) else { return };
         let Some(secrets) = log.get(&ch.random) else { return };
-        let keys = |secret: &Option<Vec<u8>>| secret.as_deref().and_then(|s| DirKeys::from_traffic_secret(act.version, sh.cipher_suite, s));
+        let keys = |secret: &Option<Vec<u8>>| secret.as_deref().and_then(|s| DirKeys::from_traffic_secret(act.version, suite, s));
         act.handshake_level = Some(Box::new(HandshakeLevel {
             keys: [keys(&secrets.client_handshake), keys(&secrets.server_handshake)],
             largest_pn: [None; 2],
             crypto: [CryptoStream::default(), CryptoStream::default()],
-            early_data_accepted: None,
         }));
     }
     let Some(level) = act.handshake_level.as_deref_mut() else { return };
@@ -738,8 +717,8 @@ fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, l: &LongPacket<'_>
         stats.bad_frames += 1;
     }
     while let Some((typ, body)) = level.crypto[s].next_message() {
-        if side == Side::Server && typ == ht::ENCRYPTED_EXTENSIONS && level.early_data_accepted.is_none() {
-            level.early_data_accepted = keylog::early_data_in_extensions(&body);
+        if side == Side::Server && typ == ht::ENCRYPTED_EXTENSIONS {
+            act.hs.on(Dir::Server, Event::Message { msg_type: typ, body: Some(&body), ts, record: None }, &mut NoMemory);
         }
     }
 }
@@ -803,20 +782,10 @@ fn close_reason(typ: u64, code: u64) -> String {
     }
 }
 
-fn ms(seconds: f64) -> f64 {
-    (seconds * 1e6).round() / 1e3
-}
-
-fn build_record(conn: &Conn, mut act: Active, why: Why, stats: &mut QuicStats) -> ConnectionRecord {
-    let complete = act.server_hello.is_some() && act.client_done.is_some();
-    let failed = act.close.is_some() && !complete;
-    if !complete && !failed {
-        match why {
-            Why::CaptureEnd => act.notes.push("capture_ended"),
-            Why::Evicted => act.notes.push("evicted"),
-            Why::Expired => act.notes.push("idle_timeout"),
-            Why::Done => {}
-        }
+/// The connection's record, from the shared builder.
+fn build_record(conn: &Conn, mut act: Active, why: Finish, stats: &mut QuicStats) -> ConnectionRecord {
+    if let Some(close) = act.close.take() {
+        act.hs.on(Dir::Server, Event::Close(Close::Quic(close)), &mut NoMemory);
     }
     for (s, name) in [(0, "client_crypto_gap"), (1, "server_crypto_gap")] {
         if act.crypto[s].has_gap() {
@@ -827,95 +796,26 @@ fn build_record(conn: &Conn, mut act: Active, why: Why, stats: &mut QuicStats) -
     if act.zero_rtt_packets > 0 {
         act.notes.push("zero_rtt_packets");
     }
-    if act.client_hello.is_none() {
-        act.notes.push("no_client_hello");
-    }
-    let sh = act.server_hello.as_ref();
-    let psk_accepted = sh.is_some_and(|s| s.psk_selected.is_some());
-    let kind = if failed {
-        HandshakeKind::Failed
-    } else if complete && psk_accepted {
-        HandshakeKind::Resumed
-    } else if complete {
-        HandshakeKind::Full
-    } else {
-        HandshakeKind::Incomplete
-    };
-    let hellos = [act.first_client_hello.as_ref(), act.client_hello.as_ref()];
-    let offered: Vec<Resumption> = if hellos.iter().flatten().any(|ch| ch.psk.is_some()) { vec![Resumption::Psk] } else { Vec::new() };
-    let first = act.first_client_hello.as_ref().or(act.client_hello.as_ref());
-    let decrypted = act.handshake_level.as_ref().and_then(|l| l.early_data_accepted);
-    if decrypted.is_some() {
-        act.notes.push("decrypted_with_keylog");
-    }
-    let early_data = if !first.is_some_and(|ch| ch.early_data) {
-        EarlyData::None
-    } else if act.hrr {
-        EarlyData::Rejected // RFC 8446 §4.2.10: HelloRetryRequest rejects 0-RTT.
-    } else {
-        match (sh, decrypted) {
-            (Some(s), _) if s.psk_selected.is_none() => EarlyData::Rejected,
-            (Some(_), Some(true)) => EarlyData::Accepted,
-            (Some(_), Some(false)) => EarlyData::Rejected,
-            // PSK accepted (or no ServerHello): the answer is in the
-            // encrypted EncryptedExtensions.
-            _ => EarlyData::Attempted,
-        }
-    };
-    let since = |t: Option<f64>| t.filter(|&t| t >= act.start).map(|t| ms(t - act.start));
-    let round_trips = complete.then(|| {
-        let base = match early_data {
-            EarlyData::Attempted => None,
-            EarlyData::Accepted => Some(0),
-            _ => Some(1),
-        };
-        base.map(|b| b + u8::from(act.hrr) + u8::from(act.retry) + u8::from(act.vn))
-    });
-    let avoidable = (kind == HandshakeKind::Full && !offered.is_empty())
-        .then(|| u8::from(early_data != EarlyData::None))
-        .zip(act.rtt)
-        .map(|(n, rtt)| ms(f64::from(n) * rtt));
-    let cipher = sh.map(|s| cipher_suite_name(s.cipher_suite).map_or_else(|| format!("0x{:04x}", s.cipher_suite), str::to_string));
-    let mut notes = act.notes.clone();
-    notes.sort_unstable();
-    notes.dedup();
-    ConnectionRecord {
-        ts: conn.first_ts,
+    let view = TransportView {
         transport: Transport::Quic,
-        client: endpoint(conn.client.0, conn.client.1),
-        server: endpoint(conn.server.0, conn.server.1),
-        sni: act.client_hello.as_ref().and_then(|c| c.server_name.clone()),
-        version: sh.and_then(|s| s.version().name()),
-        cipher,
-        alpn: act.client_hello.as_ref().map(|c| c.alpn.clone()).unwrap_or_default(),
-        handshake: kind,
-        offered,
-        resumption: (kind == HandshakeKind::Resumed).then_some(Resumption::Psk),
-        early_data,
-        hrr: act.hrr,
-        retry: act.retry,
-        timing: Timing {
-            tcp_rtt: act.rtt.map(ms),
-            handshake: if complete { since(act.client_done) } else { None },
-            ttfb: if complete { since(act.server_data) } else { None },
-            round_trips: round_trips.flatten(),
-            avoidable,
-        },
+        first_ts: conn.first_ts,
+        client: conn.client,
+        server: conn.server,
+        rtt: act.rtt,
         bytes: HandshakeBytes {
             client_handshake: act.crypto[0].highest + act.handshake_bytes[0],
             server_handshake: act.crypto[1].highest + act.handshake_bytes[1],
         },
-        certs: None,
-        failure: if failed { act.close.take() } else { None },
-        notes,
-    }
+        notes: act.notes,
+    };
+    act.hs.to_record(view, why)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::quic::initial::tests::{hex, CLIENT_PAYLOAD, V1_CLIENT, V2_CLIENT};
-    use crate::record::{EarlyData, HandshakeKind};
+    use crate::record::{EarlyData, HandshakeKind, Resumption};
 
     const C: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)), 50000);
     const S: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)), 443);

@@ -5,6 +5,7 @@
 
 use super::codec::{InvalidMessage, Reader};
 use super::enums::content_type;
+pub use crate::flow::reassembly::Chunk;
 
 /// Largest record payload accepted: 2^14 plus the TLS 1.2 expansion allowance.
 pub const MAX_RECORD_PAYLOAD: usize = (1 << 14) + 2048;
@@ -54,14 +55,6 @@ pub enum StreamError {
     BadMessage(InvalidMessage),
 }
 
-/// A bytes chunk in stream order, with where it came from.
-#[derive(Debug, Clone, Copy)]
-pub struct Chunk<'a> {
-    pub data: &'a [u8],
-    pub seq: u32,
-    pub ts: f64,
-    pub ack: Option<u32>,
-}
 
 #[derive(Debug, Default)]
 pub struct RecordStream {

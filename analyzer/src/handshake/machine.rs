@@ -1,0 +1,512 @@
+//! The handshake state machine, one for TLS over TCP and QUIC. Its
+//! transitions are the table in [`Handshake::on`]: a match over (state,
+//! direction, event), after rusticata tls-parser's `tls_states.rs`. It
+//! learns only from [`Event`]s and answers with [`Directive`]s; nothing
+//! outside the `handshake` module writes its fields.
+
+use super::event::{Close, Dir, Directive, Event, Space};
+use crate::caps::MAX_RECORDS_PER_DIR;
+use crate::record::{Certs, Transport};
+use crate::seq::Seq;
+use crate::tls::enums::{content_type as ct, handshake_type as ht, ProtocolVersion};
+use crate::tls::handshake::{parse_certificate_list, ClientHello, ServerHello};
+use crate::tls::record::RecordInfo;
+
+/// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
+/// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).
+const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the ClientHello.
+    Start,
+    /// ClientHello sent, waiting for ServerHello.
+    ClientHello,
+    /// HelloRetryRequest sent, waiting for the second ClientHello.
+    HelloRetry,
+    /// TLS <= 1.2 ServerHello seen; the server's flight follows.
+    ServerHello12,
+    /// ServerHelloDone seen: a full TLS <= 1.2 handshake; client's flight next.
+    ServerDone12,
+    /// Full TLS <= 1.2: client's ChangeCipherSpec seen; server's CCS+Finished next.
+    ClientCcs12,
+    /// Abbreviated TLS <= 1.2: server's CCS came right after ServerHello.
+    ServerCcsResumed12,
+    /// TLS 1.3 ServerHello seen; the client's Finished (TCP) or first
+    /// 1-RTT packet (QUIC) completes it.
+    ServerHello13,
+    /// SSLv2 SERVER-HELLO seen.
+    Sslv2ServerHello,
+    Complete,
+    Failed,
+}
+
+/// What the classifier keeps across connections of one trace.
+pub trait TraceMemory {
+    /// Was this session ID issued by a server earlier in the trace?
+    fn was_issued(&self, id: &[u8]) -> bool;
+    /// A server issued this session ID in a TLS <= 1.2 ServerHello.
+    fn issued(&mut self, id: &[u8]);
+    /// Subject and issuer of a leaf certificate (servers send the same one
+    /// to every client, so implementations cache by the DER's hash).
+    fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
+        leaf_names(der)
+    }
+}
+
+/// A trace memory that remembers nothing (QUIC has no session IDs; tests).
+pub struct NoMemory;
+
+impl TraceMemory for NoMemory {
+    fn was_issued(&self, _: &[u8]) -> bool {
+        false
+    }
+    fn issued(&mut self, _: &[u8]) {}
+}
+
+/// Parses a DER certificate's subject and issuer (RFC 4514 strings).
+pub fn leaf_names(der: &[u8]) -> (Option<String>, Option<String>) {
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, c)) => (Some(c.subject().to_string()), Some(c.issuer().to_string())),
+        Err(_) => (None, None),
+    }
+}
+
+/// A connection's handshake, as far as the wire shows it.
+#[derive(Debug)]
+pub struct Handshake {
+    pub(super) transport: Transport,
+    pub(super) state: State,
+    /// The first ClientHello, kept only when a HelloRetryRequest or a
+    /// Retry brought a second.
+    pub(super) first_client_hello: Option<ClientHello>,
+    /// The latest ClientHello.
+    pub(super) client_hello: Option<ClientHello>,
+    pub(super) server_hello: Option<ServerHello>,
+    /// When the handshake began: the ClientHello's first record (TCP), the
+    /// client's first Initial (QUIC).
+    pub(super) started: Option<f64>,
+    /// Sequence number one past the final ServerHello's record.
+    pub(super) server_hello_end: Option<u32>,
+    pub(super) hrr: bool,
+    pub(super) retry: bool,
+    pub(super) version_negotiation: bool,
+    pub(super) abbreviated: bool,
+    pub(super) session_id_offered: bool,
+    /// The server answered in SSL 2.0 (not merely a v2-compatible ClientHello).
+    pub(super) sslv2: bool,
+    pub(super) sslv2_session_hit: bool,
+    /// A ServerHello came but the ClientHello's body was lost (capture gap)
+    /// or did not parse.
+    pub(super) client_hello_lost: bool,
+    pub(super) certs: Option<Certs>,
+    pub(super) failure: Option<String>,
+    /// When the handshake completed (the client could send application data
+    /// after its own last flight; for full TLS 1.2, the server's CCS).
+    pub(super) completed_at: Option<f64>,
+    /// TCP: the record that completed it (TLS 1.3 Finished, TLS 1.2
+    /// resumed CCS) or, for full TLS 1.2, the server's CCS.
+    pub(super) completed_by: Option<RecordInfo>,
+    /// QUIC: the server's first 1-RTT packet after the handshake completed.
+    pub(super) server_data: Option<f64>,
+    /// The client sent application data before the server's Finished (TLS 1.2 False Start).
+    pub(super) false_start: bool,
+    /// TLS <= 1.2 full: end of the server's Finished record (the record after its CCS).
+    pub(super) server_finished_end: Option<u32>,
+    /// When the client first acknowledged the server's Finished.
+    pub(super) client_acked_finished: Option<f64>,
+    server_ccs_seen: bool,
+    pub(super) records: [Vec<RecordInfo>; 2],
+    pub(super) records_overflowed: bool,
+    /// Decrypted EncryptedExtensions: did the server accept early data?
+    pub(super) early_data_accepted: Option<bool>,
+    /// TLS 1.3 with early data offered: the client's encrypted records after
+    /// it acknowledged the ServerHello that were not its Finished (0-RTT
+    /// data it wrote before reading the server's flight, or an
+    /// EndOfEarlyData): the first one, and the latest if EndOfEarlyData-sized.
+    second_flight_first: Option<RecordInfo>,
+    pending_eoed: Option<RecordInfo>,
+    /// An EndOfEarlyData-sized record came right before the Finished-sized
+    /// one that completed the handshake (heuristic `eoed_before_finished`).
+    pub(super) eoed_before_finished: bool,
+    /// Where the client's last handshake flight starts (its EndOfEarlyData
+    /// or Finished), for byte counts.
+    pub(super) client_flight_start: Option<u32>,
+    pub(super) parse_errors: u32,
+}
+
+impl Handshake {
+    pub fn new(transport: Transport) -> Self {
+        Handshake {
+            transport,
+            state: State::Start,
+            first_client_hello: None,
+            client_hello: None,
+            server_hello: None,
+            started: None,
+            server_hello_end: None,
+            hrr: false,
+            retry: false,
+            version_negotiation: false,
+            abbreviated: false,
+            session_id_offered: false,
+            sslv2: false,
+            sslv2_session_hit: false,
+            client_hello_lost: false,
+            certs: None,
+            failure: None,
+            completed_at: None,
+            completed_by: None,
+            server_data: None,
+            false_start: false,
+            server_finished_end: None,
+            client_acked_finished: None,
+            server_ccs_seen: false,
+            records: [Vec::new(), Vec::new()],
+            records_overflowed: false,
+            early_data_accepted: None,
+            second_flight_first: None,
+            pending_eoed: None,
+            eoed_before_finished: false,
+            client_flight_start: None,
+            parse_errors: 0,
+        }
+    }
+
+    /// One event. The transitions, as one table.
+    pub fn on(&mut self, dir: Dir, ev: Event<'_>, mem: &mut dyn TraceMemory) -> Option<Directive> {
+        use Dir::{Client, Server};
+        use State as S;
+        match (self.state, dir, ev) {
+            (_, _, Event::Begin { ts }) => {
+                self.started.get_or_insert(ts);
+            }
+            (_, _, Event::Record(rec)) => self.on_record(dir, rec),
+            (_, Client, Event::Ack { ts, ack }) => self.on_client_ack(ts, ack),
+            (_, Server, Event::Ack { .. }) => {}
+
+            // The hellos.
+            (S::Start | S::HelloRetry, Client, Event::Message { msg_type: ht::CLIENT_HELLO, body, ts, .. }) => {
+                if let Some(ch) = body.and_then(|b| self.parsed(ClientHello::parse(b))) {
+                    self.accept_client_hello(ch, ts, mem);
+                }
+            }
+            // A ServerHello answering a ClientHello whose body the capture
+            // lost still tells the version, the suite and what was resumed.
+            (S::Start, Server, ev @ Event::Message { msg_type: ht::SERVER_HELLO, .. }) if self.started.is_some() => {
+                self.client_hello_lost = true;
+                self.state = S::ClientHello;
+                return self.on(dir, ev, mem);
+            }
+            (S::ClientHello, Server, Event::Message { msg_type: ht::SERVER_HELLO, body, record, .. }) => {
+                return self.accept_server_hello(body, record, mem);
+            }
+            (S::ServerHello12, Server, Event::Message { msg_type: ht::CERTIFICATE, body, .. }) => self.accept_certificate(body, mem),
+            (S::ServerHello12, Server, Event::Message { msg_type: ht::SERVER_HELLO_DONE, .. }) => self.state = S::ServerDone12,
+            // Decrypted with a key log (TLS 1.3 over TCP, QUIC Handshake packets).
+            (S::ServerHello13 | S::Complete, Server, Event::Message { msg_type: ht::ENCRYPTED_EXTENSIONS, body, .. }) => {
+                if self.early_data_accepted.is_none() {
+                    self.early_data_accepted = body.and_then(crate::tls::keylog::early_data_in_extensions);
+                }
+            }
+            (_, _, Event::Message { .. }) => {}
+
+            // SSL 2.0: the client's next record after SERVER-HELLO
+            // (CLIENT-MASTER-KEY or, resumed, CLIENT-FINISHED) completes it.
+            (S::Start, Client, Event::Sslv2 { msg_type: 1, body, record }) => {
+                if let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) {
+                    self.started = Some(record.ts);
+                    self.client_hello = Some(ch);
+                    self.state = S::ClientHello;
+                }
+            }
+            (S::ClientHello, Server, Event::Sslv2 { msg_type: 4, body, .. }) => {
+                self.sslv2 = true;
+                self.sslv2_session_hit = body.first().is_some_and(|&hit| hit != 0);
+                self.state = S::Sslv2ServerHello;
+            }
+            (S::Sslv2ServerHello, Client, Event::Sslv2 { record, .. }) => self.complete(record.ts, Some(record)),
+            (_, _, Event::Sslv2 { .. }) => {}
+
+            (S::Start | S::Complete | S::Failed, _, Event::Alert { .. }) => {}
+            (_, _, Event::Alert { level, description }) => {
+                if level == 2 {
+                    self.fail(format!("alert:{}", crate::tls::enums::alert_name(description)));
+                }
+            }
+
+            // QUIC: the client's first 1-RTT packet proves it has the
+            // server's Finished; the server's first one after that is its
+            // first application data.
+            (S::ServerHello13, Client, Event::Packet { space: Space::OneRtt, ts }) => self.complete(ts, None),
+            (S::Complete, Server, Event::Packet { space: Space::OneRtt, ts }) => {
+                self.server_data.get_or_insert(ts);
+            }
+            (_, _, Event::Packet { .. }) => {}
+            (_, _, Event::Retry) => {
+                self.retry = true;
+                // The ClientHello comes again, and need not be the same one.
+                if self.state == S::ClientHello {
+                    self.state = S::Start;
+                }
+            }
+            (_, _, Event::VersionNegotiation) => self.version_negotiation = true,
+
+            (_, _, Event::Close(how)) => self.on_close(how),
+        }
+        None
+    }
+
+    /// Every record is logged (bounded) for timing and byte counts.
+    fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
+        let log = &mut self.records[dir as usize];
+        if log.len() < MAX_RECORDS_PER_DIR {
+            log.push(rec);
+        } else {
+            self.records_overflowed = true;
+        }
+        if rec.content_type == ct::HANDSHAKE && dir == Dir::Client && self.started.is_none() {
+            self.started = Some(rec.ts);
+        }
+        if dir == Dir::Server && self.server_ccs_seen && self.server_finished_end.is_none() {
+            if rec.content_type == ct::CHANGE_CIPHER_SPEC {
+                return;
+            }
+            self.server_finished_end = Some(rec.end);
+        }
+        match (self.state, dir, rec.content_type) {
+            (_, _, ct::CHANGE_CIPHER_SPEC) => self.on_ccs(dir, rec),
+            // TLS 1.3: the client's first encrypted record sent after it saw
+            // the ServerHello is its Finished — or an encrypted alert, told
+            // apart by its length. With early data offered it may instead be
+            // 0-RTT data written before the client read the server's flight
+            // (the ACK only says the kernel had the ServerHello): then the
+            // Finished is found by its size.
+            (State::ServerHello13, Dir::Client, ct::APPLICATION_DATA) if self.acks_server_hello(&rec) => {
+                if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
+                    self.fail("encrypted_alert".into());
+                } else if self.client_hello.as_ref().is_some_and(|ch| ch.early_data) {
+                    self.on_second_flight_record(rec);
+                } else {
+                    self.client_flight_start = Some(rec.seq);
+                    self.complete(rec.ts, Some(rec));
+                }
+            }
+            (State::ServerDone12 | State::ClientCcs12, Dir::Client, ct::APPLICATION_DATA) => self.false_start = true,
+            _ => {}
+        }
+    }
+
+    /// A client record after the ServerHello when early data was offered:
+    /// Finished-sized completes the handshake (after an EndOfEarlyData-sized
+    /// record right before it, early data was accepted); anything else waits
+    /// (see [`settle`](Self::settle)).
+    ///
+    /// Heuristic `eoed_before_finished`: a client sends EndOfEarlyData only
+    /// when the server's EncryptedExtensions accepted early data (RFC 8446
+    /// §4.5); after a rejection its Finished follows its 0-RTT data
+    /// directly. The lookalike -- exactly 4 bytes of 0-RTT data written after
+    /// the server's flight arrived but before the client read it, then the
+    /// Finished -- is not something a TLS stack produces; padded records
+    /// leave the answer "attempted".
+    fn on_second_flight_record(&mut self, rec: RecordInfo) {
+        let Some((eoed_len, fin_len)) = self.eoed_and_finished_lens() else {
+            self.client_flight_start = Some(rec.seq);
+            self.complete(rec.ts, Some(rec));
+            return;
+        };
+        let eoed = self.pending_eoed.take();
+        if rec.len == fin_len {
+            let eoed = eoed.filter(|e| e.end == rec.seq);
+            self.eoed_before_finished = eoed.is_some();
+            self.client_flight_start = Some(eoed.map_or(rec.seq, |e| e.seq));
+            self.complete(rec.ts, Some(rec));
+            return;
+        }
+        if rec.len == eoed_len {
+            self.pending_eoed = Some(rec);
+        }
+        // Only a longer record can be a padded Finished.
+        if rec.len > fin_len {
+            self.second_flight_first.get_or_insert(rec);
+        }
+    }
+
+    /// The connection ends (or the capture does) while a TLS 1.3 client's
+    /// Finished was not recognised by its size: its first record after the
+    /// ServerHello long enough to be a padded Finished completed the
+    /// handshake, as without early data.
+    pub fn settle(&mut self) {
+        if self.state == State::ServerHello13 {
+            if let Some(first) = self.second_flight_first.take() {
+                self.client_flight_start = Some(first.seq);
+                self.complete(first.ts, Some(first));
+            }
+        }
+    }
+
+    fn acks_server_hello(&self, rec: &RecordInfo) -> bool {
+        match (rec.ack, self.server_hello_end) {
+            (Some(ack), Some(end)) => Seq(ack) >= Seq(end),
+            _ => false,
+        }
+    }
+
+    /// For when the client received the server's Finished (TLS <= 1.2 full
+    /// handshakes whose client sends no data).
+    fn on_client_ack(&mut self, ts: f64, ack: u32) {
+        if self.client_acked_finished.is_none() && self.server_finished_end.is_some_and(|end| Seq(ack) >= Seq(end)) {
+            self.client_acked_finished = Some(ts);
+        }
+    }
+
+    fn on_ccs(&mut self, dir: Dir, rec: RecordInfo) {
+        if dir == Dir::Server && !self.is_tls13() {
+            self.server_ccs_seen = true;
+        }
+        match (self.state, dir) {
+            (State::ServerHello12, Dir::Server) => {
+                self.abbreviated = true;
+                self.state = State::ServerCcsResumed12;
+            }
+            // The client's CCS before the server's is a full handshake, even
+            // when the ServerHelloDone was lost to a capture gap.
+            (State::ServerDone12 | State::ServerHello12, Dir::Client) => self.state = State::ClientCcs12,
+            (State::ClientCcs12, Dir::Server) | (State::ServerCcsResumed12, Dir::Client) => self.complete(rec.ts, Some(rec)),
+            _ => {}
+        }
+    }
+
+    fn accept_client_hello(&mut self, ch: ClientHello, ts: f64, mem: &mut dyn TraceMemory) {
+        // A TLS 1.3 client's legacy session ID is random (compatibility
+        // mode) unless a server handed it out earlier in the trace.
+        if !ch.session_id.is_empty() && (!ch.offers_tls13() || mem.was_issued(ch.session_id.as_bytes())) {
+            self.session_id_offered = true;
+        }
+        self.started.get_or_insert(ts);
+        // Keep the first hello only when a second one (after HRR) replaces it.
+        if let Some(first) = self.client_hello.replace(ch) {
+            self.first_client_hello.get_or_insert(first);
+        }
+        self.state = State::ClientHello;
+    }
+
+    fn accept_server_hello(&mut self, body: Option<&[u8]>, record: Option<RecordInfo>, mem: &mut dyn TraceMemory) -> Option<Directive> {
+        let sh = body.and_then(|b| self.parsed(ServerHello::parse(b)))?;
+        self.server_hello_end = record.map(|r| r.end);
+        let mut directive = None;
+        if sh.is_hrr {
+            self.hrr = true;
+            self.state = State::HelloRetry;
+        } else if sh.version().is_tls13() {
+            self.state = State::ServerHello13;
+        } else {
+            if !sh.session_id.is_empty() {
+                mem.issued(sh.session_id.as_bytes());
+            }
+            self.state = State::ServerHello12;
+            directive = Some(Directive::CcsEncrypts);
+        }
+        self.server_hello = Some(sh);
+        directive
+    }
+
+    fn accept_certificate(&mut self, body: Option<&[u8]>, mem: &mut dyn TraceMemory) {
+        self.certs = Some(match body {
+            Some(b) => match parse_certificate_list(b) {
+                Ok(list) => {
+                    let (leaf_subject, leaf_issuer) = list.first().map_or((None, None), |der| mem.leaf_names(der));
+                    Certs { count: list.len(), bytes: list.iter().map(|c| c.len()).sum(), leaf_subject, leaf_issuer }
+                }
+                Err(_) => {
+                    self.parse_errors += 1;
+                    return;
+                }
+            },
+            None => Certs { count: 0, bytes: 0, leaf_subject: None, leaf_issuer: None },
+        });
+    }
+
+    fn on_close(&mut self, how: Close) {
+        self.settle();
+        // Over TCP a close before any ClientHello is no handshake at all;
+        // QUIC's CONNECTION_CLOSE always ends one.
+        let started = self.state != State::Start || matches!(how, Close::Quic(_));
+        if !self.is_over() && started {
+            self.fail(match how {
+                Close::Fin => "close".into(),
+                Close::Reset => "reset".into(),
+                Close::Quic(why) => why,
+            });
+        }
+    }
+
+    fn complete(&mut self, ts: f64, rec: Option<RecordInfo>) {
+        self.completed_at = Some(ts);
+        self.completed_by = rec;
+        self.state = State::Complete;
+    }
+
+    fn fail(&mut self, why: String) {
+        self.failure = Some(why);
+        self.state = State::Failed;
+    }
+
+    fn parsed<T>(&mut self, r: Result<T, crate::tls::codec::InvalidMessage>) -> Option<T> {
+        r.map_err(|_| self.parse_errors += 1).ok()
+    }
+
+    // What the layers below and the record builder may read.
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn is_over(&self) -> bool {
+        matches!(self.state, State::Complete | State::Failed)
+    }
+
+    /// The version the server negotiated, if any.
+    pub fn version(&self) -> Option<ProtocolVersion> {
+        if self.sslv2 {
+            return Some(ProtocolVersion::SSL2);
+        }
+        self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.version())
+    }
+
+    pub fn is_tls13(&self) -> bool {
+        self.version().is_some_and(|v| v.is_tls13())
+    }
+
+    /// The latest ClientHello.
+    pub fn client_hello(&self) -> Option<&ClientHello> {
+        self.client_hello.as_ref()
+    }
+
+    /// The negotiated suite's code point (not a HelloRetryRequest's).
+    pub fn cipher_suite(&self) -> Option<u16> {
+        self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.cipher_suite)
+    }
+
+    /// The connection hit the per-direction record cap.
+    pub fn records_overflowed(&self) -> bool {
+        self.records_overflowed
+    }
+
+    /// Handshake messages that did not parse.
+    pub fn parse_errors(&self) -> u32 {
+        self.parse_errors
+    }
+
+    /// Sizes of the TLS 1.3 client's encrypted EndOfEarlyData and Finished
+    /// records for the negotiated suite (no padding): EndOfEarlyData is a
+    /// 4-byte handshake header, Finished adds the transcript hash; each record
+    /// adds 1 byte of inner content type and the AEAD tag (RFC 8446 §4.5,
+    /// §4.4.4, §5.2).
+    pub(super) fn eoed_and_finished_lens(&self) -> Option<(u16, u16)> {
+        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr && sh.version().is_tls13())?;
+        let suite = crate::tls::suites::Tls13Suite::get(sh.cipher_suite)?;
+        let (hash, tag) = (suite.hash_len as u16, suite.tag_len()? as u16);
+        Some((4 + 1 + tag, 4 + hash + 1 + tag))
+    }
+}

@@ -1,0 +1,88 @@
+//! The one record builder: a finished [`Handshake`] plus what its
+//! transport layer knows (endpoints, round-trip time, byte counts, notes)
+//! becomes a [`ConnectionRecord`].
+
+use super::machine::Handshake;
+use crate::flow::table::Endpoint;
+use crate::record::{endpoint, ConnectionRecord, HandshakeBytes, Transport};
+
+/// Why a connection's record is being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// Nothing more to learn (handshake timed, failed, or the connection closed).
+    Done,
+    /// The capture ended.
+    CaptureEnd,
+    /// The flow table was full.
+    Evicted,
+    /// No packet for the idle timeout.
+    Expired,
+}
+
+/// What the transport layer contributes to a record.
+#[derive(Debug)]
+pub struct TransportView {
+    pub transport: Transport,
+    /// First packet of the connection.
+    pub first_ts: f64,
+    pub client: Endpoint,
+    pub server: Endpoint,
+    /// TCP's three-way handshake, QUIC's Initial exchange (seconds).
+    pub rtt: Option<f64>,
+    pub bytes: HandshakeBytes,
+    /// What limited the transport's view (gaps, losses, decryption).
+    pub notes: Vec<&'static str>,
+}
+
+impl Handshake {
+    /// The connection's record. Notes are sorted and deduplicated.
+    pub fn to_record(&self, view: TransportView, why: Finish) -> ConnectionRecord {
+        let mut notes = view.notes;
+        if !self.is_over() {
+            match why {
+                Finish::CaptureEnd => notes.push("capture_ended"),
+                Finish::Evicted => notes.push("evicted"),
+                Finish::Expired => notes.push("idle_timeout"),
+                Finish::Done => {}
+            }
+        }
+        if self.records_overflowed {
+            notes.push("record_limit");
+        }
+        match view.transport {
+            Transport::Tcp if self.client_hello_lost => notes.push("client_hello_lost"),
+            Transport::Quic if self.client_hello.is_none() => notes.push("no_client_hello"),
+            _ => {}
+        }
+        if self.early_data_accepted.is_some() {
+            notes.push("decrypted_with_keylog");
+        }
+        if self.false_start {
+            notes.push("false_start");
+        }
+        notes.sort_unstable();
+        notes.dedup();
+        let ch = self.client_hello.as_ref();
+        ConnectionRecord {
+            ts: view.first_ts,
+            transport: view.transport,
+            client: endpoint(view.client.0, view.client.1),
+            server: endpoint(view.server.0, view.server.1),
+            sni: ch.and_then(|c| c.server_name.clone()),
+            version: self.version().and_then(|v| v.name()),
+            cipher: self.cipher(),
+            alpn: ch.map(|c| c.alpn.clone()).unwrap_or_default(),
+            handshake: self.kind(),
+            offered: self.offered(),
+            resumption: self.resumption().filter(|_| self.state() == super::machine::State::Complete),
+            early_data: self.early_data(),
+            hrr: self.hrr,
+            retry: self.retry,
+            timing: self.timing(view.rtt),
+            bytes: view.bytes,
+            certs: self.certs.clone(),
+            failure: self.failure.clone(),
+            notes,
+        }
+    }
+}

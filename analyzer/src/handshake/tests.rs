@@ -1,0 +1,192 @@
+//! The state machine's rules on small hand-made handshakes.
+
+use super::machine::State;
+use super::*;
+use crate::record::{EarlyData, HandshakeKind, Transport};
+use crate::tls::enums::{content_type as ct, handshake_type as ht};
+use crate::tls::record::RecordInfo;
+
+fn record(hs: &mut Handshake, dir: Dir, r: RecordInfo) {
+hs.on(dir, Event::Record(r), &mut NoMemory);
+}
+
+fn message(hs: &mut Handshake, dir: Dir, msg_type: u8, body: &[u8], r: RecordInfo) {
+hs.on(dir, Event::Message { msg_type, body: Some(body), ts: r.ts, record: Some(r) }, &mut NoMemory);
+}
+
+fn rec(ts: f64, content_type: u8, seq: u32, len: u16, ack: u32) -> RecordInfo {
+    RecordInfo { ts, content_type, len, seq, end: seq + 5 + len as u32, ack: Some(ack) }
+}
+
+/// A TLS 1.2-only ClientHello with an empty session ID and no extensions.
+fn client_hello12() -> Vec<u8> {
+    let mut b = vec![3, 3];
+    b.extend([7; 32]);
+    b.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
+    b
+}
+
+fn server_hello12() -> Vec<u8> {
+    let mut b = vec![3, 3];
+    b.extend([9; 32]);
+    b.extend([0, 0xc0, 0x2f, 0]);
+    b
+}
+
+/// Drives a full TLS 1.2 handshake; `false_start` makes the client send
+/// application data before the server's ChangeCipherSpec.
+fn full12(false_start: bool) -> Handshake {
+    let mut hs = Handshake::new(Transport::Tcp);
+    let (c, s) = (Dir::Client, Dir::Server);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+    record(&mut hs, c, ch);
+    message(&mut hs, c, ht::CLIENT_HELLO, &client_hello12(), ch);
+    let sh = rec(0.1, ct::HANDSHAKE, 5000, 42, ch.end);
+    record(&mut hs, s, sh);
+    message(&mut hs, s, ht::SERVER_HELLO, &server_hello12(), sh);
+    message(&mut hs, s, ht::SERVER_HELLO_DONE, &[], sh);
+    record(&mut hs, c, rec(0.2, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sh.end));
+    if false_start {
+        record(&mut hs, c, rec(0.2, ct::APPLICATION_DATA, ch.end + 6, 100, sh.end));
+    }
+    record(&mut hs, s, rec(0.3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end + 200));
+    hs
+}
+
+#[test]
+fn tls12_full_is_two_round_trips() {
+    let hs = full12(false);
+    assert_eq!(hs.kind(), HandshakeKind::Full);
+    assert_eq!(hs.round_trips(), Some(2));
+    assert!(!hs.false_start);
+}
+
+/// Regression: browsers' TLS 1.2 False Start (corpus browsers-x509.pcapng)
+/// sends data after one round trip; round_trips must say so.
+#[test]
+fn tls12_false_start_is_one_round_trip() {
+    let hs = full12(true);
+    assert_eq!(hs.kind(), HandshakeKind::Full);
+    assert!(hs.false_start);
+    assert_eq!(hs.round_trips(), Some(1));
+}
+
+/// A TLS 1.3 PSK resumption whose client sent early data (AES_256_GCM:
+/// EndOfEarlyData 21 bytes, Finished 69), as openssl s_client sends it to
+/// nginx with ssl_early_data on. `client_tail` is the client's records
+/// after the server's flight: (length, same segment as the previous one).
+fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
+    use crate::tls::handshake::{ClientHello, PskOffer, ServerHello};
+    let mut hs = Handshake::new(Transport::Tcp);
+    let (c, s) = (Dir::Client, Dir::Server);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 578, 5000);
+    record(&mut hs, c, ch);
+    hs.client_hello = Some(ClientHello {
+        supported_versions: vec![0x0304],
+        psk: Some(PskOffer { identities: 1, first_identity_len: 192 }),
+        early_data: true,
+        ..Default::default()
+    });
+    hs.state = State::ClientHello;
+    let early = rec(0.0, ct::APPLICATION_DATA, ch.end, 54, 5000);
+    record(&mut hs, c, early);
+    let sh = rec(0.1, ct::HANDSHAKE, 5000, 128, early.end);
+    record(&mut hs, s, sh);
+    hs.server_hello = Some(ServerHello {
+        legacy_version: 0x0303,
+        selected_version: Some(0x0304),
+        psk_selected: Some(0),
+        cipher_suite: 0x1302,
+        ..Default::default()
+    });
+    hs.server_hello_end = Some(sh.end);
+    hs.state = State::ServerHello13;
+    record(&mut hs, s, rec(0.1, ct::CHANGE_CIPHER_SPEC, sh.end, 1, early.end));
+    let ee = rec(0.1, ct::APPLICATION_DATA, sh.end + 6, 46, early.end);
+    let fin = rec(0.1, ct::APPLICATION_DATA, ee.end, 69, early.end);
+    let response = rec(0.1002, ct::APPLICATION_DATA, fin.end, 162, early.end);
+    for r in [ee, fin, response] {
+        record(&mut hs, s, r);
+    }
+    let (mut seq, mut ts) = (early.end, 0.2);
+    for &(len, same_segment) in client_tail {
+        if !same_segment {
+            ts += 0.0001;
+        }
+        let r = rec(ts, ct::APPLICATION_DATA, seq, len, response.end);
+        record(&mut hs, c, r);
+        seq = r.end;
+    }
+    hs
+}
+
+/// Regression: without a key log, 0-RTT that nginx accepted (its log said
+/// $ssl_early_data=1; delay-line capture at 20/100/260 ms) came out
+/// "attempted" with round_trips null, though the client's EndOfEarlyData
+/// was on the wire.
+#[test]
+fn accepted_early_data_was_attempted_despite_end_of_early_data() {
+    let hs = resumed13_early(&[(21, false), (69, true)]);
+    assert_eq!(hs.kind(), HandshakeKind::Resumed);
+    assert_eq!(hs.early_data(), EarlyData::Accepted);
+    assert_eq!(hs.round_trips(), Some(0));
+}
+
+/// Regression: the 0.5-RTT response to accepted early data was sent
+/// before the client's Finished arrived, so ttfb was null.
+#[test]
+fn zero_rtt_ttfb_was_null() {
+    let hs = resumed13_early(&[(21, false), (69, true)]);
+    let t = hs.timing(None);
+    assert_eq!(t.ttfb, Some(100.2));
+    assert_eq!(t.handshake, Some(200.1));
+}
+
+#[test]
+fn early_data_without_end_of_early_data_stays_attempted() {
+    // Rejected (only a Finished), a record that is no EndOfEarlyData, or
+    // one not followed by a Finished-sized record.
+    for tail in [&[(69, false)][..], &[(22, false), (69, true)], &[(21, false), (53, true)], &[(21, false), (300, false), (69, false)]] {
+        let hs = resumed13_early(tail);
+        assert_eq!(hs.early_data(), EarlyData::Attempted, "{tail:?}");
+        assert_eq!(hs.round_trips(), None);
+    }
+}
+
+/// Regression (Chromium and gnutls-cli against nginx): 0-RTT data the
+/// client wrote after the kernel had the ServerHello but before it read
+/// the server's flight acknowledges the ServerHello too. It completed
+/// the handshake (too early), and hid the EndOfEarlyData; gnutls-cli's
+/// EndOfEarlyData and Finished travel in separate segments.
+#[test]
+fn late_zero_rtt_data_is_not_the_finished() {
+    for (tail, accepted) in [
+        (&[(566, false), (21, false), (69, true)][..], true),
+        (&[(21, false), (69, false)], true),
+        (&[(566, false), (69, false)], false),
+    ] {
+        let hs = resumed13_early(tail);
+        assert_eq!(hs.kind(), HandshakeKind::Resumed, "{tail:?}");
+        let want = if accepted { EarlyData::Accepted } else { EarlyData::Attempted };
+        assert_eq!(hs.early_data(), want, "{tail:?}");
+        let fin = hs.completed_by.unwrap();
+        assert_eq!(fin.len, 69, "{tail:?}: completed by the Finished");
+        // Handshake bytes: EndOfEarlyData and Finished, never the 0-RTT data.
+        let client_bytes = hs.record_bytes().client_handshake;
+        let flight: u64 = if accepted { 5 + 21 + 5 + 69 } else { 5 + 69 };
+        assert_eq!(client_bytes, 5 + 578 + flight, "{tail:?}");
+    }
+    // A padded Finished is never recognised by size: the first record
+    // after the ServerHello completes the handshake once it closes.
+    let mut hs = resumed13_early(&[(566, false), (120, false)]);
+    assert_eq!(hs.kind(), HandshakeKind::Incomplete);
+    hs.on(Dir::Client, Event::Close(Close::Fin), &mut NoMemory);
+    assert_eq!((hs.kind(), hs.completed_by.map(|r| r.len)), (HandshakeKind::Resumed, Some(566)));
+    assert_eq!(hs.early_data(), EarlyData::Attempted);
+    // gnutls-cli sent its EndOfEarlyData, never its Finished, and was
+    // reset: nothing that could be a Finished, so the handshake failed.
+    let mut hs = resumed13_early(&[(21, false)]);
+    hs.on(Dir::Client, Event::Close(Close::Reset), &mut NoMemory);
+    assert_eq!((hs.kind(), hs.failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
+}
+

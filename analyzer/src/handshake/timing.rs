@@ -1,0 +1,149 @@
+//! Timing and byte counts from the records (TCP) or packets (QUIC) each
+//! side sent. All times are at the observer; DESIGN.md explains why the
+//! definitions below give the same figure at any vantage point.
+
+use super::event::Dir;
+use super::machine::{Handshake, State};
+use crate::record::{EarlyData, HandshakeBytes, Timing, Transport};
+use crate::seq::Seq;
+use crate::tls::enums::content_type as ct;
+use crate::tls::record::RecordInfo;
+
+/// Milliseconds, rounded to the microsecond.
+pub fn ms(seconds: f64) -> f64 {
+    (seconds * 1e6).round() / 1e3
+}
+
+fn acked(rec: &RecordInfo, seq: u32) -> bool {
+    rec.ack.is_some_and(|ack| Seq(ack) >= Seq(seq))
+}
+
+fn is_data(r: &&RecordInfo) -> bool {
+    r.content_type == ct::APPLICATION_DATA
+}
+
+impl Handshake {
+    /// When the client could send application data: TLS 1.3, QUIC and
+    /// resumed TLS 1.2 complete with the client's own last flight; full TLS
+    /// 1.2 completes when the server's Finished reaches the client, which
+    /// the wire shows as the client's first application data.
+    fn handshake_end(&self) -> Option<f64> {
+        if self.state != State::Complete || self.sslv2 {
+            return None;
+        }
+        if self.is_tls13() || self.abbreviated {
+            return self.completed_at;
+        }
+        // The client's first application data, or — for a client that sends
+        // none — its acknowledgement of the server's Finished, whichever came first.
+        let data = self.records[Dir::Client as usize].iter().find(is_data).map(|r| r.ts);
+        match (data, self.client_acked_finished) {
+            (Some(d), Some(a)) => Some(d.min(a)),
+            (d, a) => d.or(a),
+        }
+    }
+
+    /// When the server's first application data left. QUIC: its first 1-RTT
+    /// packet after the client's. TLS 1.3 over TCP: the server's encrypted
+    /// handshake flight is application_data records too, so only records
+    /// sent after the server received the client's Finished (and the
+    /// request that followed it, if any) count.
+    fn first_server_data(&self) -> Option<f64> {
+        if self.transport == Transport::Quic {
+            return self.server_data.filter(|_| self.state == State::Complete);
+        }
+        let mut server = self.records[Dir::Server as usize].iter().filter(is_data);
+        if !self.is_tls13() {
+            return server.next().filter(|_| self.state == State::Complete && !self.sslv2).map(|r| r.ts);
+        }
+        let fin = self.completed_by.filter(|_| self.state == State::Complete)?;
+        if self.early_data() == EarlyData::Accepted {
+            if let Some(r) = self.half_rtt_data() {
+                return Some(r.ts);
+            }
+        }
+        let request = self.records[Dir::Client as usize].iter().find(|r| is_data(r) && Seq(r.seq) >= Seq(fin.end));
+        let threshold = request.map_or(fin.end, |r| r.end);
+        server.find(|r| acked(r, threshold)).map(|r| r.ts)
+    }
+
+    /// With 0-RTT accepted the server answers the early request before the
+    /// client's Finished reaches it (0.5-RTT data, RFC 8446 §2.3), so the rule
+    /// above would miss the response. Its encrypted flight under a PSK is
+    /// EncryptedExtensions then Finished; the first server record after the
+    /// first Finished-sized record that is not the flight's first record is
+    /// the response. Known limit, as for ttfb in general: a server that sends
+    /// NewSessionTicket right behind its Finished (RFC 8446 §4.6.1 allows it)
+    /// has that ticket counted as its first data.
+    fn half_rtt_data(&self) -> Option<&RecordInfo> {
+        let (_, fin_len) = self.eoed_and_finished_lens()?;
+        let sh_end = self.server_hello_end?;
+        let mut flight = self.records[Dir::Server as usize]
+            .iter()
+            .filter(move |r| r.content_type == ct::APPLICATION_DATA && Seq(r.seq) >= Seq(sh_end))
+            .skip(1)
+            .skip_while(|r| r.len != fin_len);
+        flight.next()?;
+        flight.next()
+    }
+
+    /// Whether the server's first application data has been seen: nothing
+    /// more about the handshake remains to be learnt from this connection.
+    pub fn fully_timed(&self) -> bool {
+        match self.state {
+            State::Failed => true,
+            State::Complete => {
+                self.handshake_end().is_some()
+                    && self.first_server_data().is_some()
+                    && (self.is_tls13()
+                        || self.abbreviated
+                        || self.records[Dir::Client as usize].iter().any(|r| is_data(&r))
+                        || self.client_acked_finished.is_some())
+            }
+            _ => false,
+        }
+    }
+
+    /// The record's timing; `rtt` is the transport's round trip (seconds):
+    /// TCP's three-way handshake, QUIC's Initial exchange.
+    pub fn timing(&self, rtt: Option<f64>) -> Timing {
+        let since_start = |t: Option<f64>| match (self.started, t) {
+            (Some(s), Some(t)) if t >= s => Some(ms(t - s)),
+            _ => None,
+        };
+        Timing {
+            tcp_rtt: rtt.map(ms),
+            handshake: since_start(self.handshake_end()),
+            ttfb: since_start(self.first_server_data()),
+            round_trips: self.round_trips(),
+            avoidable: self.avoidable_round_trips().zip(rtt).map(|(n, rtt)| ms(f64::from(n) * rtt)),
+        }
+    }
+
+    /// Bytes of handshake records each way (headers included), over TCP:
+    /// the records other than application_data before a direction's first
+    /// application_data record, so that an alert that follows data (in the
+    /// same segment or not) never counts, however the stream was cut into
+    /// packets. TLS 1.3's encrypted handshake records are counted up to the
+    /// client's Finished (from its EndOfEarlyData, if any: 0-RTT data
+    /// before it is not handshake).
+    pub fn record_bytes(&self) -> HandshakeBytes {
+        let size = |r: &RecordInfo| 5 + u64::from(r.len);
+        let before_data = |log: &[RecordInfo]| -> u64 { log.iter().take_while(|r| r.content_type != ct::APPLICATION_DATA).map(size).sum() };
+        let [client, server] = &self.records;
+        let mut out = HandshakeBytes { client_handshake: before_data(client), server_handshake: before_data(server) };
+        if self.is_tls13() {
+            let fin = self.completed_by;
+            let start = self.client_flight_start;
+            out.client_handshake += client
+                .iter()
+                .filter(is_data)
+                .filter(|r| start.is_some_and(|s| Seq(r.seq) >= Seq(s)))
+                .filter(|r| fin.is_some_and(|f| Seq(r.seq) <= Seq(f.seq)))
+                .map(size)
+                .sum::<u64>();
+            out.server_handshake += server.iter().filter(is_data).filter(|r| fin.is_none_or(|f| !acked(r, f.end))).map(size).sum::<u64>();
+        }
+        out
+    }
+}

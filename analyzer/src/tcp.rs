@@ -1,0 +1,405 @@
+//! TLS over TCP: one flow's transport layer. Segments go through
+//! reassembly, then a ClientHello detector, then each direction's TLS
+//! record layer, whose output becomes [`Event`]s for the shared
+//! [`Handshake`] state machine. This module keeps what only TCP has: the
+//! three-way handshake, sequence numbers, gaps and capture loss.
+
+use crate::counters::Stats;
+use crate::flow::reassembly::{Chunk, Reassembler, Segment};
+use crate::flow::table::Endpoint;
+use crate::handshake::{Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView};
+use crate::record::{ConnectionRecord, Transport};
+use crate::seq::Seq;
+use crate::tls::codec::Reader;
+use crate::tls::enums::{content_type as ct, handshake_type as ht};
+use crate::tls::keylog::{self, KeyLog};
+use crate::tls::record::{RecordStream, StreamEvent};
+use crate::wire::TcpHeader;
+
+/// Segments (per direction) inspected for a ClientHello before a flow is
+/// declared not TLS. More than one allows STARTTLS, SOCKS and proxies.
+const DETECT_MAX_SEGMENTS: u8 = 16;
+
+/// Timestamps of the TCP three-way handshake.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TcpHandshake {
+    /// The last SYN before the SYN-ACK (Karn: a retransmitted SYN is the one answered, if any).
+    pub syn: Option<f64>,
+    pub syn_ack: Option<f64>,
+    /// The initiator's first segment acknowledging the SYN-ACK.
+    pub ack: Option<f64>,
+}
+
+impl TcpHandshake {
+    /// SYN -> SYN-ACK plus SYN-ACK -> ACK: the full round trip from any vantage point.
+    pub fn rtt(&self) -> Option<f64> {
+        match (self.syn, self.syn_ack, self.ack) {
+            (Some(syn), Some(_), Some(ack)) if ack >= syn => Some(ack - syn),
+            _ => None,
+        }
+    }
+}
+
+/// Where a flow stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Detecting,
+    Tls,
+    /// The record is out; later packets are ignored.
+    Done,
+    NotTls,
+}
+
+/// What the flows of one trace share.
+pub struct Ctx<'a> {
+    pub mem: &'a mut dyn TraceMemory,
+    pub keylog: Option<&'a KeyLog>,
+    pub stats: &'a mut Stats,
+}
+
+/// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
+#[derive(Debug, Default)]
+struct Probe {
+    bytes: Vec<u8>,
+    start: Option<(u32, f64, Option<u32>)>,
+    tries: u8,
+}
+
+enum ProbeResult {
+    NeedMore,
+    NotHello,
+    Hello,
+}
+
+/// TLS record header of a ClientHello, or an SSLv2 CLIENT-HELLO.
+fn looks_like_client_hello(b: &[u8]) -> bool {
+    let tls = b[0] == ct::HANDSHAKE && b[1] == 3 && b[2] <= 4 && b[5] == 1;
+    let v2 = b[0] & 0x80 != 0 && b[2] == 1 && (b[3] == 3 || b[3] == 0 || b[3] == 2);
+    tls || v2
+}
+
+impl Probe {
+    fn feed(&mut self, c: &Chunk<'_>) -> ProbeResult {
+        if self.start.is_none() {
+            self.start = Some((c.seq, c.ts, c.ack));
+            self.tries = self.tries.saturating_add(1);
+        }
+        let n = (6 - self.bytes.len()).min(c.data.len());
+        self.bytes.extend_from_slice(&c.data[..n]);
+        if self.bytes.len() < 6 {
+            return ProbeResult::NeedMore;
+        }
+        if looks_like_client_hello(&self.bytes) {
+            ProbeResult::Hello
+        } else {
+            self.bytes.clear();
+            self.start = None;
+            ProbeResult::NotHello
+        }
+    }
+}
+
+/// State kept while a flow's handshake is being followed; dropped once
+/// the connection's record is out.
+struct Active {
+    reasm: [Reassembler; 2],
+    /// Everything above reassembly, apart so that reassembly's callback can
+    /// route chunks without copying them.
+    up: Upper,
+}
+
+struct Upper {
+    stream: [RecordStream; 2],
+    probe: [Probe; 2],
+    /// Index of the direction that sent the ClientHello.
+    client: Option<usize>,
+    hs: Handshake,
+    notes: Vec<&'static str>,
+    /// The server's handshake traffic secret, from a key log.
+    server_secret: Option<Vec<u8>>,
+}
+
+/// One TCP flow.
+pub struct TcpFlow {
+    /// The endpoint that sent the first packet seen; direction 0 is a -> b.
+    pub a: Endpoint,
+    pub b: Endpoint,
+    first_ts: f64,
+    pub last_ts: f64,
+    pub tcp: TcpHandshake,
+    pub syn_dir: Option<usize>,
+    server_isn: Option<u32>,
+    fin: [bool; 2],
+    pub status: Status,
+    active: Option<Box<Active>>,
+}
+
+/// What one segment did to its flow.
+pub struct SegmentOutcome {
+    /// Both FINs seen, or a RST.
+    pub closed: bool,
+    /// Nothing more about the handshake remains to be learnt (or the record cap was hit).
+    pub timed: bool,
+}
+
+impl TcpFlow {
+    pub fn new(ts: f64, from: Endpoint, to: Endpoint, max_flow_buffer: usize, max_handshake_message: usize) -> Self {
+        let reasm = || Reassembler::new(max_flow_buffer);
+        let stream = || RecordStream::new(max_handshake_message);
+        TcpFlow {
+            a: from,
+            b: to,
+            first_ts: ts,
+            last_ts: ts,
+            tcp: TcpHandshake::default(),
+            syn_dir: None,
+            server_isn: None,
+            fin: [false; 2],
+            status: Status::Detecting,
+            active: Some(Box::new(Active {
+                reasm: [reasm(), reasm()],
+                up: Upper {
+                    stream: [stream(), stream()],
+                    probe: [Probe::default(), Probe::default()],
+                    client: None,
+                    hs: Handshake::new(Transport::Tcp),
+                    notes: Vec::new(),
+                    server_secret: None,
+                },
+            })),
+        }
+    }
+
+    /// One segment of this flow, sent by `from`.
+    pub fn segment(&mut self, ts: f64, from: Endpoint, h: &TcpHeader, payload: &[u8], truncated: bool, ctx: &mut Ctx<'_>) -> SegmentOutcome {
+        let dir = usize::from(from != self.a);
+        self.track_tcp_handshake(dir, ts, h);
+        self.payload(dir, ts, h, payload, truncated, ctx);
+        // A FIN is a half-close: the peer may still finish the handshake
+        // (a False Start client can close first). Both FINs, or a RST, end it.
+        self.fin[dir] |= h.fin;
+        let closed = h.rst || self.fin == [true, true];
+        if let Some(act) = self.active.as_mut().filter(|_| closed) {
+            act.up.hs.on(Dir::Client, Event::Close(if h.rst { Close::Reset } else { Close::Fin }), ctx.mem);
+        }
+        let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed());
+        if self.status == Status::NotTls {
+            self.active = None;
+        }
+        SegmentOutcome { closed, timed }
+    }
+
+    fn track_tcp_handshake(&mut self, dir: usize, ts: f64, h: &TcpHeader) {
+        let Some(act) = self.active.as_deref_mut() else { return };
+        if h.syn && !h.ack_flag {
+            if self.tcp.syn_ack.is_none() {
+                self.tcp.syn = Some(ts);
+                self.syn_dir = Some(dir);
+            }
+            act.reasm[dir].start_at(h.seq.wrapping_add(1));
+            act.reasm[dir].restart_at(h.seq.wrapping_add(1));
+        } else if h.syn && h.ack_flag {
+            // The last SYN-ACK before the handshake's ACK is the one that counts.
+            if self.tcp.ack.is_none() && self.syn_dir == Some(1 - dir) {
+                self.tcp.syn_ack.get_or_insert(ts);
+                self.server_isn = Some(h.seq);
+            }
+            act.reasm[dir].start_at(h.seq.wrapping_add(1));
+            act.reasm[dir].restart_at(h.seq.wrapping_add(1));
+        } else if h.ack_flag
+            && self.tcp.ack.is_none()
+            && self.syn_dir == Some(dir)
+            && self.server_isn.is_some_and(|isn| h.ack == isn.wrapping_add(1))
+        {
+            self.tcp.ack = Some(ts);
+        }
+    }
+
+    /// Feeds a segment's payload through reassembly, detection and the
+    /// record layer.
+    fn payload(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload: &[u8], truncated: bool, ctx: &mut Ctx<'_>) {
+        let Some(act) = self.active.as_deref_mut() else { return };
+        if h.ack_flag {
+            act.skip_capture_loss(&mut self.status, 1 - dir, h.ack, ctx);
+            if let Some(c) = act.up.client {
+                let side = if c == dir { Dir::Client } else { Dir::Server };
+                act.up.hs.on(side, Event::Ack { ts, ack: h.ack }, ctx.mem);
+            }
+        }
+        if payload.is_empty() {
+            return;
+        }
+        if truncated {
+            ctx.stats.truncated_segments += 1;
+        }
+        // Data on a SYN (TCP Fast Open) starts after the SYN's sequence number.
+        let seq = if h.syn { h.seq.wrapping_add(1) } else { h.seq };
+        let seg = Segment { seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
+        let Active { reasm, up } = act;
+        let status = &mut self.status;
+        // Reassembly hands over in-order chunks (borrowing the segment or
+        // its own buffer): each is routed right away.
+        let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
+        ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
+        if out.gap {
+            ctx.stats.reassembly_gaps += 1;
+            let client_side = up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
+            up.notes.push(if client_side { "client_gap" } else { "server_gap" });
+        }
+    }
+
+    /// The flow's record, if it is a TLS connection whose record is not out
+    /// yet; the flow stays behind as a tombstone (status `Done`).
+    /// `timed`: finished because nothing more was to be learnt.
+    pub fn finish(&mut self, why: Finish, timed: bool, ctx: &mut Ctx<'_>) -> Option<ConnectionRecord> {
+        let act = self.active.take();
+        let status = std::mem::replace(&mut self.status, Status::Done);
+        let (Status::Tls, Some(act)) = (status, act) else { return None };
+        let Active { reasm, up: mut act } = *act;
+        act.hs.settle();
+        if self.fin.contains(&true) {
+            act.hs.on(Dir::Client, Event::Close(Close::Fin), ctx.mem);
+        }
+        let client_dir = act.client?;
+        if act.hs.records_overflowed() {
+            ctx.stats.record_limit_hits += 1;
+        }
+        // Bytes still waiting behind a hole the capture never filled (a
+        // connection finished because it is fully timed may simply have the
+        // rest of a segment in flight).
+        for (d, r) in reasm.iter().enumerate() {
+            if !timed && r.buffered() > 0 && !r.has_gap() {
+                act.notes.push(if d == client_dir { "client_gap" } else { "server_gap" });
+            }
+        }
+        if self.tcp.syn.is_none() {
+            act.notes.push("no_syn");
+        }
+        ctx.stats.tls_connections += 1;
+        ctx.stats.handshake_parse_errors += u64::from(act.hs.parse_errors());
+        let (client, server) = if client_dir == 0 { (self.a, self.b) } else { (self.b, self.a) };
+        let view = TransportView {
+            transport: Transport::Tcp,
+            first_ts: self.first_ts,
+            client,
+            server,
+            rtt: self.tcp.rtt(),
+            bytes: act.hs.record_bytes(),
+            notes: act.notes,
+        };
+        Some(act.hs.to_record(view, why))
+    }
+}
+
+impl Active {
+    /// The peer acknowledged bytes of direction `dir` that the capture never
+    /// showed: skip the hole and tell the record layer what was lost.
+    fn skip_capture_loss(&mut self, status: &mut Status, dir: usize, ack: u32, ctx: &mut Ctx<'_>) {
+        if *status != Status::Tls {
+            return;
+        }
+        let mut pending = Vec::new();
+        let Some((_, n)) = self.reasm[dir].acked(ack, &mut |c| pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))) else { return };
+        ctx.stats.capture_loss_bytes += n as u64;
+        let up = &mut self.up;
+        up.notes.push(if up.client == Some(dir) { "client_capture_loss" } else { "server_capture_loss" });
+        if up.stream[dir].lost(n).is_err() {
+            ctx.stats.stream_errors += 1;
+        }
+        for (data, seq, ts, ack) in &pending {
+            up.route(status, dir, Chunk { data, seq: *seq, ts: *ts, ack: *ack }, ctx);
+        }
+    }
+}
+
+impl Upper {
+    /// Routes in-order bytes of one direction: to the ClientHello detector
+    /// until TLS is recognised, then to that direction's record layer.
+    fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
+        if *status == Status::Detecting {
+            match self.probe[dir].feed(&c) {
+                ProbeResult::NeedMore => return,
+                ProbeResult::NotHello => {
+                    if self.probe[dir].tries >= DETECT_MAX_SEGMENTS {
+                        *status = Status::NotTls;
+                    }
+                    return;
+                }
+                ProbeResult::Hello => {
+                    *status = Status::Tls;
+                    self.client = Some(dir);
+                    let p = std::mem::take(&mut self.probe[dir]);
+                    let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
+                    // Bytes of the hello that came in earlier chunks.
+                    let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.bytes.len());
+                    // Replay the probed bytes, then the rest of this chunk.
+                    self.feed_stream(dir, Chunk { data: &p.bytes[..already], seq, ts, ack }, ctx);
+                    self.feed_stream(dir, c, ctx);
+                    return;
+                }
+            }
+        }
+        if *status == Status::Tls {
+            self.feed_stream(dir, c, ctx);
+        }
+    }
+
+    /// One direction's record layer: its events go to the state machine,
+    /// whose directives come back to the record layer.
+    fn feed_stream(&mut self, dir: usize, chunk: Chunk<'_>, ctx: &mut Ctx<'_>) {
+        if chunk.data.is_empty() {
+            return;
+        }
+        let side = if self.client == Some(dir) { Dir::Client } else { Dir::Server };
+        let Upper { stream, hs, server_secret, notes, .. } = self;
+        let mut ccs_encrypts = false;
+        let mem = &mut *ctx.mem;
+        let res = stream[dir].push(chunk, &mut |ev| {
+            let directive = match ev {
+                StreamEvent::Record(r) => hs.on(side, Event::Record(r), mem),
+                StreamEvent::Handshake { msg_type, body, record, .. } => hs.on(side, Event::Message { msg_type, body, ts: record.ts, record: Some(record) }, mem),
+                StreamEvent::Alert { level, description, .. } => hs.on(side, Event::Alert { level, description }, mem),
+                StreamEvent::Sslv2 { msg_type, body, record } => hs.on(side, Event::Sslv2 { msg_type, body, record }, mem),
+                // The server's first encrypted TLS 1.3 record, kept whole
+                // because a key log has the secret to open it.
+                StreamEvent::Encrypted { header, payload, record } if side == Dir::Server => {
+                    let opened = server_secret.as_deref().zip(hs.cipher_suite()).and_then(|(secret, suite)| keylog::decrypt_record(suite, secret, 0, &header, payload));
+                    if let Some((ct::HANDSHAKE, plain)) = opened {
+                        if let Some(body) = encrypted_extensions(&plain) {
+                            hs.on(side, Event::Message { msg_type: ht::ENCRYPTED_EXTENSIONS, body: Some(body), ts: record.ts, record: Some(record) }, mem);
+                        }
+                    }
+                    None
+                }
+                StreamEvent::Encrypted { .. } => None,
+            };
+            ccs_encrypts |= directive == Some(Directive::CcsEncrypts);
+        });
+        // With a key log entry for this ClientHello, keep the server's first
+        // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
+        if side == Dir::Client && server_secret.is_none() {
+            let secret = hs.client_hello().zip(ctx.keylog).and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
+            if secret.is_some() {
+                *server_secret = secret;
+                stream[1 - dir].capture_encrypted = true;
+            }
+        }
+        if ccs_encrypts {
+            stream[0].ccs_encrypts = true;
+            stream[1].ccs_encrypts = true;
+        }
+        if res.is_err() {
+            ctx.stats.stream_errors += 1;
+            notes.push(if side == Dir::Client { "client_stream_error" } else { "server_stream_error" });
+        }
+    }
+}
+
+/// The body of the EncryptedExtensions a decrypted server flight starts with.
+fn encrypted_extensions(plain: &[u8]) -> Option<&[u8]> {
+    let mut r = Reader::new(plain);
+    if r.u8("handshake type").ok()? != ht::ENCRYPTED_EXTENSIONS {
+        return None;
+    }
+    Some(r.sub24("EncryptedExtensions").ok()?.rest())
+}
