@@ -719,16 +719,9 @@ static __always_inline void track_lose(struct tlsrum_dir_state *d)
  * The end of the handshake phase, seen from the kernel: the server sends
  * an application_data record in a segment acknowledging the client's
  * second application_data record sent after the server's handshake
- * records (its first if it has sent one only). By then the analyzer has
- * the completion (the client's Finished or CCS came before), the client's
- * first data and the server's first data after the request (timing.rs:
- * the TLS 1.3 threshold is the end of the client's record after its
- * Finished, or of the Finished; TLS 1.2 takes any server data), so the
- * connection's record is final and the flow can stop here. The rule may
- * fire later than the analyzer finishes, never earlier; where it cannot
- * tell (a record header split across segments, tracking lost, a client
- * that never acknowledges the server's handshake) it does not fire, and
- * the record limit or user space stops the flow instead.
+ * records (its first if it has sent one only). The rule, why it never
+ * fires before the analyzer's own (Handshake::fully_timed), and the test
+ * that ties the two are stated once, in analyzer/src/handshake/timing.rs.
  */
 static __always_inline void phase_check(struct walk *w,
 					struct tlsrum_dir_state *me,

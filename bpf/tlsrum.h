@@ -18,7 +18,7 @@
 #define TLSRUM_MAX_CHUNKS	16
 /* Server ports the filter can hold. */
 #define TLSRUM_MAX_PORTS	8
-/* Records the analyzer keeps per direction (classify::MAX_RECORDS_PER_DIR):
+/* Records the analyzer keeps per direction (analyzer::caps::MAX_RECORDS_PER_DIR):
  * one more and it finishes the connection, so the kernel stops a flow once
  * a direction has sent this many + 1 record headers. */
 #define TLSRUM_RECORDS_PER_DIR	48

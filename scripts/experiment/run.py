@@ -455,7 +455,7 @@ server's flight arrived and coalescing them with its Finished — is not somethi
 does; padded records simply leave the answer `attempted`. With 0-RTT accepted, `ttfb` counts
 the server's first record after its Finished-sized record (the 0.5-RTT response); before this
 fix it was null, and `round_trips` was null instead of 0 (regression tests in
-`analyzer/src/classify.rs`).
+`analyzer/src/handshake/tests.rs`).
 
 ## What this does not show
 

@@ -89,6 +89,29 @@ impl Handshake {
 
     /// Whether the server's first application data has been seen: nothing
     /// more about the handshake remains to be learnt from this connection.
+    ///
+    /// # The kernel's cut-off, which must never come before this
+    ///
+    /// The eBPF program stops forwarding a TLS-over-TCP flow on its own
+    /// (`phase_check` in `bpf/tlsrum.bpf.c`, counted as
+    /// `handshake_over`) when the server sends an application_data record
+    /// in a segment acknowledging the client's second application_data
+    /// record sent after the server's handshake records (its first, if it
+    /// has sent only one). By then this rule has fired: the completion (the
+    /// client's Finished or CCS) came earlier, and so did the client's first
+    /// data and the server's first data after the request -- the TLS 1.3
+    /// threshold in `first_server_data` is the end of the client's record
+    /// after its Finished (or of the Finished), TLS 1.2 takes any server
+    /// data. Where the kernel cannot tell (a record header split across
+    /// segments, tracking lost, a client that never acknowledges the
+    /// server's handshake) it does not cut, and the record cap
+    /// ([`MAX_RECORDS_PER_DIR`](crate::caps::MAX_RECORDS_PER_DIR), which
+    /// the kernel mirrors as `TLSRUM_RECORDS_PER_DIR`: one more record and
+    /// both sides stop) or user space stops the flow instead. A change to
+    /// either side must keep the kernel later: `agent/tests/kernel_corpus.rs`
+    /// runs the real TC program over `pcaps/` and the public corpus (whole
+    /// and cut into small segments) and requires every record built from the
+    /// kernel's events to equal replay's.
     pub fn fully_timed(&self) -> bool {
         match self.state {
             State::Failed => true,
