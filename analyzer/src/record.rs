@@ -68,14 +68,48 @@ impl EarlyData {
     }
 }
 
-/// Milliseconds at the observer; None where the wire does not show it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Timing {
-    pub tcp_rtt: Option<f64>,
-    pub handshake: Option<f64>,
-    pub ttfb: Option<f64>,
-    pub round_trips: Option<u8>,
-    pub avoidable: Option<f64>,
+/// A timing field's value, as the encoders see it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TimingValue {
+    /// Milliseconds (CSV column `<name>_ms`).
+    Ms(Option<f64>),
+    /// A count (CSV column `<name>`).
+    Count(Option<u8>),
+}
+
+/// Defines [`Timing`] once: its fields and the walk every encoder (NDJSON,
+/// CSV) uses, so a new timing field is one line here plus where it is
+/// computed (`handshake/timing.rs`).
+macro_rules! timing_fields {
+    ($( $(#[doc = $doc:literal])+ $field:ident : $kind:ident, )*) => {
+        /// Milliseconds at the observer; None where the wire does not show it.
+        #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+        pub struct Timing {
+            $( $(#[doc = $doc])+ pub $field: timing_fields!(@type $kind), )*
+        }
+
+        impl Timing {
+            /// Every field with its name, in the contract's order.
+            pub fn each(&self, mut f: impl FnMut(&'static str, TimingValue)) {
+                $( f(stringify!($field), TimingValue::$kind(self.$field)); )*
+            }
+        }
+    };
+    (@type Ms) => { Option<f64> };
+    (@type Count) => { Option<u8> };
+}
+
+timing_fields! {
+    /// TCP's three-way handshake (QUIC: the Initial exchange).
+    tcp_rtt: Ms,
+    /// ClientHello -> the client's first application data or Finished.
+    handshake: Ms,
+    /// ClientHello -> the server's first application data.
+    ttfb: Ms,
+    /// Handshake round trips before the client could send application data.
+    round_trips: Count,
+    /// What a resumed handshake would have saved.
+    avoidable: Ms,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

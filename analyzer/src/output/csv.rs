@@ -1,14 +1,27 @@
 //! Records flattened to CSV, one row per connection (RFC 4180 quoting via the `csv` crate).
 use std::io::Write;
 
-use crate::record::ConnectionRecord;
+use crate::record::{ConnectionRecord, TimingValue};
 
-pub const HEADER: [&str; 27] = [
-    "ts", "transport", "client", "server", "sni", "version", "cipher", "alpn", "handshake", "offered",
-    "resumption", "early_data", "hrr", "retry", "tcp_rtt_ms", "handshake_ms", "ttfb_ms", "round_trips",
-    "avoidable_ms", "client_handshake_bytes", "server_handshake_bytes", "cert_count", "cert_bytes",
-    "leaf_subject", "leaf_issuer", "failure", "notes",
-];
+/// Columns before the timing fields, and after them.
+const BEFORE_TIMING: [&str; 14] =
+    ["ts", "transport", "client", "server", "sni", "version", "cipher", "alpn", "handshake", "offered", "resumption", "early_data", "hrr", "retry"];
+const AFTER_TIMING: [&str; 8] =
+    ["client_handshake_bytes", "server_handshake_bytes", "cert_count", "cert_bytes", "leaf_subject", "leaf_issuer", "failure", "notes"];
+
+/// The header row: timing columns come from [`Timing::each`](crate::record::Timing::each)
+/// (`<name>_ms` for milliseconds).
+pub fn header() -> Vec<String> {
+    let mut h: Vec<String> = BEFORE_TIMING.iter().map(|s| s.to_string()).collect();
+    crate::record::Timing::default().each(|name, v| {
+        h.push(match v {
+            TimingValue::Ms(_) => format!("{name}_ms"),
+            TimingValue::Count(_) => name.to_string(),
+        })
+    });
+    h.extend(AFTER_TIMING.iter().map(|s| s.to_string()));
+    h
+}
 
 pub struct CsvWriter<W: Write> {
     w: csv::Writer<W>,
@@ -21,14 +34,13 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 impl<W: Write> CsvWriter<W> {
     pub fn new(w: W) -> csv::Result<Self> {
         let mut w = csv::Writer::from_writer(w);
-        w.write_record(HEADER)?;
+        w.write_record(header())?;
         Ok(CsvWriter { w })
     }
 
     pub fn write(&mut self, r: &ConnectionRecord) -> csv::Result<()> {
-        let t = &r.timing;
         let certs = r.certs.as_ref();
-        self.w.write_record([
+        let mut row = vec![
             format!("{:.6}", r.ts),
             format!("{:?}", r.transport).to_lowercase(),
             r.client.clone(),
@@ -43,11 +55,14 @@ impl<W: Write> CsvWriter<W> {
             r.early_data.as_str().into(),
             r.hrr.to_string(),
             r.retry.to_string(),
-            opt(&t.tcp_rtt),
-            opt(&t.handshake),
-            opt(&t.ttfb),
-            opt(&t.round_trips),
-            opt(&t.avoidable),
+        ];
+        r.timing.each(|_, v| {
+            row.push(match v {
+                TimingValue::Ms(ms) => opt(&ms),
+                TimingValue::Count(n) => opt(&n),
+            })
+        });
+        row.extend([
             r.bytes.client_handshake.to_string(),
             r.bytes.server_handshake.to_string(),
             opt(&certs.map(|c| c.count)),
@@ -56,7 +71,8 @@ impl<W: Write> CsvWriter<W> {
             opt(&certs.and_then(|c| c.leaf_issuer.clone())),
             opt(&r.failure),
             r.notes.join(";"),
-        ])
+        ]);
+        self.w.write_record(row)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {

@@ -7,7 +7,7 @@
 //! `serde_json::to_string(record)`.
 use std::io::{self, Write};
 
-use crate::record::ConnectionRecord;
+use crate::record::{ConnectionRecord, TimingValue};
 
 #[derive(Default)]
 pub struct NdjsonWriter {
@@ -127,25 +127,19 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     str_(out, r.early_data.as_str());
     out.extend_from_slice(if r.hrr { b",\"hrr\":true" } else { b",\"hrr\":false" });
     out.extend_from_slice(if r.retry { b",\"retry\":true" } else { b",\"retry\":false" });
-    let t = &r.timing;
     out.extend_from_slice(b",\"timing\":{");
-    key(out, "tcp_rtt");
-    opt_f64(out, t.tcp_rtt);
-    out.push(b',');
-    key(out, "handshake");
-    opt_f64(out, t.handshake);
-    out.push(b',');
-    key(out, "ttfb");
-    opt_f64(out, t.ttfb);
-    out.push(b',');
-    key(out, "round_trips");
-    match t.round_trips {
-        Some(n) => u64_(out, n.into()),
-        None => out.extend_from_slice(b"null"),
-    }
-    out.push(b',');
-    key(out, "avoidable");
-    opt_f64(out, t.avoidable);
+    let mut first = true;
+    r.timing.each(|name, v| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        key(out, name);
+        match v {
+            TimingValue::Ms(ms) => opt_f64(out, ms),
+            TimingValue::Count(Some(n)) => u64_(out, n.into()),
+            TimingValue::Count(None) => out.extend_from_slice(b"null"),
+        }
+    });
     out.extend_from_slice(b"},\"bytes\":{");
     key(out, "client_handshake");
     u64_(out, r.bytes.client_handshake);
