@@ -7,9 +7,11 @@
 //! header protection and decrypts, with those keys or (given a key log)
 //! Handshake keys; [`crypto_stream`] reassembles CRYPTO frames
 //! (bounded) into handshake messages; [`tracker`] follows connections by
-//! connection ID through Retry and Version Negotiation and turns them into
-//! [`ConnectionRecord`](crate::record::ConnectionRecord)s with
-//! `transport: "quic"`. See `docs/quic.md` for what each field means here.
+//! connection ID through Retry and Version Negotiation and hands what it
+//! sees (hellos, 1-RTT packets, Retry, closes) to the handshake state
+//! machine both transports share ([`crate::handshake`]), whose record
+//! builder writes the [`ConnectionRecord`](crate::record::ConnectionRecord)s
+//! with `transport: "quic"`. See `docs/quic.md` for what each field means here.
 //!
 //! ```
 //! use analyzer::quic::tracker::{QuicStats, QuicTracker};
