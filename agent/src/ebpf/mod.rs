@@ -39,4 +39,5 @@ mod test_run;
 pub use abi::*;
 pub use event::{Datagrams, Event};
 pub use loader::{AttachMode, EbpfCapture, EbpfOptions};
+pub use netlink::ifindex;
 pub use ring::WAKEUP_FRACTION;

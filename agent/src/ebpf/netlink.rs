@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 /// The interface's index in the caller's network namespace (not sysfs,
 /// which shows the namespace it was mounted in); None if there is none.
-pub(crate) fn ifindex(iface: &str) -> Option<u32> {
+pub fn ifindex(iface: &str) -> Option<u32> {
     let name = std::ffi::CString::new(iface).ok()?;
     // SAFETY: a valid NUL-terminated string.
     let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };

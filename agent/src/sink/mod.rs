@@ -1,6 +1,6 @@
 //! Record sinks: where connection records go. NDJSON, CSV, the summary
-//! table and the HTML report are here, the Prometheus metrics in
-//! [`crate::metrics`]; `replay` and `live` write through the same ones,
+//! table and the HTML report are here, the Prometheus metrics in the
+//! `metrics` module; `replay` and `live` write through the same ones,
 //! several at once through [`FanOut`]. A new output format is one new file
 //! here implementing [`RecordSink`], and its value in [`Format`] (or its
 //! own option, as `--html`).

@@ -12,7 +12,7 @@ use analyzer::Endpoint;
 use anyhow::Result;
 
 use super::{Captured, Source, Status};
-use crate::ebpf::{EbpfCapture, EbpfOptions, FlowKey, FlowTuple, COUNTERS};
+use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowKey, FlowTuple, COUNTERS};
 
 pub struct EbpfSource {
     opts: EbpfOptions,
@@ -37,10 +37,6 @@ type RecentMap = HashMap<FlowKey, u32, foldhash::fast::RandomState>;
 
 /// How long a finished flow is remembered in case it sends more events.
 const RECENT_FOR: Duration = Duration::from_secs(10);
-
-fn ifindex(name: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok()?.trim().parse().ok()
-}
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.

@@ -1,7 +1,7 @@
 //! Capture sources: where packets come from. Each source hands the
 //! analyzer timestamped frames (a pcap file, libpcap live) or packets with
 //! the 5-tuple already decoded (eBPF); `replay` and `live` drive the
-//! analyzer through [`Source`] alone (see [`crate::pipeline`]). A new
+//! analyzer through [`Source`] alone (see `pipeline`). A new
 //! source (uprobes, Zeek logs) is one new file here implementing it.
 
 pub mod ebpf;
