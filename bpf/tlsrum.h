@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Structures shared by the TC programs in tlsrum.bpf.c and user space
- * (agent/src/ebpf.rs mirrors every one of them with #[repr(C)] and a test
+ * (agent/src/ebpf/abi.rs mirrors every one of them with #[repr(C)] and a test
  * that checks sizes and offsets). All layouts are fixed: explicit padding,
  * no implicit holes, sizes a multiple of 8. Multi-byte fields are in host
  * byte order unless the comment says otherwise.
@@ -144,7 +144,7 @@ struct tlsrum_flow_state {
 	struct tlsrum_dir_state dir[2];	/* 24 TCP record tracking per sender */
 };				/* 104 */
 
-/* Index in the per-CPU `counters` array. Names in agent/src/ebpf.rs. */
+/* Index in the per-CPU `counters` array. Names in agent/src/ebpf/abi.rs. */
 enum tlsrum_counter {
 	TLSRUM_CNT_EVENTS_SENT = 0,	/* records written to the ring buffer */
 	TLSRUM_CNT_BYTES_SENT,		/* payload bytes in those records */
@@ -167,7 +167,7 @@ enum tlsrum_counter {
 	TLSRUM_CNT_MAX,
 };
 
-/* The layouts above are a contract with agent/src/ebpf.rs, whose tests
+/* The layouts above are a contract with agent/src/ebpf/abi.rs, whose tests
  * assert the same numbers with std::mem::offset_of!. */
 #define TLSRUM_ASSERT_OFFSET(type, field, off) \
 	_Static_assert(__builtin_offsetof(struct type, field) == (off), \
@@ -213,6 +213,6 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hello, 30);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post, 31);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
 _Static_assert(sizeof(struct tlsrum_dir_state) == 40, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 18, "counter names in ebpf.rs");
+_Static_assert(TLSRUM_CNT_MAX == 18, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

@@ -8,14 +8,11 @@
 //! Needs root (BPF). The maps stay hot and the frame is the same every run:
 //! compare paths and builds with these figures, not live packets.
 
-#[path = "../src/ebpf.rs"]
-mod ebpf;
-
 use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::{Context, Result};
-use ebpf::{EbpfCapture, EbpfOptions, FlowTuple};
 use etherparse::PacketBuilder;
+use tlsrum::ebpf::{EbpfCapture, EbpfOptions, FlowTuple};
 
 const CLIENT: [u8; 4] = [192, 0, 2, 2];
 const SERVER: [u8; 4] = [192, 0, 2, 1];

@@ -2,22 +2,29 @@
 //! serve Prometheus metrics; optionally write records and handshake packets.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use analyzer::output::ndjson;
-use analyzer::record::ConnectionRecord;
-use analyzer::wire::{LinkType, Packet};
-use analyzer::{Analyzer, Config, Endpoint};
+use analyzer::counters::Counter;
+use analyzer::{Analyzer, Config, Stats};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::metrics::{Metrics, ServerNames};
+use crate::ebpf::{EbpfOptions, COUNTERS as KERNEL_COUNTERS};
+use crate::metrics::labels::ServerNames;
+use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
+use crate::pipeline::{deliver, pump};
+use crate::sink::ndjson::NdjsonSink;
+use crate::sink::{FanOut, RecordSink, RunEnd};
+use crate::source::ebpf::EbpfSource;
+use crate::source::pcap_live::PcapLive;
+use crate::source::{Source, Status};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub enum Backend {
@@ -67,76 +74,59 @@ pub struct LiveArgs {
     pub max_payload_per_flow: u32,
 }
 
-/// One captured unit: a frame (pcap) or a decoded packet (eBPF).
-pub enum Captured<'a> {
-    Frame { ts: f64, link: LinkType, data: &'a [u8] },
-    Packet { ts: f64, packet: Packet<'a> },
-}
-
-/// A live packet source.
-pub trait Source {
-    /// Waits up to `timeout` and hands over what arrived.
-    fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<()>;
-    /// The analyzer is done with these flows: stop sending them if possible.
-    fn finished(&mut self, _flows: &[(Endpoint, Endpoint)]) {}
-    /// Cumulative source-side counters (kernel events and drops by reason).
-    fn counters(&mut self) -> Vec<(String, u64)> {
-        Vec::new()
-    }
-    /// Link types of the interfaces, for --write-pcap.
-    fn link_types(&self) -> Vec<LinkType>;
-    /// Re-attach interfaces that went away and came back.
-    fn check_interfaces(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// Detach from the kernel cleanly.
-    fn close(self: Box<Self>) -> Result<()> {
-        Ok(())
-    }
-}
-
 pub fn wall_clock() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-fn serve_metrics(addr: SocketAddr, metrics: Arc<Mutex<Metrics>>, stop: Arc<AtomicBool>) -> Result<()> {
-    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-    std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(200)) else { continue };
-            let (code, body, ctype) = if req.url().starts_with("/metrics") {
-                let body = metrics.lock().map(|m| m.encode()).unwrap_or_default();
-                (200, body, "application/openmetrics-text; version=1.0.0; charset=utf-8")
-            } else {
-                (404, "see /metrics\n".to_string(), "text/plain")
-            };
-            let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header");
-            let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(code).with_header(header));
-        }
-    })?;
-    Ok(())
-}
-
 fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
     match args.backend {
-        Backend::Pcap => Ok(Box::new(crate::pcap_live::PcapSource::open(&args.ifaces, &args.ports, args.all_ports)?)),
-        Backend::Ebpf => crate::live_ebpf::open(args),
+        Backend::Pcap => Ok(Box::new(PcapLive::open(&args.ifaces, &args.ports, args.all_ports)?)),
+        Backend::Ebpf => Ok(Box::new(EbpfSource::open(EbpfOptions {
+            ifaces: args.ifaces.clone(),
+            ports: args.ports.clone(),
+            all_ports: args.all_ports,
+            quic: true,
+            max_payload_per_dir: args.max_payload_per_flow,
+            ..EbpfOptions::default()
+        })?)),
     }
 }
 
-pub fn run(args: LiveArgs) -> Result<std::process::ExitCode> {
+/// The counters whose series /metrics shows from the start: the
+/// analyzer's, the kernel's whatever the backend (dashboards query the
+/// ring-buffer metrics on every host: zero without eBPF), the source's.
+fn known_counters(source: &mut dyn Source) -> Vec<Counter> {
+    let mut known = metrics::analyzer_counters(&Stats::default());
+    known.extend(KERNEL_COUNTERS.iter().map(|k| k.counter(0)));
+    known.extend(source.counters());
+    known
+}
+
+/// Where records go: the metrics, and NDJSON to `--events`.
+fn sinks(args: &LiveArgs, metrics: &Arc<Mutex<Metrics>>) -> Result<FanOut> {
+    let mut sinks = FanOut::default();
+    sinks.push(Box::new(MetricsSink(Arc::clone(metrics))));
+    match args.events.as_deref() {
+        None => {}
+        Some("-") => sinks.push(Box::new(NdjsonSink::new(BufWriter::new(io::stdout())))),
+        Some(path) => {
+            let file = File::create(path).with_context(|| format!("creating {path}"))?;
+            sinks.push(Box::new(NdjsonSink::new(BufWriter::new(file))));
+        }
+    }
+    Ok(sinks)
+}
+
+pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
     }
     let mut source = open_source(&args)?;
-    let metrics = Arc::new(Mutex::new(Metrics::new(ServerNames::new(args.top_server_names, args.hash_server_names.clone()))));
-    serve_metrics(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;
-    let mut events: Option<Box<dyn Write>> = match args.events.as_deref() {
-        None => None,
-        Some("-") => Some(Box::new(BufWriter::new(io::stdout()))),
-        Some(path) => Some(Box::new(BufWriter::new(File::create(path).with_context(|| format!("creating {path}"))?))),
-    };
+    let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
+    let metrics = Arc::new(Mutex::new(Metrics::new(names, &known_counters(&mut *source))));
+    metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;
+    let mut sink = sinks(&args, &metrics)?;
     let mut pcap_out = match &args.write_pcap {
         Some(path) => Some(PacketWriter::create(path, &source.link_types())?),
         None => None,
@@ -160,37 +150,25 @@ pub fn run(args: LiveArgs) -> Result<std::process::ExitCode> {
         if args.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
             break;
         }
-        let polled = source.poll(Duration::from_millis(100), &mut |c| match c {
-            Captured::Frame { ts, link, data } => {
-                if let Some(w) = pcap_out.as_mut() {
-                    w.frame(link, ts, data);
-                }
-                analyzer.push_frame(ts, link, data);
+        match pump(&mut *source, Duration::from_millis(100), &mut analyzer, pcap_out.as_mut()) {
+            Ok(Status::Open) => {}
+            Ok(Status::Ended) => break,
+            Err(e) => {
+                result = Err(e);
+                break;
             }
-            Captured::Packet { ts, packet } => {
-                if let Some(w) = pcap_out.as_mut() {
-                    w.packet(ts, &packet);
-                }
-                analyzer.push_packet(ts, &packet);
-            }
-        });
-        if let Err(e) = polled {
-            result = Err(e);
-            break;
         }
-        deliver(&mut analyzer, &mut *source, &metrics, events.as_mut())?;
+        deliver(&mut analyzer, &mut *source, &mut sink)?;
         if last_tick.elapsed() >= Duration::from_secs(1) {
             last_tick = Instant::now();
             analyzer.tick(wall_clock());
-            deliver(&mut analyzer, &mut *source, &metrics, events.as_mut())?;
+            deliver(&mut analyzer, &mut *source, &mut sink)?;
             let counters = source.counters();
             if let Ok(mut m) = metrics.lock() {
                 m.health(analyzer.stats(), analyzer.active_flows());
-                m.kernel(&counters);
+                m.counters(&counters);
             }
-            if let Some(w) = events.as_mut() {
-                w.flush()?;
-            }
+            sink.flush()?;
             if let Err(e) = source.check_interfaces() {
                 eprintln!("tlsrum: {e:#}");
             }
@@ -198,44 +176,16 @@ pub fn run(args: LiveArgs) -> Result<std::process::ExitCode> {
     }
     // Flush: connections still open are reported as they stand.
     analyzer.finish();
-    deliver(&mut analyzer, &mut *source, &metrics, events.as_mut())?;
+    deliver(&mut analyzer, &mut *source, &mut sink)?;
     if let Ok(mut m) = metrics.lock() {
         m.health(analyzer.stats(), analyzer.active_flows());
     }
-    if let Some(w) = events.as_mut() {
-        w.flush()?;
-    }
+    let title = args.ifaces.join(", ");
+    sink.finish(&RunEnd { stats: analyzer.stats(), captures: 0, title: &title })?;
     if let Some(w) = pcap_out.take() {
         w.finish()?;
     }
     stop.store(true, Ordering::Relaxed);
     source.close()?;
-    result.map(|_| std::process::ExitCode::SUCCESS)
-}
-
-fn deliver(
-    analyzer: &mut Analyzer,
-    source: &mut dyn Source,
-    metrics: &Arc<Mutex<Metrics>>,
-    events: Option<&mut Box<dyn Write>>,
-) -> Result<()> {
-    let records: Vec<ConnectionRecord> = analyzer.take_records();
-    let finished = analyzer.take_finished_flows();
-    if !finished.is_empty() {
-        source.finished(&finished);
-    }
-    if records.is_empty() {
-        return Ok(());
-    }
-    if let Ok(mut m) = metrics.lock() {
-        for r in &records {
-            m.record(r);
-        }
-    }
-    if let Some(w) = events {
-        for r in &records {
-            ndjson::write_record(w, r)?;
-        }
-    }
-    Ok(())
+    result.map(|_| ExitCode::SUCCESS)
 }

@@ -1,16 +1,10 @@
 //! `tlsrum`: passive TLS handshake analysis of captures and live traffic.
-
-mod live;
-mod live_ebpf;
-mod metrics;
-mod pcap_live;
-mod pcap_out;
-mod ebpf;
-mod replay;
+//! This binary parses the command line and calls into the library.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tlsrum::{live, replay};
 
 // Per-connection state is many small allocations; mimalloc makes them cheap.
 #[global_allocator]

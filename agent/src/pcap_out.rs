@@ -19,6 +19,8 @@ use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
 
+use crate::source::Captured;
+
 pub struct PacketWriter {
     w: PcapNgWriter<BufWriter<File>>,
     /// Frames of this link type are written as they are; others are rebuilt.
@@ -64,6 +66,14 @@ impl PacketWriter {
         };
         if self.w.write_pcapng_block(epb).is_err() {
             self.errors += 1;
+        }
+    }
+
+    /// Writes what a source captured.
+    pub fn captured(&mut self, c: &Captured<'_>) {
+        match c {
+            Captured::Frame { ts, link, data } => self.frame(*link, *ts, data),
+            Captured::Packet { ts, packet } => self.packet(*ts, packet),
         }
     }
 

@@ -1,23 +1,20 @@
-//! `tlsrum replay`: read captures through libpcap and print records or a summary.
+//! `tlsrum replay`: read capture files, each its own trace, and write
+//! records or a summary through the record sinks.
 
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use analyzer::aggregate::Summary;
-use analyzer::output::{csv::CsvWriter, ndjson, table};
-use analyzer::record::ConnectionRecord;
-use analyzer::wire::LinkType;
 use analyzer::{Analyzer, Config, Stats};
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Format {
-    Table,
-    Ndjson,
-    Csv,
-}
+use crate::pipeline::{deliver, flush_records, pump};
+use crate::sink::html::HtmlSink;
+use crate::sink::{FanOut, Format, RecordSink, RunEnd};
+use crate::source::pcap_file::PcapFile;
+use crate::source::Status;
 
 #[derive(Args)]
 pub struct ReplayArgs {
@@ -58,31 +55,6 @@ pub struct ReplayArgs {
     /// Hide the progress display shown on a terminal.
     #[arg(long)]
     quiet: bool,
-}
-
-enum Sink {
-    Table(Box<Summary>),
-    Ndjson(BufWriter<io::Stdout>, ndjson::NdjsonWriter, Box<Summary>),
-    Csv(Box<CsvWriter<BufWriter<io::Stdout>>>, Box<Summary>),
-}
-
-impl Sink {
-    fn write(&mut self, records: Vec<ConnectionRecord>) -> Result<()> {
-        for r in &records {
-            match self {
-                Sink::Table(s) => s.add(r),
-                Sink::Ndjson(w, j, s) => {
-                    j.write(w, r)?;
-                    s.add(r);
-                }
-                Sink::Csv(w, s) => {
-                    w.write(r)?;
-                    s.add(r);
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Expands directories (recursively, sorted) into capture files.
@@ -131,12 +103,11 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         },
         ..Config::default()
     };
-    let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
-    let mut sink = match args.format {
-        Format::Table => Sink::Table(Box::default()),
-        Format::Ndjson => Sink::Ndjson(stdout(), ndjson::NdjsonWriter::default(), Box::default()),
-        Format::Csv => Sink::Csv(Box::new(CsvWriter::new(stdout())?), Box::default()),
-    };
+    let mut sink = FanOut::default();
+    sink.push(args.format.stdout_sink(args.top)?);
+    if let Some(path) = &args.html {
+        sink.push(Box::new(HtmlSink::new(path.clone(), args.top)));
+    }
     let progress = !args.quiet && io::stderr().is_terminal();
     let mut failures = 0;
     let mut total = Stats::default();
@@ -145,96 +116,55 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         let mut analyzer = Analyzer::new(cfg.clone());
         let res = replay_file(file, &mut analyzer, &mut sink, args.filter.as_deref(), progress);
         analyzer.finish();
-        sink.write(analyzer.take_records())?;
+        flush_records(&mut analyzer, &mut sink)?;
         total.merge(analyzer.stats());
         if let Err(e) = res {
             failures += 1;
             eprintln!("tlsrum: {e:#}");
         }
     }
-    match &mut sink {
-        Sink::Table(s) => {
-            let mut out = io::stdout().lock();
-            table::write_table(&mut out, s, args.top)?;
-            writeln!(
-                out,
-                "{} files, {} packets, {} TLS-over-TCP and {} QUIC connections, {} non-TLS flows, {} stream errors, {} reassembly gaps, {} flows evicted",
-                files.len(),
-                total.packets,
-                total.tls_connections,
-                total.quic.connections,
-                total.non_tls_flows,
-                total.stream_errors,
-                total.reassembly_gaps,
-                total.flows_evicted
-            )?;
-        }
-        Sink::Ndjson(w, _, _) => w.flush()?,
-        Sink::Csv(w, _) => w.flush()?,
-    }
-    if let Some(path) = &args.html {
-        let summary = match &sink {
-            Sink::Table(s) | Sink::Ndjson(_, _, s) | Sink::Csv(_, s) => s,
-        };
-        let title = match files.as_slice() {
-            [one] => one.display().to_string(),
-            many => format!("{} captures under {}", many.len(), args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
-        };
-        std::fs::write(path, analyzer::output::html::render(summary, &title, args.top))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    let title = match files.as_slice() {
+        [one] => one.display().to_string(),
+        many => format!("{} captures under {}", many.len(), args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+    };
+    sink.finish(&RunEnd { stats: &total, captures: files.len(), title: &title })?;
     if args.stats {
         eprintln!("{}", serde_json::to_string_pretty(&total)?);
     }
     Ok(if failures > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-
+/// Reads one capture into the analyzer, records written out after each
+/// batch of packets; a spinner on a terminal.
 fn replay_file(
     path: &Path,
     analyzer: &mut Analyzer,
-    sink: &mut Sink,
+    sink: &mut dyn RecordSink,
     filter: Option<&str>,
     progress: bool,
 ) -> Result<()> {
-    let name = path.display();
-    let mut cap = pcap::Capture::from_file(path).with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
-    let dlt = cap.get_datalink();
-    let Some(link) = LinkType::from_linktype(dlt.0) else {
-        bail!(
-            "{name}: link type {} ({}) is not supported; tlsrum reads Ethernet (with VLAN/QinQ), Linux cooked v1/v2, raw IP and BSD loopback",
-            dlt.0,
-            dlt.get_name().unwrap_or_else(|_| "unknown".into())
-        );
-    };
-    if let Some(f) = filter {
-        cap.filter(f, true).with_context(|| format!("{name}: bad --filter expression {f:?}"))?;
-    }
+    let mut source = PcapFile::open(path, filter)?;
     let bar = progress.then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
         pb.set_style(
             indicatif::ProgressStyle::with_template("{spinner} {msg} {human_pos} packets ({per_sec})")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
         );
-        pb.set_message(name.to_string());
+        pb.set_message(source.name().to_string());
         pb
     });
-    let mut n: u64 = 0;
     let result = loop {
-        match cap.next_packet() {
-            Ok(pkt) => {
-                n += 1;
-                let ts = pkt.header.ts.tv_sec as f64 + pkt.header.ts.tv_usec as f64 * 1e-6;
-                analyzer.push_frame(ts, link, pkt.data);
-                if n.is_multiple_of(4096) {
-                    sink.write(analyzer.take_records())?;
-                    if let Some(pb) = &bar {
-                        pb.set_position(n);
-                    }
+        match pump(&mut source, Duration::ZERO, analyzer, None) {
+            Ok(Status::Open) => {
+                if let Err(e) = deliver(analyzer, &mut source, sink) {
+                    break Err(e);
+                }
+                if let Some(pb) = &bar {
+                    pb.set_position(source.packets());
                 }
             }
-            Err(pcap::Error::NoMorePackets) => break Ok(()),
-            Err(e) => break Err(anyhow::anyhow!("{name}: capture is truncated or corrupt after packet {n}: {e}")),
+            Ok(Status::Ended) => break Ok(()),
+            Err(e) => break Err(e),
         }
     };
     if let Some(pb) = bar {

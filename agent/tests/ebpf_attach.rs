@@ -14,8 +14,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../src/ebpf.rs"]
-mod ebpf;
+use tlsrum::ebpf;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use analyzer::{Analyzer, Config};
-use ebpf::{AttachMode, EbpfCapture, EbpfOptions, EventHeader, FlowTuple, EV_DONE};
+use tlsrum::ebpf::{AttachMode, EbpfCapture, EbpfOptions, EventHeader, FlowTuple, EV_DONE};
 
 const SERVER_IP: &str = "192.0.2.1"; // TEST-NET-1, only inside our namespaces
 const CLIENT_IP: &str = "192.0.2.2";

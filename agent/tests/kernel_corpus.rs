@@ -17,9 +17,6 @@
 //! Needs root and BPF: without them the tests say why and pass, except
 //! under CI=true, where they fail.
 
-#[path = "../src/ebpf.rs"]
-mod ebpf;
-
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
@@ -30,7 +27,7 @@ use std::time::Duration;
 use analyzer::record::endpoint;
 use analyzer::wire::{LinkType, Transport};
 use analyzer::{Analyzer, Config};
-use ebpf::{EbpfCapture, EbpfOptions};
+use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
 use serde_json::Value;
 
 /// Largest frame handed to BPF_PROG_TEST_RUN (the kernel takes ~3.5 KB).

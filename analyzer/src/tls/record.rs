@@ -7,8 +7,7 @@ use super::codec::{InvalidMessage, Reader};
 use super::enums::content_type;
 pub use crate::flow::reassembly::Chunk;
 
-/// Largest record payload accepted: 2^14 plus the TLS 1.2 expansion allowance.
-pub const MAX_RECORD_PAYLOAD: usize = (1 << 14) + 2048;
+pub use crate::caps::MAX_RECORD_PAYLOAD;
 /// Default cap on one handshake message (certificate chains are the big ones).
 pub const DEFAULT_MAX_HANDSHAKE_MESSAGE: usize = 256 * 1024;
 

@@ -1,12 +1,23 @@
-//! The libpcap live backend: a capture per interface with a kernel BPF
+//! The libpcap live source: a capture per interface with a kernel BPF
 //! filter on the server ports, read without blocking in turn.
 
 use std::time::{Duration, Instant};
 
+use analyzer::counters::Counter;
 use analyzer::wire::LinkType;
 use anyhow::{bail, Context, Result};
 
-use crate::live::{Captured, Source};
+use super::{Captured, Source, Status};
+
+/// The backend's counters: `ps_drop` and `ps_ifdrop` of pcap_stats,
+/// summed over the interfaces (names as in `tlsrum_drops_total{reason}`).
+pub const COUNTERS: [(&str, &str); 2] = [
+    ("pcap_dropped", "Packets the kernel dropped because its capture buffer was full (tlsrum read too slowly)."),
+    ("pcap_ifdropped", "Packets the interface or its driver dropped before capture."),
+];
+
+/// The group of [`COUNTERS`] (see [`Counter::group`]).
+pub const GROUP: &str = "pcap";
 
 struct Iface {
     name: String,
@@ -24,7 +35,7 @@ fn drops(cap: &mut pcap::Capture<pcap::Active>) -> [u64; 2] {
     cap.stats().map_or([0, 0], |s| [u64::from(s.dropped), u64::from(s.if_dropped)])
 }
 
-pub struct PcapSource {
+pub struct PcapLive {
     ifaces: Vec<Iface>,
     filter: String,
 }
@@ -70,7 +81,7 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
     Ok((cap, link))
 }
 
-impl PcapSource {
+impl PcapLive {
     pub fn open(names: &[String], ports: &[u16], all_ports: bool) -> Result<Self> {
         let filter = bpf_filter(ports, all_ports);
         let mut ifaces = Vec::new();
@@ -78,12 +89,12 @@ impl PcapSource {
             let (cap, link) = open_iface(name, &filter)?;
             ifaces.push(Iface { name: name.clone(), cap: Some(cap), link, last_try: Instant::now(), closed_drops: [0, 0] });
         }
-        Ok(PcapSource { ifaces, filter })
+        Ok(PcapLive { ifaces, filter })
     }
 }
 
-impl Source for PcapSource {
-    fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<()> {
+impl Source for PcapLive {
+    fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<Status> {
         let deadline = Instant::now() + timeout;
         loop {
             let mut got = 0;
@@ -111,7 +122,7 @@ impl Source for PcapSource {
                 }
             }
             if got > 0 || Instant::now() >= deadline {
-                return Ok(());
+                return Ok(Status::Open);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -119,14 +130,18 @@ impl Source for PcapSource {
 
     /// Packets the kernel dropped before we read them: exported as
     /// `tlsrum_drops_total{reason="pcap_dropped"|"pcap_ifdropped"}`.
-    fn counters(&mut self) -> Vec<(String, u64)> {
+    fn counters(&mut self) -> Vec<Counter> {
         let mut total = [0u64; 2];
         for iface in &mut self.ifaces {
             let now = iface.cap.as_mut().map_or([0, 0], drops);
             total[0] += iface.closed_drops[0] + now[0];
             total[1] += iface.closed_drops[1] + now[1];
         }
-        vec![("pcap_dropped".into(), total[0]), ("pcap_ifdropped".into(), total[1])]
+        COUNTERS
+            .iter()
+            .zip(total)
+            .map(|(&(name, help), value)| Counter { group: GROUP, name, help, value })
+            .collect()
     }
 
     fn link_types(&self) -> Vec<LinkType> {

@@ -1,4 +1,4 @@
-//! The eBPF backend as a live packet source: kernel events become analyzer
+//! The eBPF backend as a live capture source: kernel events become analyzer
 //! packets; a flow the analyzer has finished is marked done in the kernel
 //! if it goes on sending events, so nothing more of it leaves the kernel;
 //! interfaces that vanish and come back are re-attached.
@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use analyzer::counters::Counter;
 use analyzer::wire::LinkType;
 use analyzer::Endpoint;
 use anyhow::Result;
 
-use crate::ebpf::{EbpfCapture, EbpfOptions, FlowKey, FlowTuple};
-use crate::live::{Captured, LiveArgs, Source};
+use super::{Captured, Source, Status};
+use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowKey, FlowTuple, COUNTERS};
 
 pub struct EbpfSource {
     opts: EbpfOptions,
@@ -19,8 +20,9 @@ pub struct EbpfSource {
     /// ifindex of each interface when attached, to notice it being recreated.
     ifindexes: Vec<Option<u32>>,
     last_check: Instant,
-    /// Counters of captures torn down by interface changes, kept cumulative.
-    carried: Vec<(String, u64)>,
+    /// Counters of captures torn down by interface changes, kept
+    /// cumulative; in the order of [`COUNTERS`].
+    carried: [u64; COUNTERS.len()],
     /// Flows the analyzer finished and the kernel was not told about yet,
     /// keyed without protocol, with the generation they finished in; every
     /// RECENT_FOR the generation before last is dropped, so the map stays
@@ -36,31 +38,22 @@ type RecentMap = HashMap<FlowKey, u32, foldhash::fast::RandomState>;
 /// How long a finished flow is remembered in case it sends more events.
 const RECENT_FOR: Duration = Duration::from_secs(10);
 
-fn ifindex(name: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok()?.trim().parse().ok()
-}
-
-pub fn open(args: &LiveArgs) -> Result<Box<dyn Source>> {
-    let opts = EbpfOptions {
-        ifaces: args.ifaces.clone(),
-        ports: args.ports.clone(),
-        all_ports: args.all_ports,
-        quic: true,
-        max_payload_per_dir: args.max_payload_per_flow,
-        ..EbpfOptions::default()
-    };
-    let cap = EbpfCapture::attach(&opts)?;
-    let ifindexes = opts.ifaces.iter().map(|i| ifindex(i)).collect();
-    Ok(Box::new(EbpfSource {
-        opts,
-        cap: Some(cap),
-        ifindexes,
-        last_check: Instant::now(),
-        carried: Vec::new(),
-        recent: RecentMap::default(),
-        generation: 0,
-        recent_since: Instant::now(),
-    }))
+impl EbpfSource {
+    /// Loads the programs and attaches them to `opts.ifaces`.
+    pub fn open(opts: EbpfOptions) -> Result<Self> {
+        let cap = EbpfCapture::attach(&opts)?;
+        let ifindexes = opts.ifaces.iter().map(|i| ifindex(i)).collect();
+        Ok(EbpfSource {
+            opts,
+            cap: Some(cap),
+            ifindexes,
+            last_check: Instant::now(),
+            carried: [0; COUNTERS.len()],
+            recent: RecentMap::default(),
+            generation: 0,
+            recent_since: Instant::now(),
+        })
+    }
 }
 
 /// Microsecond timestamps, as a pcapng written by `--write-pcap` holds
@@ -70,10 +63,10 @@ fn micros(ts: f64) -> f64 {
 }
 
 impl Source for EbpfSource {
-    fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<()> {
+    fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<Status> {
         let Some(cap) = self.cap.as_mut() else {
             std::thread::sleep(timeout);
-            return Ok(());
+            return Ok(Status::Open);
         };
         let recent = &mut self.recent;
         let mut stragglers: Vec<FlowTuple> = Vec::new();
@@ -104,7 +97,7 @@ impl Source for EbpfSource {
             self.generation = g.wrapping_add(1);
             self.recent_since = Instant::now();
         }
-        Ok(())
+        Ok(Status::Open)
     }
 
     /// Most finished flows need no word to the kernel: it stops TLS flows
@@ -119,11 +112,12 @@ impl Source for EbpfSource {
         }
     }
 
-    fn counters(&mut self) -> Vec<(String, u64)> {
-        match self.cap.as_ref() {
+    fn counters(&mut self) -> Vec<Counter> {
+        let values = match self.cap.as_ref() {
             Some(cap) => self.counters_of(cap),
-            None => self.carried.clone(),
-        }
+            None => self.carried,
+        };
+        COUNTERS.iter().zip(values).map(|(k, v)| k.counter(v)).collect()
     }
 
     fn link_types(&self) -> Vec<LinkType> {
@@ -164,14 +158,13 @@ impl Source for EbpfSource {
 }
 
 impl EbpfSource {
-    fn counters_of(&self, cap: &EbpfCapture) -> Vec<(String, u64)> {
-        let mut out = self.carried.clone();
+    /// The carried counters plus those of `cap` (which reads them all, in
+    /// the order of [`COUNTERS`]).
+    fn counters_of(&self, cap: &EbpfCapture) -> [u64; COUNTERS.len()] {
+        let mut out = self.carried;
         if let Ok(now) = cap.counters() {
-            for (name, v) in now {
-                match out.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, total)) => *total += v,
-                    None => out.push((name.to_string(), v)),
-                }
+            for (total, (_, v)) in out.iter_mut().zip(now) {
+                *total += v;
             }
         }
         out

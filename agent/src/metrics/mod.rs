@@ -1,0 +1,383 @@
+//! Prometheus metrics (prometheus-client): traffic facts under `tls_`,
+//! from each record; the agent's own health under `tlsrum_`, from the
+//! counters of the analyzer, the capture source and the kernel
+//! ([`health`]). Label values are enums, except `server_name`, which is
+//! bounded ([`labels::ServerNames`]).
+
+pub mod health;
+pub mod http;
+pub mod labels;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use analyzer::counters::Counter as Count;
+use analyzer::record::{ConnectionRecord, HandshakeKind, Transport};
+use analyzer::Stats;
+use anyhow::Result;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use self::health::Health;
+use self::labels::{EarlyDataLabels, HandshakeLabels, KindLabels, NameTransportLabels, OfferLabels, ServerNames};
+use crate::sink::{RecordSink, RunEnd};
+
+fn seconds_buckets() -> impl Iterator<Item = f64> {
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0].into_iter()
+}
+
+/// Every counter of the analyzer (QUIC's included) with its value.
+pub fn analyzer_counters(s: &Stats) -> Vec<Count> {
+    let mut out = Vec::new();
+    s.visit(&mut |c| out.push(c));
+    out
+}
+
+pub struct Metrics {
+    registry: Registry,
+    names: ServerNames,
+    handshakes: Family<HandshakeLabels, Counter>,
+    offers: Family<OfferLabels, Counter>,
+    early_data: Family<EarlyDataLabels, Counter>,
+    hrr: Family<NameTransportLabels, Counter>,
+    handshake_seconds: Family<KindLabels, Histogram>,
+    ttfb_seconds: Family<KindLabels, Histogram>,
+    tcp_rtt_seconds: Family<NameTransportLabels, Histogram>,
+    round_trips: Family<KindLabels, Histogram>,
+    avoidable_seconds: Family<NameTransportLabels, Counter<f64, AtomicU64>>,
+    // agent health
+    records: Counter,
+    flows_active: Gauge,
+    health: Health,
+}
+
+impl Metrics {
+    /// `known`: the counters this run will report (analyzer, source,
+    /// kernel), whose series exist from the start.
+    pub fn new(names: ServerNames, known: &[Count]) -> Self {
+        let mut registry = Registry::default();
+        let handshakes = Family::<HandshakeLabels, Counter>::default();
+        registry.register("tls_handshakes", "TLS handshakes by kind (full, resumed, failed, incomplete), resumption method, version and transport", handshakes.clone());
+        let offers = Family::<OfferLabels, Counter>::default();
+        registry.register("tls_resumption_offers", "Resumption offers by method and outcome (accepted, declined)", offers.clone());
+        let early_data = Family::<EarlyDataLabels, Counter>::default();
+        registry.register("tls_early_data", "0-RTT offers by outcome (attempted, accepted, rejected)", early_data.clone());
+        let hrr = Family::<NameTransportLabels, Counter>::default();
+        registry.register("tls_hello_retry_requests", "Handshakes with a HelloRetryRequest", hrr.clone());
+        let handshake_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
+        registry.register("tls_handshake_duration_seconds", "ClientHello to the client's first application data, by kind", handshake_seconds.clone());
+        let ttfb_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
+        registry.register("tls_time_to_first_byte_seconds", "ClientHello to the server's first application data, by kind", ttfb_seconds.clone());
+        let tcp_rtt_seconds = Family::<NameTransportLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
+        registry.register("tls_tcp_rtt_seconds", "TCP round-trip time from the three-way handshake", tcp_rtt_seconds.clone());
+        let round_trips = Family::<KindLabels, Histogram>::new_with_constructor(|| Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0]));
+        registry.register("tls_handshake_round_trips", "Handshake round trips before the client could send data", round_trips.clone());
+        let avoidable_seconds = Family::<NameTransportLabels, Counter<f64, AtomicU64>>::default();
+        registry.register("tls_avoidable_handshake_seconds", "Time full handshakes cost beyond a resumed one, where the client offered resumption", avoidable_seconds.clone());
+        let records = Counter::default();
+        registry.register("tlsrum_connection_records", "Connection records produced", records.clone());
+        let flows_active = Gauge::default();
+        registry.register("tlsrum_flows_active", "Flows tracked now", flows_active.clone());
+        let health = Health::new(&mut registry, known);
+        Metrics {
+            registry,
+            names,
+            handshakes,
+            offers,
+            early_data,
+            hrr,
+            handshake_seconds,
+            ttfb_seconds,
+            tcp_rtt_seconds,
+            round_trips,
+            avoidable_seconds,
+            records,
+            flows_active,
+            health,
+        }
+    }
+
+    pub fn record(&mut self, r: &ConnectionRecord) {
+        let server_name = self.names.label(r.sni.as_deref());
+        let transport = match r.transport {
+            Transport::Tcp => "tcp",
+            Transport::Quic => "quic",
+        }
+        .to_string();
+        let kind = r.handshake.as_str().to_string();
+        self.records.inc();
+        self.handshakes
+            .get_or_create(&HandshakeLabels {
+                kind: kind.clone(),
+                method: r.resumption.map_or("none", |m| m.as_str()).into(),
+                version: r.version.unwrap_or("unknown").into(),
+                transport: transport.clone(),
+                server_name: server_name.clone(),
+            })
+            .inc();
+        for m in &r.offered {
+            let outcome = match (r.handshake, r.resumption) {
+                (HandshakeKind::Resumed, Some(acc)) if acc == *m => "accepted",
+                (HandshakeKind::Resumed, _) => continue, // another offered method won
+                (HandshakeKind::Full, _) => "declined",
+                _ => continue, // failed or incomplete: no verdict
+            };
+            self.offers
+                .get_or_create(&OfferLabels {
+                    outcome: outcome.into(),
+                    method: m.as_str().into(),
+                    transport: transport.clone(),
+                    server_name: server_name.clone(),
+                })
+                .inc();
+        }
+        if r.early_data != analyzer::record::EarlyData::None {
+            self.early_data
+                .get_or_create(&EarlyDataLabels {
+                    outcome: r.early_data.as_str().into(),
+                    transport: transport.clone(),
+                    server_name: server_name.clone(),
+                })
+                .inc();
+        }
+        let nt = NameTransportLabels { transport: transport.clone(), server_name: server_name.clone() };
+        if r.hrr {
+            self.hrr.get_or_create(&nt).inc();
+        }
+        let kl = KindLabels { kind, transport: transport.clone(), server_name: server_name.clone() };
+        if let Some(ms) = r.timing.handshake {
+            self.handshake_seconds.get_or_create(&kl).observe(ms / 1e3);
+        }
+        if let Some(ms) = r.timing.ttfb {
+            self.ttfb_seconds.get_or_create(&kl).observe(ms / 1e3);
+        }
+        if let Some(n) = r.timing.round_trips {
+            self.round_trips.get_or_create(&kl).observe(n as f64);
+        }
+        if let Some(ms) = r.timing.tcp_rtt {
+            self.tcp_rtt_seconds.get_or_create(&nt).observe(ms / 1e3);
+        }
+        if let Some(ms) = r.timing.avoidable {
+            self.avoidable_seconds.get_or_create(&nt).inc_by(ms / 1e3);
+        }
+    }
+
+    /// Brings the health counters up to the analyzer's cumulative stats.
+    pub fn health(&mut self, s: &Stats, flows_active: usize) {
+        for c in analyzer_counters(s) {
+            self.health.update(&mut self.registry, &c);
+        }
+        self.flows_active.set(flows_active as i64);
+    }
+
+    /// Brings the health counters up to these cumulative counters (the
+    /// capture source's and the kernel's).
+    pub fn counters(&mut self, counters: &[Count]) {
+        for c in counters {
+            self.health.update(&mut self.registry, c);
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The metrics as a record sink, shared with the thread serving them.
+#[derive(Clone)]
+pub struct MetricsSink(pub Arc<Mutex<Metrics>>);
+
+impl RecordSink for MetricsSink {
+    fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
+        self.records(std::slice::from_ref(r))
+    }
+
+    /// One lock for the batch: the server's thread waits for it.
+    fn records(&mut self, records: &[ConnectionRecord]) -> Result<()> {
+        if let Ok(mut m) = self.0.lock() {
+            for r in records {
+                m.record(r);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _end: &RunEnd<'_>) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use analyzer::counters::QuicStats;
+
+    use super::health::{series, Series};
+    use super::*;
+    use crate::ebpf::{KernelCounter, COUNTERS as KERNEL, COUNTER_NAMES};
+    use crate::source::pcap_live;
+
+    fn pcap_counters(value: u64) -> Vec<Count> {
+        pcap_live::COUNTERS.iter().map(|&(name, help)| Count { group: pcap_live::GROUP, name, help, value }).collect()
+    }
+
+    /// /metrics after every counter (analyzer, QUIC, kernel, pcap) counted 1.
+    fn all_counted_once() -> String {
+        let kernel: Vec<Count> = KERNEL.iter().map(|k| k.counter(1)).collect();
+        let mut known = analyzer_counters(&Stats::default());
+        known.extend(KERNEL.iter().map(|k| k.counter(0)));
+        known.extend(pcap_counters(0));
+        let mut m = Metrics::new(ServerNames::new(5, None), &known);
+        m.health(&Stats::filled(1), 3);
+        m.counters(&kernel);
+        m.counters(&pcap_counters(1));
+        m.encode()
+    }
+
+    /// Every counter of the analyzer, QUIC, the kernel and the pcap backend
+    /// is in /metrics, each under a series of its own, and a metric of its
+    /// own carries the counter's doc comment as help.
+    #[test]
+    fn every_counter_reaches_metrics() {
+        let text = all_counted_once();
+        let mut lines: HashSet<&str> = text.lines().collect();
+        let names = [
+            (Stats::GROUP, Stats::NAMES),
+            (QuicStats::GROUP, QuicStats::NAMES),
+            (KernelCounter::GROUP, &COUNTER_NAMES[..]),
+            (pcap_live::GROUP, &["pcap_dropped", "pcap_ifdropped"][..]),
+        ];
+        let mut all = analyzer_counters(&Stats::filled(1));
+        all.extend(KERNEL.iter().map(|k| k.counter(1)));
+        all.extend(pcap_counters(1));
+        let mut checked = 0;
+        for (group, names) in names {
+            for &name in names {
+                let c = all.iter().find(|c| c.group == group && c.name == name).expect("a counter of that name");
+                let line = format!("{} 1", series(c).exposition());
+                // Removed once found: two counters on one series fail here.
+                assert!(lines.remove(line.as_str()), "{group}.{name}: no `{line}` of its own in /metrics:\n{text}");
+                if let Series::Own(metric) = series(c) {
+                    let help = format!("# HELP {metric} {}", c.help);
+                    assert!(text.contains(&help), "{group}.{name}: no `{help}`");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, all.len(), "a counter group above is incomplete");
+        assert!(lines.contains("tlsrum_flows_active 3"));
+    }
+
+    /// The names /metrics had before every counter was exported stay:
+    /// dashboards (dashboards/*.json), alerts and the live tests query them.
+    #[test]
+    fn metric_names_from_before_stay() {
+        let text = all_counted_once();
+        for line in [
+            "tlsrum_packets_total 1",
+            "tlsrum_flows_evicted_total 1",
+            "tlsrum_flows_expired_total 1",
+            "tlsrum_parse_errors_total{reason=\"stream\"} 1",
+            "tlsrum_parse_errors_total{reason=\"handshake\"} 1",
+            "tlsrum_parse_errors_total{reason=\"packet\"} 1",
+            "tlsrum_drops_total{reason=\"reassembly_gap\"} 1",
+            "tlsrum_drops_total{reason=\"record_limit\"} 1",
+            "tlsrum_drops_total{reason=\"pcap_dropped\"} 1",
+            "tlsrum_drops_total{reason=\"pcap_ifdropped\"} 1",
+            "tlsrum_drops_total{reason=\"ringbuf_full\"} 1",
+            "tlsrum_drops_total{reason=\"payload_truncated\"} 1",
+            "tlsrum_drops_total{reason=\"budget\"} 1",
+            "tlsrum_drops_total{reason=\"parse_error\"} 1",
+            "tlsrum_drops_total{reason=\"fragment\"} 1",
+            "tlsrum_drops_total{reason=\"load_error\"} 1",
+            "tlsrum_drops_total{reason=\"flow_map_error\"} 1",
+            "tlsrum_ringbuf_events_total 1",
+            "tlsrum_ringbuf_payload_bytes_total 1",
+            "tlsrum_kernel_bytes_lost_total 1",
+            "tlsrum_kernel_filled_bytes_total 1",
+            "tlsrum_kernel_packets_total{kind=\"done\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"opaque\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"new_flows\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"record_limit\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"handshake_over\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"untracked\"} 1",
+            "tlsrum_kernel_packets_total{kind=\"pulled\"} 1",
+            "tlsrum_flows_active 3",
+            "tlsrum_connection_records_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in /metrics:\n{text}");
+        }
+    }
+
+    /// A capture replayed through the pipeline into the metrics and NDJSON
+    /// at once: both see every record.
+    #[test]
+    fn records_reach_metrics_and_ndjson_through_one_fan_out() {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+
+        use crate::pipeline::{deliver, pump};
+        use crate::sink::{ndjson::NdjsonSink, FanOut};
+        use crate::source::{pcap_file::PcapFile, Status};
+
+        /// A writer whose bytes the test reads after the sink is gone.
+        #[derive(Clone, Default)]
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcaps/openssl-nginx-tls13-0rtt.pcapng");
+        let mut source = PcapFile::open(&path, None).unwrap();
+        let mut analyzer = analyzer::Analyzer::new(analyzer::Config::default());
+        let metrics = Arc::new(Mutex::new(Metrics::new(ServerNames::new(5, None), &analyzer_counters(&Stats::default()))));
+        let ndjson = Shared::default();
+        let mut sink = FanOut::default();
+        sink.push(Box::new(MetricsSink(Arc::clone(&metrics))));
+        sink.push(Box::new(NdjsonSink::new(ndjson.clone())));
+        while pump(&mut source, std::time::Duration::ZERO, &mut analyzer, None).unwrap() == Status::Open {
+            deliver(&mut analyzer, &mut source, &mut sink).unwrap();
+        }
+        analyzer.finish();
+        deliver(&mut analyzer, &mut source, &mut sink).unwrap();
+        sink.finish(&RunEnd { stats: analyzer.stats(), captures: 1, title: "" }).unwrap();
+        let lines = String::from_utf8(ndjson.0.lock().unwrap().clone()).unwrap().lines().count();
+        assert!(lines > 1);
+        let text = metrics.lock().unwrap().encode();
+        assert!(text.lines().any(|l| l == format!("tlsrum_connection_records_total {lines}")), "{text}");
+        let handshakes: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("tls_handshakes_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(handshakes, lines as u64, "{text}");
+        for family in ["tls_early_data", "tls_handshake_duration_seconds", "tls_handshake_round_trips", "tls_tcp_rtt_seconds"] {
+            assert!(text.contains(&format!("# TYPE {family} ")), "no {family} in /metrics:\n{text}");
+        }
+    }
+
+    /// Counters are cumulative: a series follows the value, and a counter
+    /// that starts again from zero (a re-attached capture) only adds.
+    #[test]
+    fn series_follow_cumulative_counters() {
+        let mut m = Metrics::new(ServerNames::new(5, None), &[]);
+        let at = |v: u64| KERNEL[0].counter(v);
+        m.counters(&[at(5)]);
+        m.counters(&[at(7)]);
+        m.counters(&[at(2)]);
+        m.counters(&[at(3)]);
+        assert!(m.encode().lines().any(|l| l == "tlsrum_ringbuf_events_total 8"), "{}", m.encode());
+    }
+}

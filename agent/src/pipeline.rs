@@ -1,0 +1,42 @@
+//! The one way data flows, for `replay` and `live` alike: a [`Source`]'s
+//! packets into the [`Analyzer`], its records out to a [`RecordSink`], and
+//! the flows it finished back to the source.
+
+use std::time::Duration;
+
+use analyzer::Analyzer;
+use anyhow::Result;
+
+use crate::pcap_out::PacketWriter;
+use crate::sink::RecordSink;
+use crate::source::{Captured, Source, Status};
+
+/// Polls the source once (waiting up to `timeout`) and feeds what came to
+/// the analyzer, and to `tap` (`--write-pcap`) if there is one.
+pub fn pump(source: &mut dyn Source, timeout: Duration, analyzer: &mut Analyzer, mut tap: Option<&mut PacketWriter>) -> Result<Status> {
+    source.poll(timeout, &mut |c: Captured<'_>| {
+        if let Some(w) = tap.as_deref_mut() {
+            w.captured(&c);
+        }
+        c.analyze(analyzer);
+    })
+}
+
+/// Hands the records the analyzer has finished to the sink.
+pub fn flush_records(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Result<()> {
+    let records = analyzer.take_records();
+    if records.is_empty() {
+        return Ok(());
+    }
+    sink.records(&records)
+}
+
+/// Tells the source which flows the analyzer is done with (so that it can
+/// stop sending them), then hands the records to the sink.
+pub fn deliver(analyzer: &mut Analyzer, source: &mut dyn Source, sink: &mut dyn RecordSink) -> Result<()> {
+    let finished = analyzer.take_finished_flows();
+    if !finished.is_empty() {
+        source.finished(&finished);
+    }
+    flush_records(analyzer, sink)
+}

@@ -1,0 +1,95 @@
+//! Record sinks: where connection records go. NDJSON, CSV, the summary
+//! table and the HTML report are here, the Prometheus metrics in the
+//! `metrics` module; `replay` and `live` write through the same ones,
+//! several at once through [`FanOut`]. A new output format is one new file
+//! here implementing [`RecordSink`], and its value in [`Format`] (or its
+//! own option, as `--html`).
+
+pub mod csv;
+pub mod html;
+pub mod ndjson;
+pub mod table;
+
+use std::io::{self, BufWriter};
+
+use analyzer::record::ConnectionRecord;
+use analyzer::Stats;
+use anyhow::Result;
+use clap::ValueEnum;
+
+/// What a run was, for sinks that write something at its end.
+pub struct RunEnd<'a> {
+    /// The analyzer's counters over the whole run (every capture merged).
+    pub stats: &'a Stats,
+    /// Capture files read (replay; 0 for live).
+    pub captures: usize,
+    /// What was analysed, for titles: the capture, or how many under which paths.
+    pub title: &'a str,
+}
+
+/// A destination for connection records.
+pub trait RecordSink {
+    /// Takes one record.
+    fn record(&mut self, r: &ConnectionRecord) -> Result<()>;
+    /// Takes records in order; sinks that pay per call (a lock) take them
+    /// at once.
+    fn records(&mut self, records: &[ConnectionRecord]) -> Result<()> {
+        records.iter().try_for_each(|r| self.record(r))
+    }
+    /// Hands buffered output to its reader (live: every second).
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The run is over: writes what comes at the end (a summary, a
+    /// report) and flushes.
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<()>;
+}
+
+/// Several sinks fed the same records, in the order they were added.
+#[derive(Default)]
+pub struct FanOut(Vec<Box<dyn RecordSink>>);
+
+impl FanOut {
+    pub fn push(&mut self, sink: Box<dyn RecordSink>) {
+        self.0.push(sink);
+    }
+}
+
+impl RecordSink for FanOut {
+    fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.record(r))
+    }
+
+    fn records(&mut self, records: &[ConnectionRecord]) -> Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.records(records))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.flush())
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.finish(end))
+    }
+}
+
+/// `replay --format`: what goes to standard output.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Ndjson,
+    Csv,
+}
+
+impl Format {
+    /// The sink writing this format to standard output; `top` is the
+    /// number of server names the table shows.
+    pub fn stdout_sink(self, top: usize) -> Result<Box<dyn RecordSink>> {
+        let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
+        Ok(match self {
+            Format::Table => Box::new(table::TableSink::new(top)),
+            Format::Ndjson => Box::new(ndjson::NdjsonSink::new(stdout())),
+            Format::Csv => Box::new(csv::CsvSink::new(stdout())?),
+        })
+    }
+}

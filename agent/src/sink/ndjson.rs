@@ -1,0 +1,42 @@
+//! One JSON object per line (the record contract of DESIGN.md), encoded
+//! by [`analyzer::output::ndjson`]: `replay --format ndjson` and
+//! `live --events`.
+
+use std::io::Write;
+
+use analyzer::output::ndjson::NdjsonWriter;
+use analyzer::record::ConnectionRecord;
+use anyhow::Result;
+
+use super::{RecordSink, RunEnd};
+
+pub struct NdjsonSink<W: Write> {
+    w: W,
+    encoder: NdjsonWriter,
+}
+
+impl<W: Write> NdjsonSink<W> {
+    /// Records go to `w`, which should be buffered.
+    pub fn new(w: W) -> Self {
+        NdjsonSink { w, encoder: NdjsonWriter::default() }
+    }
+
+    /// The writer back (flush first).
+    pub fn into_inner(self) -> W {
+        self.w
+    }
+}
+
+impl<W: Write> RecordSink for NdjsonSink<W> {
+    fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
+        Ok(self.encoder.write(&mut self.w, r)?)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(self.w.flush()?)
+    }
+
+    fn finish(&mut self, _end: &RunEnd<'_>) -> Result<()> {
+        self.flush()
+    }
+}
