@@ -95,7 +95,8 @@ fn cases() -> Vec<Case> {
 /// relative paths.
 fn replay(case: &Case) -> Result<String, String> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tlsrum"));
-    cmd.current_dir(repo()).args(["replay", "--format", "ndjson"]);
+    cmd.current_dir(repo())
+        .args(["replay", "--format", "ndjson"]);
     if let Some(k) = &case.keylog {
         cmd.arg("--keylog").arg(k);
     }
@@ -171,7 +172,10 @@ fn field_differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
                 }
             }
         }
-        _ if a != b => out.push(format!("{}: {a} -> {b}", if path.is_empty() { "." } else { path })),
+        _ if a != b => out.push(format!(
+            "{}: {a} -> {b}",
+            if path.is_empty() { "." } else { path }
+        )),
         _ => {}
     }
 }
@@ -188,7 +192,11 @@ fn clip(line: &str) -> String {
 /// The connection a record line is about: (transport, client, server).
 fn connection(line: &str) -> Option<(Value, Value, Value)> {
     let v: Value = serde_json::from_str(line).ok()?;
-    Some((v["transport"].clone(), v["client"].clone(), v["server"].clone()))
+    Some((
+        v["transport"].clone(),
+        v["client"].clone(),
+        v["server"].clone(),
+    ))
 }
 
 /// The differences as a reviewer reads them: a record that changed (a line
@@ -249,7 +257,11 @@ fn every_capture_has_its_baselines_and_every_baseline_a_capture() {
     let mut problems = Vec::new();
     for c in &cases {
         if !repo().join(&c.baseline).exists() {
-            problems.push(format!("{}: no baseline {}", c.name(), c.baseline.display()));
+            problems.push(format!(
+                "{}: no baseline {}",
+                c.name(),
+                c.baseline.display()
+            ));
         }
     }
     let wanted: Vec<&PathBuf> = cases.iter().map(|c| &c.baseline).collect();
@@ -262,11 +274,7 @@ fn every_capture_has_its_baselines_and_every_baseline_a_capture() {
             ));
         }
     }
-    assert!(
-        problems.is_empty(),
-        "{}\n{REGENERATE}",
-        problems.join("\n")
-    );
+    assert!(problems.is_empty(), "{}\n{REGENERATE}", problems.join("\n"));
 }
 
 #[test]
