@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TLSRUM := target/release/tlsrum
 
-.PHONY: deps build demo test pcaps bench clean experiment
+.PHONY: deps build demo test baselines pcaps bench clean experiment
 
 deps:
 	@bash scripts/install-deps.sh
@@ -19,6 +19,12 @@ demo: build
 test: deps
 	$(CARGO) test --profile ci --locked --workspace --no-fail-fast
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+
+# Rewrite pcaps/*.baseline.ndjson (the full NDJSON replay of every capture,
+# compared byte for byte by agent/tests/baseline.rs) after an intended change
+# of the output; review `git diff pcaps/` and commit it with the change.
+baselines: deps
+	bash scripts/baselines.sh
 
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
 pcaps: deps

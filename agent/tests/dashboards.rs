@@ -1,12 +1,13 @@
 //! The Grafana dashboards against real data, and deploy/ against what it
 //! promises.
 //!
-//! `dashboards_show_real_data_from_a_real_prometheus`: two network
-//! namespaces joined by a veth pair, nginx in one (three TLS servers:
-//! session cache, tickets and 0-RTT on two with different ticket keys, a
-//! TLS 1.3-only one that forces HelloRetryRequest), `openssl s_client` and
-//! curl in the other, `tlsrum live` on the server's veth (libpcap backend,
-//! then eBPF where it attaches), and a real Prometheus (Debian `prometheus`,
+//! `dashboards_show_real_data_from_a_real_prometheus_pcap` and `_ebpf`: two
+//! network namespaces joined by a veth pair (common::Topology, one per
+//! test), nginx in one (three TLS servers: session cache, tickets and 0-RTT
+//! on two with different ticket keys, a TLS 1.3-only one that forces
+//! HelloRetryRequest), `openssl s_client` and curl in the other, `tlsrum
+//! live` on the server's veth (libpcap backend; eBPF where it attaches), and
+//! a real Prometheus (Debian `prometheus`,
 //! loopback in the server namespace, fresh storage, 1 s scrapes) scraping
 //! the agent. Checks:
 //! - the agent's counters in Prometheus equal the handshakes the test made
@@ -34,15 +35,16 @@
 //! why and passes, except under CI=true, where it fails.
 //! TLSRUM_TEST_BACKEND=pcap|ebpf runs the live test on one backend only.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{ns_cmd, run, wait_for, Need, Netns, Procs, Topology, SERVER_IP};
 use serde_json::Value;
 
-const SERVER_IP: &str = "192.0.2.1"; // TEST-NET-1, only inside our namespaces
-const CLIENT_IP: &str = "192.0.2.2";
 const PORT_A: u16 = 4433; // a.test's server: session cache + tickets + 0-RTT
 const PORT_B: u16 = 4434; // the same, other cache and ticket key: declines A's sessions
 const PORT_C: u16 = 4435; // TLS 1.3 only, X25519 only: HRR for a P-256 key share
@@ -57,164 +59,30 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// What the live test needs (the libpcap backend needs no BPF).
 fn missing_prerequisite() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in ["ip", "ss", "nginx", "openssl", "curl", "prometheus"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!("{tool} not installed"));
-        }
-    }
-    None
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::missing(&[
+        Need::Root,
+        Need::Tools(&["ip", "ss", "nginx", "openssl", "curl", "prometheus"]),
+        Need::Netns,
+    ])
 }
 
 fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
-/// Two namespaces, the veth between them and a scratch directory; on drop
-/// (also when the test fails) whatever still runs in the namespaces is
-/// killed and everything is removed.
-struct Topology {
-    server_ns: String,
-    client_ns: String,
-    dir: PathBuf,
-}
-
-impl Topology {
-    fn new() -> Self {
-        let pid = std::process::id();
-        let t = Topology {
-            server_ns: format!("tlsrum-dash-s{pid}"),
-            client_ns: format!("tlsrum-dash-c{pid}"),
-            dir: std::env::temp_dir().join(format!("tlsrum-dashboards-{pid}")),
-        };
-        let (veth, peer) = (format!("tdv{pid}"), format!("tdc{pid}"));
-        let _ = std::fs::remove_dir_all(&t.dir);
-        std::fs::create_dir_all(&t.dir).unwrap();
-        run(&["ip", "netns", "add", &t.server_ns]);
-        run(&["ip", "netns", "add", &t.client_ns]);
-        run(&["ip", "link", "add", &veth, "netns", &t.server_ns, "type", "veth", "peer", "name", &peer, "netns", &t.client_ns]);
-        for (ns, dev, ip) in [(&t.server_ns, &veth, SERVER_IP), (&t.client_ns, &peer, CLIENT_IP)] {
-            run(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev]);
-            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        t
+/// An HTTP GET from inside the server namespace; the body.
+fn get(t: &Topology, url: &str, params: &[(&str, &str)]) -> Result<String, String> {
+    let mut c = ns_cmd(&t.server_ns, &["curl", "-sS", "--max-time", "10", "--get", url]);
+    for (k, v) in params {
+        c.arg("--data-urlencode").arg(format!("{k}={v}"));
     }
-
-    fn veth(&self) -> String {
-        format!("tdv{}", std::process::id())
+    let out = c.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
-
-    /// A command in the server namespace (`ip netns exec` execs it, so the
-    /// child's pid is the program's own).
-    fn in_server(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.server_ns, program]);
-        c
-    }
-
-    /// An HTTP GET from inside the server namespace; the body.
-    fn get(&self, url: &str, params: &[(&str, &str)]) -> Result<String, String> {
-        let mut c = self.in_server("curl");
-        c.args(["-sS", "--max-time", "10", "--get", url]);
-        for (k, v) in params {
-            c.arg("--data-urlencode").arg(format!("{k}={v}"));
-        }
-        let out = c.output().map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for ns in [&self.server_ns, &self.client_ns] {
-            // Only processes this test started can be in its namespaces.
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    if let Ok(pid) = pid.parse::<i32>() {
-                        // SAFETY: kill has no memory-safety preconditions.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
-        }
-        if std::env::var_os("TLSRUM_KEEP_TEST_DIR").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// Long-running children, stopped on drop: SIGTERM (nginx's master takes
-/// its workers with it; tlsrum and Prometheus shut down cleanly), then
-/// SIGKILL for whatever is still there after 5 s.
-#[derive(Default)]
-struct Procs(Vec<(String, Child)>);
-
-impl Procs {
-    fn spawn(&mut self, name: &str, mut cmd: Command, log: &Path) {
-        let out = std::fs::File::create(log).unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        self.0.push((name.to_string(), child));
-    }
-
-    /// Panics if a child has exited (it should run for the whole test).
-    fn check_alive(&mut self, dir: &Path) {
-        for (name, c) in &mut self.0 {
-            if let Some(status) = c.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
-                panic!("{name} exited ({status}):\n{log}");
-            }
-        }
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            // SAFETY: as above; the pid is our own child's.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for (_, c) in &mut self.0 {
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 // ---- servers ----
@@ -274,9 +142,9 @@ http {{
     );
     let conf_path = t.dir.join("nginx/nginx.conf");
     std::fs::write(&conf_path, conf).unwrap();
-    let mut cmd = t.in_server("nginx");
+    let mut cmd = ns_cmd(&t.server_ns, &["nginx"]);
     cmd.arg("-c").arg(&conf_path).arg("-p").arg(t.dir.join("nginx"));
-    procs.spawn("nginx", cmd, &t.dir.join("nginx.log"));
+    procs.spawn_logged("nginx", cmd, &t.dir.join("nginx.log"));
     wait_for("nginx to listen", Duration::from_secs(10), || {
         let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn"]);
         [PORT_A, PORT_B, PORT_C].iter().all(|p| out.contains(&format!("{SERVER_IP}:{p}")))
@@ -284,14 +152,14 @@ http {{
 }
 
 fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
-    let mut cmd = t.in_server(env!("CARGO_BIN_EXE_tlsrum"));
-    cmd.args(["live", "--backend", backend, "--iface", &t.veth(), "--metrics", AGENT, "--idle-timeout", "5"]);
+    let mut cmd = ns_cmd(&t.server_ns, &[env!("CARGO_BIN_EXE_tlsrum")]);
+    cmd.args(["live", "--backend", backend, "--iface", &t.veth, "--metrics", AGENT, "--idle-timeout", "5"]);
     for p in [PORT_A, PORT_B, PORT_C] {
         cmd.args(["--port", &p.to_string()]);
     }
     cmd.arg("--events").arg(t.dir.join("events.ndjson"));
-    procs.spawn("tlsrum", cmd, &t.dir.join("tlsrum.log"));
-    wait_for("the agent's /metrics", Duration::from_secs(20), || t.get(&format!("http://{AGENT}/metrics"), &[]).is_ok());
+    procs.spawn_logged("tlsrum", cmd, &t.dir.join("tlsrum.log"));
+    wait_for("the agent's /metrics", Duration::from_secs(20), || get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok());
 }
 
 fn start_prometheus(t: &Topology, procs: &mut Procs) {
@@ -304,13 +172,13 @@ fn start_prometheus(t: &Topology, procs: &mut Procs) {
         ),
     )
     .unwrap();
-    let mut cmd = t.in_server("prometheus");
+    let mut cmd = ns_cmd(&t.server_ns, &["prometheus"]);
     cmd.arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.tsdb.path={}", t.dir.join("prometheus-data").display()))
         .arg(format!("--web.listen-address={PROMETHEUS}"))
         .arg("--log.level=warn");
-    procs.spawn("prometheus", cmd, &t.dir.join("prometheus.log"));
-    wait_for("Prometheus to be ready", Duration::from_secs(30), || t.get(&format!("http://{PROMETHEUS}/-/ready"), &[]).is_ok());
+    procs.spawn_logged("prometheus", cmd, &t.dir.join("prometheus.log"));
+    wait_for("Prometheus to be ready", Duration::from_secs(30), || get(t, &format!("http://{PROMETHEUS}/-/ready"), &[]).is_ok());
 }
 
 // ---- traffic ----
@@ -438,7 +306,7 @@ fn steps(dir: &Path) -> Vec<Step> {
 
 fn make_traffic(t: &Topology, steps: &[Step]) {
     for s in steps {
-        let out = Command::new("ip").args(["netns", "exec", &t.client_ns, "sh", "-c", &s.cmd]).output().unwrap();
+        let out = ns_cmd(&t.client_ns, &["sh", "-c", &s.cmd]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         for w in s.want {
             assert!(text.contains(w), "{}: no {w:?} in the client's output:\n$ {}\n{text}", s.what, s.cmd);
@@ -495,7 +363,7 @@ struct Prom<'a> {
 
 impl Prom<'_> {
     fn api(&self, path: &str, params: &[(&str, &str)]) -> Value {
-        let body = self.t.get(&format!("http://{PROMETHEUS}{path}"), params).unwrap_or_else(|e| panic!("{path} {params:?}: {e}"));
+        let body = get(self.t, &format!("http://{PROMETHEUS}{path}"), params).unwrap_or_else(|e| panic!("{path} {params:?}: {e}"));
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
         assert_eq!(v["status"], "success", "{path} {params:?}: {body}");
         v["data"].clone()
@@ -839,13 +707,6 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
 
 // ---- the test ----
 
-fn skip(test: &str, why: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {test} cannot run: {why} (scripts/install-deps.sh installs what it needs)");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-}
-
 /// The JSON's structure, and Grafana's dashboard schema (@grafana/schema,
 /// checked by the TypeScript compiler in tests/dashboards/validate.mjs).
 #[test]
@@ -854,10 +715,12 @@ fn dashboards_match_grafanas_schema() {
     check_structure(&dashboards);
     let modules = repo().join("tests/dashboards/node_modules");
     if !modules.join("@grafana/schema").exists() || !modules.join("typescript").exists() {
-        return skip("dashboards_match_grafanas_schema", "tests/dashboards/node_modules missing (npm ci)");
+        common::not_here("dashboards_match_grafanas_schema", "tests/dashboards/node_modules missing (npm ci)");
+        return;
     }
     if Command::new("node").arg("--version").output().is_err() {
-        return skip("dashboards_match_grafanas_schema", "node not installed");
+        common::not_here("dashboards_match_grafanas_schema", "node not installed");
+        return;
     }
     let out = Command::new("node")
         .arg(repo().join("tests/dashboards/validate.mjs"))
@@ -879,41 +742,63 @@ fn dashboards_match_grafanas_schema() {
     );
 }
 
-/// Every panel against a real Prometheus scraping a real agent, on the
-/// libpcap backend and, where it attaches here, the eBPF one.
-#[test]
-fn dashboards_show_real_data_from_a_real_prometheus() {
-    let test = "dashboards_show_real_data_from_a_real_prometheus";
-    if let Some(why) = missing_prerequisite() {
-        return skip(test, &why);
-    }
-    let dashboards = load_dashboards();
-    let mut backends = vec!["pcap"];
+/// TLSRUM_TEST_BACKEND=pcap|ebpf runs the live test on that backend only
+/// (any other value: pcap).
+fn backend_wanted(backend: &str) -> bool {
     match std::env::var("TLSRUM_TEST_BACKEND").as_deref() {
-        Ok(b) => backends = vec![if b == "ebpf" { "ebpf" } else { "pcap" }],
-        Err(_) => {
-            // eBPF's own test (ebpf_attach) says why it cannot attach here.
-            let ns = Netns::new("p");
-            let scratch = std::env::temp_dir().join(format!("tlsrum-probe-{}.ndjson", std::process::id()));
-            let (ok, err) = agent_once(&ns.0, "ebpf", None, None, &scratch);
-            let _ = std::fs::remove_file(&scratch);
-            if ok {
-                backends.push("ebpf");
-            } else {
-                eprintln!("{test}: the eBPF backend does not start here, checking libpcap only: {err}");
-            }
-        }
-    }
-    for backend in backends {
-        live_run(backend, &dashboards);
+        Ok("ebpf") => backend == "ebpf",
+        Ok(_) => backend == "pcap",
+        Err(_) => true,
     }
 }
 
-fn live_run(backend: &str, dashboards: &[(String, Value)]) {
+/// Every panel against a real Prometheus scraping a real agent on the
+/// libpcap backend.
+#[test]
+fn dashboards_show_real_data_from_a_real_prometheus_pcap() {
+    let test = "dashboards_show_real_data_from_a_real_prometheus_pcap";
+    if let Some(why) = missing_prerequisite() {
+        common::not_here(test, &why);
+        return;
+    }
+    if !backend_wanted("pcap") {
+        eprintln!("{test}: TLSRUM_TEST_BACKEND=ebpf, not run");
+        return;
+    }
+    live_run("pcap", "dp", &load_dashboards());
+}
+
+/// The same on the eBPF backend, where it attaches here.
+#[test]
+fn dashboards_show_real_data_from_a_real_prometheus_ebpf() {
+    let test = "dashboards_show_real_data_from_a_real_prometheus_ebpf";
+    if let Some(why) = missing_prerequisite() {
+        common::not_here(test, &why);
+        return;
+    }
+    if !backend_wanted("ebpf") {
+        eprintln!("{test}: TLSRUM_TEST_BACKEND is not ebpf, not run");
+        return;
+    }
+    if std::env::var("TLSRUM_TEST_BACKEND").is_err() {
+        // eBPF's own test (ebpf_attach) says why it cannot attach here.
+        let ns = netns_with_veth("p");
+        let scratch = std::env::temp_dir().join(format!("tlsrum-probe-{}.ndjson", std::process::id()));
+        let (ok, err) = agent_once(&ns.name, "ebpf", None, None, &scratch);
+        let _ = std::fs::remove_file(&scratch);
+        if !ok {
+            eprintln!("{test}: the eBPF backend does not start here, checking libpcap only: {err}");
+            return;
+        }
+    }
+    live_run("ebpf", "de", &load_dashboards());
+}
+
+fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     let started = Instant::now();
     // Declared in this order so that drop stops the processes first, then
     // removes the namespaces.
-    let topo = Topology::new();
+    let topo = Topology::new(tag);
     let mut procs = Procs::default();
     std::fs::write(topo.dir.join("request.txt"), "GET / HTTP/1.0\r\nHost: tlsrum\r\n\r\n").unwrap();
     start_nginx(&topo, &mut procs);
@@ -934,7 +819,7 @@ fn live_run(backend: &str, dashboards: &[(String, Value)]) {
             std::thread::sleep(Duration::from_secs(3));
         }
         make_traffic(&topo, &steps);
-        procs.check_alive(&topo.dir);
+        procs.check_alive();
     }
     let events_path = topo.dir.join("events.ndjson");
     let records = || prom.query(&format!("tlsrum_connection_records_total{{instance=\"{AGENT}\"}}")).first().map_or(0.0, |r| r.1);
@@ -955,7 +840,7 @@ fn live_run(backend: &str, dashboards: &[(String, Value)]) {
     check_counters(&prom, AGENT, &want, &events);
 
     // Every metric a dashboard names is in the agent's /metrics.
-    let exposition = topo.get(&format!("http://{AGENT}/metrics"), &[]).unwrap();
+    let exposition = get(&topo, &format!("http://{AGENT}/metrics"), &[]).unwrap();
     let exposed = exposed_names(&exposition);
     let mut used = BTreeSet::new();
     for (_, d) in dashboards {
@@ -1024,7 +909,7 @@ fn live_run(backend: &str, dashboards: &[(String, Value)]) {
         "{backend}: {queries} panel queries returned data in range (window {window}); {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    procs.check_alive(&topo.dir);
+    procs.check_alive();
 }
 
 #[test]
@@ -1040,23 +925,6 @@ fn metric_names_are_parsed_out_of_queries() {
 }
 
 // ---- deploy/ ----
-
-fn tool_or_skip(tools: &[&str], test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| !Command::new("sh").args(["-c", &format!("command -v {t}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success()))
-        .collect();
-    if root && missing.is_empty() {
-        return true;
-    }
-    let why = if root { format!("missing {missing:?}") } else { "not root".into() };
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but {test} cannot run: {why} (scripts/install-deps.sh installs it)");
-    eprintln!("SKIPPED {test}: {why}");
-    false
-}
 
 /// `KEY=a b c` values of the unit's [Service] section.
 fn unit_values(unit: &str, key: &str) -> Vec<String> {
@@ -1101,31 +969,14 @@ impl Drop for Scratch {
     }
 }
 
-/// One network namespace with a veth pair in it; deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let ns = Netns(format!("tlsrum-{tag}{}", std::process::id()));
-        run(&["ip", "netns", "add", &ns.0]);
-        run(&["ip", "-n", &ns.0, "link", "add", "tu0", "type", "veth", "peer", "name", "tu1"]);
-        for dev in ["tu0", "tu1", "lo"] {
-            run(&["ip", "-n", &ns.0, "link", "set", dev, "up"]);
-        }
-        ns
+/// One network namespace with a veth pair (tu0, tu1) in it; deleted on drop.
+fn netns_with_veth(tag: &str) -> Netns {
+    let ns = Netns::new(tag);
+    run(&["ip", "-n", &ns.name, "link", "add", "tu0", "type", "veth", "peer", "name", "tu1"]);
+    for dev in ["tu0", "tu1"] {
+        run(&["ip", "-n", &ns.name, "link", "set", dev, "up"]);
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.0]).output() {
-            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                // SAFETY: kill has no memory-safety preconditions; only our children live here.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).stderr(Stdio::null()).status();
-    }
+    ns
 }
 
 /// The agent for one second in `ns`, optionally as an unprivileged user
@@ -1164,7 +1015,8 @@ fn agent_once(ns: &str, backend: &str, caps: Option<&[String]>, strace: Option<&
 #[test]
 fn deploy_files_hold_what_they_promise() {
     let test = "deploy_files_hold_what_they_promise";
-    if !tool_or_skip(&["promtool", "python3", "systemd-analyze", "setpriv", "strace", "ip", "curl"], test) {
+    let tools = ["promtool", "python3", "systemd-analyze", "setpriv", "strace", "ip", "curl"];
+    if common::skip_unless(test, &[Need::Root, Need::Tools(&tools), Need::Netns]) {
         return;
     }
     let deploy = repo().join("deploy");
@@ -1220,7 +1072,7 @@ fn deploy_files_hold_what_they_promise() {
     assert_eq!(unit_values(&unit_text, "CapabilityBoundingSet"), caps);
     assert!(unit_values(&unit_text, "PrivateNetwork").is_empty(), "the agent must see the host's interfaces");
 
-    let ns = Netns::new("u");
+    let ns = netns_with_veth("u");
     // Like the unit's StateDirectory: owned by the (dynamic) user.
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
@@ -1228,15 +1080,15 @@ fn deploy_files_hold_what_they_promise() {
     let events = state.join("events.ndjson");
     // Unprivileged with the unit's capabilities: both backends start (eBPF
     // only where it works as root at all: it is checked in ebpf_attach).
-    let (ok, err) = agent_once(&ns.0, "pcap", Some(&caps), None, &events);
+    let (ok, err) = agent_once(&ns.name, "pcap", Some(&caps), None, &events);
     assert!(ok, "pcap backend with the unit's capabilities:\n{err}");
-    let (ok, err) = agent_once(&ns.0, "pcap", Some(&[]), None, &events);
+    let (ok, err) = agent_once(&ns.name, "pcap", Some(&[]), None, &events);
     assert!(!ok && err.contains("tlsrum:"), "the pcap backend started without capabilities, the check above proves nothing:\n{err}");
     eprintln!("{test}: without capabilities, as expected: {}", err.trim());
-    let (root_ok, root_err) = agent_once(&ns.0, "ebpf", None, None, &events);
+    let (root_ok, root_err) = agent_once(&ns.name, "ebpf", None, None, &events);
     let mut backends = vec!["pcap"];
     if root_ok {
-        let (ok, err) = agent_once(&ns.0, "ebpf", Some(&caps), None, &events);
+        let (ok, err) = agent_once(&ns.name, "ebpf", Some(&caps), None, &events);
         assert!(ok, "eBPF backend with the unit's capabilities:\n{err}");
         backends.push("ebpf");
     } else {
@@ -1252,7 +1104,7 @@ fn deploy_files_hold_what_they_promise() {
     let mdwe = unit_values(&unit_text, "MemoryDenyWriteExecute") == ["yes"];
     for backend in backends {
         let trace = dir.join(format!("strace-{backend}.txt"));
-        let (ok, err) = agent_once(&ns.0, backend, None, Some(&trace), &events);
+        let (ok, err) = agent_once(&ns.name, backend, None, Some(&trace), &events);
         assert!(ok, "{backend} under strace:\n{err}");
         let text = std::fs::read_to_string(&trace).unwrap();
         let mut used = BTreeSet::new();

@@ -1,219 +1,110 @@
 //! The eBPF backend against a real kernel: two network namespaces joined by
 //! a veth pair, `openssl s_server` in one and `openssl s_client` in the
-//! other, the TC programs on the server's veth.
+//! other, the TC programs on the server's veth. One `#[test]` per scenario,
+//! each with its own namespaces (common::Topology), so that they run side
+//! by side without sharing an interface and the first failure hides none
+//! of the others:
 //!
-//! Needs root, BPF, `ip`, `tc`, `ss` and `openssl`. Without them the test
-//! prints why and passes, except under CI=true, where it fails.
+//! - `tls12_handshake_arrives_whole_and_is_classified`: SYN, SYN-ACK, the
+//!   ClientHello at the start of the client's first payload, a ~25 KB
+//!   certificate in one piece, FIN; the analyzer classifies it;
+//! - `bulk_after_done_stays_in_the_kernel`, `bulk_unmarked_tls_is_cut_off_by_the_kernel`,
+//!   `bulk_plain_tcp_stops_at_the_byte_budget`: a 200 MB upload after the
+//!   analyzer finished the flow (mark_done), one never marked (the kernel's
+//!   own cut-off) and one of plain TCP (byte budget) each produce a small,
+//!   bounded number of events;
+//! - the TCX attach adds no qdisc and leaves none (checked in each of the
+//!   four above);
+//! - `netlink_mode_removes_only_the_qdisc_it_added`: the netlink attach mode
+//!   adds and removes its clsact qdisc, and leaves one it did not add;
+//!   `netlink_mode_captures_ipv6`; `quic_datagrams_long_headers_and_a_few_short_ones`;
+//! - `loopback_gso_packets_arrive_whole`, `loopback_tiny_ring_counts_every_lost_byte`:
+//!   on a namespace's loopback (egress only), GSO packets of 64 KiB and more;
+//! - `unprivileged_attach_points_to_the_pcap_backend` (not root only).
 //!
-//! Checks: the handshake arrives (SYN, SYN-ACK, ClientHello at the start of
-//! the client's first payload, a ~25 KB certificate in one piece, FIN) and
-//! the analyzer classifies it; a 200 MB upload after the analyzer finished
-//! the flow (mark_done) and another one never marked (byte budget) each
-//! produce a small, bounded number of events; the netlink attach mode adds
-//! and removes its clsact qdisc, and leaves one it did not add.
+//! Needs root, BPF, `ip`, `tc`, `ss` and `openssl` (and python3 for the
+//! plain TCP sink). Without them a test prints why and passes, except under
+//! CI=true, where it fails.
 
 #![allow(dead_code)]
 
 use tlsrum::ebpf;
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use analyzer::{Analyzer, Config};
+use common::{ns_cmd, run, InNetns, Netns, Procs, Topology, CLIENT_IP, CLIENT_IP6, SERVER_IP, SERVER_IP6};
 use tlsrum::ebpf::{AttachMode, EbpfCapture, EbpfOptions, EventHeader, FlowTuple, EV_DONE};
 
-const SERVER_IP: &str = "192.0.2.1"; // TEST-NET-1, only inside our namespaces
-const CLIENT_IP: &str = "192.0.2.2";
-const SERVER_IP6: &str = "2001:db8::1"; // documentation prefix, likewise
-const CLIENT_IP6: &str = "2001:db8::2";
 const PORT: u16 = 4433;
 /// A plain TCP sink (not TLS) the capture also watches.
 const PLAIN_PORT: u16 = 4434;
 const BULK_BYTES: u64 = 200_000_000;
 const BUDGET: u32 = 64 * 1024;
+const TOOLS: &[&str] = &["ip", "tc", "ss", "openssl"];
 
 // ---- environment ----
 
-fn missing_prerequisite() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in ["ip", "tc", "ss", "openssl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!("{tool} not installed"));
+/// One test's world: its own two namespaces and veth (IPv4 and IPv6), this
+/// thread in the server's namespace, and `openssl s_server` there with a
+/// ~25 KB certificate. Fields drop in order: the processes stop, the thread
+/// goes home, the namespaces go (a capture, declared after the lab, is
+/// detached before all that).
+struct Lab {
+    procs: Procs,
+    _in_server_ns: InNetns,
+    topo: Topology,
+    cert_der: Vec<u8>,
+}
+
+impl Lab {
+    /// None (and a message) when `test` cannot run here; a failure under CI.
+    fn new(tag: &str, test: &str, tools: &[&str]) -> Option<Self> {
+        if common::skip(test, &[TOOLS, tools].concat()) {
+            return None;
         }
+        let topo = Topology::dual_stack(tag);
+        let (cert, key, cert_der) = make_cert(&topo.dir);
+        let in_ns = InNetns::enter(&topo.server_ns);
+        let mut procs = Procs::default();
+        start_server(&topo, &cert, &key, &mut procs);
+        Some(Lab {
+            procs,
+            _in_server_ns: in_ns,
+            topo,
+            cert_der,
+        })
     }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists()
-        && !Path::new("/proc/sys/net/core/bpf_jit_enable").exists()
-    {
-        return Some("kernel without BPF".into());
-    }
-    None
-}
 
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Two namespaces and the veth between them; deleted on drop.
-struct Topology {
-    server_ns: String,
-    client_ns: String,
-    veth: String,
-    dir: PathBuf,
-}
-
-impl Topology {
-    fn new() -> Self {
-        let pid = std::process::id();
-        let t = Topology {
-            server_ns: format!("tlsrum-s{pid}"),
-            client_ns: format!("tlsrum-c{pid}"),
-            veth: format!("tvs{pid}"),
-            dir: std::env::temp_dir().join(format!("tlsrum-ebpf-{pid}")),
+    /// The TC programs attached with TCX on the server's veth, watching the
+    /// TLS and the plain port with a byte budget; TCX adds no qdisc.
+    fn attach_tcx(&self) -> EbpfCapture {
+        let opts = EbpfOptions {
+            ifaces: vec![self.topo.veth.clone()],
+            ports: vec![PORT, PLAIN_PORT],
+            max_payload_per_dir: BUDGET,
+            ..Default::default()
         };
-        let peer = format!("tvc{pid}");
-        std::fs::create_dir_all(&t.dir).unwrap();
-        run(&["ip", "netns", "add", &t.server_ns]);
-        run(&["ip", "netns", "add", &t.client_ns]);
-        run(&[
-            "ip",
-            "link",
-            "add",
-            &t.veth,
-            "netns",
-            &t.server_ns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &peer,
-            "netns",
-            &t.client_ns,
-        ]);
-        for (ns, dev, ip, ip6) in [
-            (&t.server_ns, &t.veth, SERVER_IP, SERVER_IP6),
-            (&t.client_ns, &peer, CLIENT_IP, CLIENT_IP6),
-        ] {
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                dev,
-            ]);
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{ip6}/64"),
-                "dev",
-                dev,
-                "nodad",
-            ]);
-            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        let cap = EbpfCapture::attach(&opts).expect("attach");
+        for (prog, insns) in cap.verified_instructions() {
+            eprintln!("{prog}: verifier processed {insns:?} instructions");
         }
-        t
-    }
-
-    fn qdiscs(&self) -> String {
-        run(&[
-            "tc",
-            "-n",
-            &self.server_ns,
-            "qdisc",
-            "show",
-            "dev",
-            &self.veth,
-        ])
-    }
-
-    fn filters(&self, hook: &str) -> String {
-        run(&[
-            "tc",
-            "-n",
-            &self.server_ns,
-            "filter",
-            "show",
-            "dev",
-            &self.veth,
-            hook,
-        ])
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for ns in [&self.server_ns, &self.client_ns] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// This thread in the server's namespace (aya's netlink and if_nametoindex
-/// work in the caller's namespace); back to the original on drop.
-struct InNetns(File);
-
-impl InNetns {
-    fn enter(ns: &str) -> Self {
-        let orig = File::open("/proc/thread-self/ns/net").unwrap();
-        let target = File::open(format!("/var/run/netns/{ns}")).unwrap();
-        // SAFETY: setns on valid namespace fds; affects this thread only.
-        assert_eq!(
-            unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) },
-            0,
-            "setns"
+        assert!(
+            !self.topo.qdiscs().contains("clsact"),
+            "TCX attach added a qdisc:\n{}",
+            self.topo.qdiscs()
         );
-        InNetns(orig)
+        cap
     }
-}
 
-impl Drop for InNetns {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) };
-    }
-}
-
-/// Children killed on drop.
-#[derive(Default)]
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    fn detach_tcx(&self, cap: EbpfCapture) {
+        cap.detach().expect("detach");
+        assert!(!self.topo.qdiscs().contains("clsact"));
     }
 }
 
@@ -253,43 +144,23 @@ fn make_cert(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
 }
 
 fn start_server(t: &Topology, cert: &Path, key: &Path, procs: &mut Procs) {
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.server_ns,
-            "openssl",
-            "s_server",
-            "-accept",
-            &PORT.to_string(),
-        ])
-        .args([
-            "-cert",
-            cert.to_str().unwrap(),
-            "-key",
-            key.to_str().unwrap(),
-            "-quiet",
-        ])
-        // stdin stays open: s_server would stop on its EOF.
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    procs.0.push(child);
-    wait_listening(&t.server_ns, PORT, "s_server");
-}
-
-/// Waits until something listens on TCP `port` in namespace `ns`.
-fn wait_listening(ns: &str, port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while run(&["ip", "netns", "exec", ns, "ss", "-Hltn", &format!("sport = :{port}")])
-        .trim()
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "{what} did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut cmd = ns_cmd(
+        &t.server_ns,
+        &["openssl", "s_server", "-accept", &PORT.to_string()],
+    );
+    cmd.args([
+        "-cert",
+        cert.to_str().unwrap(),
+        "-key",
+        key.to_str().unwrap(),
+        "-quiet",
+    ])
+    // stdin stays open: s_server would stop on its EOF.
+    .stdin(Stdio::piped())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    procs.spawn("s_server", cmd);
+    t.wait_listening(PORT, procs);
 }
 
 /// A client in the client namespace that sends `input` (a shell
@@ -302,10 +173,7 @@ fn start_client_to(ns: &str, target: &str, input: &str, tls: &str) -> Child {
     let cmd = format!(
         "{input} | openssl s_client -connect {target} -servername big.test {tls} >/dev/null 2>&1"
     );
-    Command::new("ip")
-        .args(["netns", "exec", ns, "sh", "-c", &cmd])
-        .spawn()
-        .unwrap()
+    ns_cmd(ns, &["sh", "-c", &cmd]).spawn().unwrap()
 }
 
 // ---- events ----
@@ -445,66 +313,120 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-// ---- the test ----
+// ---- the tests ----
 
 #[test]
-fn ebpf_capture_on_veth() {
-    if let Some(why) = missing_prerequisite() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but the eBPF test cannot run: {why}");
-        }
-        eprintln!("SKIPPED ebpf_capture_on_veth: {why} (needs root, BPF, iproute2 and openssl)");
-        if why == "not root" {
-            // What an unprivileged user is told.
-            let opts = EbpfOptions {
-                ifaces: vec!["lo".into()],
-                ..Default::default()
-            };
-            let err = format!(
-                "{:#}",
-                EbpfCapture::attach(&opts).expect_err("attach without privileges")
-            );
-            eprintln!("unprivileged attach: {err}");
-            assert!(err.contains("--backend pcap"), "no hint in: {err}");
-        }
+fn tls12_handshake_arrives_whole_and_is_classified() {
+    let Some(lab) = Lab::new("h", "tls12_handshake_arrives_whole_and_is_classified", &[]) else {
+        return;
+    };
+    let mut cap = lab.attach_tcx();
+    handshake(&lab.topo, &mut cap, &lab.cert_der);
+    lab.detach_tcx(cap);
+}
+
+#[test]
+fn bulk_after_done_stays_in_the_kernel() {
+    let Some(lab) = Lab::new("d", "bulk_after_done_stays_in_the_kernel", &[]) else {
+        return;
+    };
+    let mut cap = lab.attach_tcx();
+    bulk_after_done(&lab.topo, &mut cap);
+    lab.detach_tcx(cap);
+}
+
+#[test]
+fn bulk_unmarked_tls_is_cut_off_by_the_kernel() {
+    let Some(lab) = Lab::new("u", "bulk_unmarked_tls_is_cut_off_by_the_kernel", &[]) else {
+        return;
+    };
+    let mut cap = lab.attach_tcx();
+    bulk_unmarked_tls(&lab.topo, &mut cap);
+    lab.detach_tcx(cap);
+}
+
+#[test]
+fn bulk_plain_tcp_stops_at_the_byte_budget() {
+    let test = "bulk_plain_tcp_stops_at_the_byte_budget";
+    let Some(mut lab) = Lab::new("p", test, &["python3", "bash"]) else {
+        return;
+    };
+    let mut cap = lab.attach_tcx();
+    bulk_plain_over_budget(&lab.topo, &mut cap, &mut lab.procs);
+    lab.detach_tcx(cap);
+}
+
+#[test]
+fn netlink_mode_removes_only_the_qdisc_it_added() {
+    let Some(lab) = Lab::new("n", "netlink_mode_removes_only_the_qdisc_it_added", &[]) else {
+        return;
+    };
+    netlink_mode(&lab.topo);
+}
+
+#[test]
+fn netlink_mode_captures_ipv6() {
+    let Some(lab) = Lab::new("6", "netlink_mode_captures_ipv6", &[]) else {
+        return;
+    };
+    let mut cap = netlink_attach(&lab.topo);
+    ipv6_handshake(&lab.topo, &mut cap);
+    netlink_detach(&lab.topo, cap);
+}
+
+#[test]
+fn quic_datagrams_long_headers_and_a_few_short_ones() {
+    let test = "quic_datagrams_long_headers_and_a_few_short_ones";
+    let Some(lab) = Lab::new("q", test, &[]) else {
+        return;
+    };
+    let mut cap = netlink_attach(&lab.topo);
+    quic_datagrams(&mut cap);
+    netlink_detach(&lab.topo, cap);
+}
+
+#[test]
+fn loopback_gso_packets_arrive_whole() {
+    if common::skip("loopback_gso_packets_arrive_whole", &["ip"]) {
         return;
     }
-
-    // Drop order (reverse of declaration) matters: capture detached in the
-    // namespace, then processes killed, then the namespaces deleted.
-    let topo = Topology::new();
-    let (cert, key, cert_der) = make_cert(&topo.dir);
-    let _netns = InNetns::enter(&topo.server_ns);
-    let mut procs = Procs::default();
-    start_server(&topo, &cert, &key, &mut procs);
-
-    let opts = EbpfOptions {
-        ifaces: vec![topo.veth.clone()],
-        ports: vec![PORT, PLAIN_PORT],
-        max_payload_per_dir: BUDGET,
-        ..Default::default()
-    };
-    let mut cap = EbpfCapture::attach(&opts).expect("attach");
-    for (prog, insns) in cap.verified_instructions() {
-        eprintln!("{prog}: verifier processed {insns:?} instructions");
-    }
-    assert!(
-        !topo.qdiscs().contains("clsact"),
-        "TCX attach added a qdisc:\n{}",
-        topo.qdiscs()
-    );
-
-    handshake(&topo, &mut cap, &cert_der);
-    bulk_after_done(&topo, &mut cap);
-    bulk_unmarked_tls(&topo, &mut cap);
-    bulk_plain_over_budget(&topo, &mut cap, &mut procs);
-
-    cap.detach().expect("detach");
-    assert!(!topo.qdiscs().contains("clsact"));
-
-    netlink_mode(&topo);
+    // This thread in a namespace of its own: its loopback, not the host's.
+    let ns = Netns::new("lg");
+    let _in_ns = InNetns::enter(&ns.name);
     loopback_gso();
 }
+
+#[test]
+fn loopback_tiny_ring_counts_every_lost_byte() {
+    if common::skip("loopback_tiny_ring_counts_every_lost_byte", &["ip"]) {
+        return;
+    }
+    let ns = Netns::new("lt");
+    let _in_ns = InNetns::enter(&ns.name);
+    loopback_tiny_ring();
+}
+
+/// What an unprivileged user is told (as root there is nothing to check).
+#[test]
+fn unprivileged_attach_points_to_the_pcap_backend() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        eprintln!("unprivileged_attach_points_to_the_pcap_backend: running as root, nothing to check");
+        return;
+    }
+    let opts = EbpfOptions {
+        ifaces: vec!["lo".into()],
+        ..Default::default()
+    };
+    let err = format!(
+        "{:#}",
+        EbpfCapture::attach(&opts).expect_err("attach without privileges")
+    );
+    eprintln!("unprivileged attach: {err}");
+    assert!(err.contains("--backend pcap"), "no hint in: {err}");
+}
+
+// ---- the scenarios ----
 
 /// TLS 1.2 (certificate in the clear) with a ~25 KB certificate.
 fn handshake(topo: &Topology, cap: &mut EbpfCapture, cert_der: &[u8]) {
@@ -723,24 +645,26 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
 /// 200 MB of plain TCP (not TLS) that nobody marks done: record tracking
 /// gives up on the first bytes and the byte budget stops the flow.
 fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Procs) {
-    let sink = Command::new("ip")
-        .args(["netns", "exec", &topo.server_ns, "python3", "-c"])
-        .arg(format!(
-            "import socket\n\
-             s = socket.create_server(('{SERVER_IP}', {PLAIN_PORT}))\n\
-             c, _ = s.accept()\n\
-             while c.recv(1 << 20): pass\n"
-        ))
-        .spawn()
-        .unwrap();
-    procs.0.push(sink);
-    wait_listening(&topo.server_ns, PLAIN_PORT, "sink");
+    let mut sink = ns_cmd(&topo.server_ns, &["python3", "-c"]);
+    sink.arg(format!(
+        "import socket\n\
+         s = socket.create_server(('{SERVER_IP}', {PLAIN_PORT}))\n\
+         c, _ = s.accept()\n\
+         while c.recv(1 << 20): pass\n"
+    ));
+    procs.spawn("sink", sink);
+    topo.wait_listening(PLAIN_PORT, procs);
     let before = counters(cap);
-    let mut client = Command::new("ip")
-        .args(["netns", "exec", &topo.client_ns, "bash", "-c"])
-        .arg(format!("head -c {BULK_BYTES} /dev/zero > /dev/tcp/{SERVER_IP}/{PLAIN_PORT}"))
-        .spawn()
-        .unwrap();
+    let mut client = ns_cmd(
+        &topo.client_ns,
+        &[
+            "bash",
+            "-c",
+            &format!("head -c {BULK_BYTES} /dev/zero > /dev/tcp/{SERVER_IP}/{PLAIN_PORT}"),
+        ],
+    )
+    .spawn()
+    .unwrap();
     let events = collect(cap, &mut client, |_, _| {});
     let delta = diff(&counters(cap), &before);
     eprintln!("bulk/plain: {} events, counters {delta:?}", events.len());
@@ -765,18 +689,22 @@ fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Pr
     assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
 }
 
-/// cls_bpf on clsact: the qdisc we add goes away on detach, one that was
-/// there stays; the verifier also accepts the all-ports + QUIC settings.
-fn netlink_mode(topo: &Topology) {
-    let opts = EbpfOptions {
+/// The netlink mode's settings: cls_bpf on clsact, all ports, QUIC (the
+/// verifier also accepts those).
+fn netlink_opts(topo: &Topology) -> EbpfOptions {
+    EbpfOptions {
         ifaces: vec![topo.veth.clone()],
         ports: vec![],
         all_ports: true,
         quic: true,
         attach_mode: AttachMode::Netlink,
         ..Default::default()
-    };
-    let mut cap = EbpfCapture::attach(&opts).expect("netlink attach");
+    }
+}
+
+/// Attached in netlink mode: our clsact and both filters are there.
+fn netlink_attach(topo: &Topology) -> EbpfCapture {
+    let cap = EbpfCapture::attach(&netlink_opts(topo)).expect("netlink attach");
     assert!(topo.qdiscs().contains("clsact"));
     assert!(
         topo.filters("ingress").contains("tlsrum_ingress"),
@@ -784,6 +712,23 @@ fn netlink_mode(topo: &Topology) {
         topo.filters("ingress")
     );
     assert!(topo.filters("egress").contains("tlsrum_egress"));
+    cap
+}
+
+/// Detached: the clsact we added goes with it.
+fn netlink_detach(topo: &Topology, cap: EbpfCapture) {
+    cap.detach().expect("netlink detach");
+    assert!(
+        !topo.qdiscs().contains("clsact"),
+        "our clsact left behind:\n{}",
+        topo.qdiscs()
+    );
+}
+
+/// cls_bpf on clsact: the qdisc we add goes away on detach, one that was
+/// there stays.
+fn netlink_mode(topo: &Topology) {
+    let mut cap = netlink_attach(topo);
     let mut client = start_client(topo, "echo hello", "");
     let events = collect(&mut cap, &mut client, |_, _| {});
     assert!(
@@ -792,14 +737,42 @@ fn netlink_mode(topo: &Topology) {
             .any(|e| e.sent_by_client() && e.payload.starts_with(&[0x16, 0x03])),
         "no ClientHello"
     );
-    // IPv6 too.
+    netlink_detach(topo, cap);
+
+    // A clsact that was already there is not ours to remove.
+    run(&[
+        "tc",
+        "-n",
+        &topo.server_ns,
+        "qdisc",
+        "add",
+        "dev",
+        &topo.veth,
+        "clsact",
+    ]);
+    let cap = EbpfCapture::attach(&netlink_opts(topo)).expect("attach to existing clsact");
+    cap.detach().expect("detach");
+    assert!(
+        topo.qdiscs().contains("clsact"),
+        "removed a clsact we did not add"
+    );
+    assert!(
+        topo.filters("ingress").trim().is_empty(),
+        "filter left: {}",
+        topo.filters("ingress")
+    );
+    assert!(topo.filters("egress").trim().is_empty());
+}
+
+/// A TLS connection over IPv6: its ClientHello and FIN, with the addresses.
+fn ipv6_handshake(topo: &Topology, cap: &mut EbpfCapture) {
     let mut client = start_client_to(
         &topo.client_ns,
         &format!("[{SERVER_IP6}]:{PORT}"),
         "echo hello",
         "",
     );
-    let events = collect(&mut cap, &mut client, |_, _| {});
+    let events = collect(cap, &mut client, |_, _| {});
     let hello = events
         .iter()
         .find(|e| e.sent_by_client() && e.payload.starts_with(&[0x16, 0x03]))
@@ -813,37 +786,6 @@ fn netlink_mode(topo: &Topology) {
             .any(|e| e.h.ip_version == 6 && e.h.tcp_flags & 0x01 != 0),
         "no IPv6 FIN"
     );
-    quic_datagrams(&mut cap);
-    cap.detach().expect("netlink detach");
-    assert!(
-        !topo.qdiscs().contains("clsact"),
-        "our clsact left behind:\n{}",
-        topo.qdiscs()
-    );
-
-    // A clsact that was already there is not ours to remove.
-    run(&[
-        "tc",
-        "-n",
-        &topo.server_ns,
-        "qdisc",
-        "add",
-        "dev",
-        &topo.veth,
-        "clsact",
-    ]);
-    let cap = EbpfCapture::attach(&opts).expect("attach to existing clsact");
-    cap.detach().expect("detach");
-    assert!(
-        topo.qdiscs().contains("clsact"),
-        "removed a clsact we did not add"
-    );
-    assert!(
-        topo.filters("ingress").trim().is_empty(),
-        "filter left: {}",
-        topo.filters("ingress")
-    );
-    assert!(topo.filters("egress").trim().is_empty());
 }
 
 /// Loopback (egress hook only): GSO packets of 64 KiB and more arrive
@@ -874,7 +816,12 @@ fn loopback_gso() {
         }
         Some(at) => panic!("stream wrong or missing at byte {at} with no loss counted"),
     }
+}
 
+/// Loopback again with a ring buffer of 64 KiB (three full chunks) that
+/// nobody reads during the transfer: most records do not fit, and every lost
+/// byte is counted.
+fn loopback_tiny_ring() {
     // A ring buffer of 64 KiB (three full chunks) that nobody reads during
     // the transfer: most records do not fit, and every lost byte is counted.
     let (events, delta, first_bad, wire_bytes) = loopback_transfer(64 << 10);
@@ -932,7 +879,7 @@ fn loopback_transfer(
     use std::io::{Read, Write};
     const LO_BUDGET: u32 = 4 << 20;
     const SIZE: usize = 3_000_000;
-    // This thread is in the server namespace: its loopback, not the host's.
+    // This thread is in the test's namespace: its loopback, not the host's.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let opts = EbpfOptions {

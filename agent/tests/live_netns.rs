@@ -6,18 +6,23 @@
 //! --resume`), and the agent binary on the server's end of the veth, with
 //! the eBPF and the pcap backend side by side.
 //!
-//! `live_matches_servers_backends_and_replay`:
-//! 1. every connection to nginx has the record nginx's own access log says
+//! One live run (made once, shared by four tests, each checking one part
+//! of it, so that the first failure hides none of the others):
+//! 1. `live_records_match_what_servers_and_clients_say`: every connection
+//!    to nginx has the record nginx's own access log says
 //!    (`$ssl_session_reused`, `$ssl_protocol`, `$ssl_server_name`,
 //!    `$ssl_early_data`, by client port); the s_server connections what
 //!    s_client and gnutls-cli print;
-//! 2. the eBPF backend, the pcap backend and `replay` of a dumpcap capture
-//!    of the same traffic give the same records (timings within 1 ms);
-//! 4. a 1 GiB download over one TLS connection sends a bounded number of
-//!    ring-buffer events (`tlsrum_ringbuf_events_total`), the rest stays in
-//!    the kernel (`tlsrum_kernel_packets_total{kind="done"}`), nothing is
-//!    lost (`tlsrum_drops_total`, `tlsrum_kernel_bytes_lost_total`);
-//! 5. each agent's /metrics counters agree with its records.
+//! 2. `live_backends_and_replay_give_the_same_records`: the eBPF backend,
+//!    the pcap backend and `replay` of a dumpcap capture of the same
+//!    traffic give the same records (timings within 1 ms);
+//! 4. `live_bulk_download_stays_in_the_kernel`: a 1 GiB download over one
+//!    TLS connection sends a bounded number of ring-buffer events
+//!    (`tlsrum_ringbuf_events_total`), the rest stays in the kernel
+//!    (`tlsrum_kernel_packets_total{kind="done"}`), nothing is lost
+//!    (`tlsrum_drops_total`, `tlsrum_kernel_bytes_lost_total`);
+//! 5. `live_metrics_agree_with_the_records`: each agent's /metrics counters
+//!    agree with its records.
 //!
 //! `tcpreplay_of_pcaps_matches_replay`:
 //! 3. `tcpreplay` of the committed `pcaps/*.pcapng` from the client's end
@@ -417,7 +422,7 @@ fn s(v: &Value) -> String {
 }
 
 /// (5): the agent's traffic counters are the sums of its records.
-fn assert_metrics_agree(agent: &Agent, m: &Metrics, records: &[Value]) {
+fn assert_metrics_agree(name: &str, m: &Metrics, records: &[Value]) {
     let mut handshakes: BTreeMap<Vec<String>, f64> = BTreeMap::new();
     let mut offers: BTreeMap<Vec<String>, f64> = BTreeMap::new();
     let mut early: BTreeMap<Vec<String>, f64> = BTreeMap::new();
@@ -448,7 +453,6 @@ fn assert_metrics_agree(agent: &Agent, m: &Metrics, records: &[Value]) {
                 .or_default() += 1.0;
         }
     }
-    let name = agent.name;
     assert_eq!(
         m.group(
             "tls_handshakes_total",
@@ -780,8 +784,12 @@ fn parse_access_log(path: &Path) -> BTreeMap<(u16, u16), BTreeMap<String, String
 
 /// (1): each record of a connection to nginx against nginx's log line for
 /// its client port; the s_server connections against the clients' output.
-fn assert_matches_servers(records: &[Value], log: &Path, made: &Made, who: &str) {
-    let log = parse_access_log(log);
+fn assert_matches_servers(
+    records: &[Value],
+    log: &BTreeMap<(u16, u16), BTreeMap<String, String>>,
+    made: &Made,
+    who: &str,
+) {
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     let mut early_offers = 0;
@@ -898,12 +906,34 @@ fn port_args(ports: &[u16]) -> Vec<String> {
 
 // ---- the tests ----
 
-#[test]
-fn live_matches_servers_backends_and_replay() {
-    if common::skip("live_matches_servers_backends_and_replay", TOOLS) {
-        return;
-    }
-    let _serial = one_at_a_time();
+/// What one live run of all the traffic saw (`live_run`), for the tests
+/// that each check one part of it.
+struct LiveRun {
+    /// Connections made before the download (the download is one more).
+    n: usize,
+    made: Made,
+    /// nginx's access log, parsed.
+    access_log: BTreeMap<(u16, u16), BTreeMap<String, String>>,
+    /// Records of each agent before it was stopped, and how many it had
+    /// after.
+    ebpf_records: Vec<Value>,
+    pcap_records: Vec<Value>,
+    ebpf_records_after_stop: usize,
+    /// The eBPF agent's metrics around the 1 GiB download, the pcap
+    /// agent's after it.
+    ebpf_before_bulk: Metrics,
+    ebpf_after_bulk: Metrics,
+    pcap_metrics: Metrics,
+    bulk_secs: f64,
+    /// `replay` of the dumpcap capture (everything but the download).
+    replay: Vec<Value>,
+}
+
+/// Sets up the servers, both agents and dumpcap, makes the traffic and the
+/// download, stops everything and keeps what the checks need. Asserts
+/// only what the run itself needs (clients' output, download size, clean
+/// exits); a failure there fails every test that uses the run.
+fn observe() -> LiveRun {
     let started = Instant::now();
     // Drop order (reverse of declaration): processes stopped, then the
     // namespaces deleted.
@@ -941,7 +971,7 @@ fn live_matches_servers_backends_and_replay() {
     assert!(status.success(), "dumpcap: {status}");
 
     // (4) 1 GiB down one TLS connection.
-    let before = ebpf.scrape(&topo);
+    let ebpf_before_bulk = ebpf.scrape(&topo);
     let t0 = Instant::now();
     let out = client(
         &topo,
@@ -951,20 +981,114 @@ fn live_matches_servers_backends_and_replay() {
         ),
     );
     assert_eq!(out.trim(), BULK_BYTES.to_string(), "download size");
-    let secs = t0.elapsed().as_secs_f64();
+    let bulk_secs = t0.elapsed().as_secs_f64();
     let counts = wait_records(&[&ebpf, &pcap], n + 1, &mut procs);
+    eprintln!(
+        "after the download: records eBPF {}, pcap {}",
+        counts[0], counts[1]
+    );
     // Kernel counters reach /metrics once a second.
     std::thread::sleep(Duration::from_millis(1500));
-    let after = ebpf.scrape(&topo);
+    let ebpf_after_bulk = ebpf.scrape(&topo);
+
+    let ebpf_records = ebpf.records();
+    let pcap_records = pcap.records();
+    let pcap_metrics = pcap.scrape(&topo);
+    ebpf.stop(&mut procs);
+    pcap.stop(&mut procs);
+    let ebpf_records_after_stop = ebpf.records().len();
+    let replay = replay(&capture, &ports);
+    eprintln!(
+        "live run: {} connections in {:.1} s",
+        n + 1,
+        started.elapsed().as_secs_f64()
+    );
+    LiveRun {
+        n,
+        made,
+        access_log: parse_access_log(&access_log),
+        ebpf_records,
+        pcap_records,
+        ebpf_records_after_stop,
+        ebpf_before_bulk,
+        ebpf_after_bulk,
+        pcap_metrics,
+        bulk_secs,
+        replay,
+    }
+}
+
+/// The live run, made once by whichever test comes first (the others wait
+/// for it) and shared; the tests take turns with the other live tests
+/// while it runs.
+fn live_run() -> &'static LiveRun {
+    static RUN: std::sync::OnceLock<Result<LiveRun, String>> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        let _serial = one_at_a_time();
+        std::panic::catch_unwind(observe).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        })
+    });
+    match run {
+        Ok(run) => run,
+        Err(e) => panic!("the live run failed, nothing to check: {e}"),
+    }
+}
+
+/// (1) Every connection to nginx has the record nginx's access log says;
+/// the s_server ones what s_client and gnutls-cli printed. Both backends.
+#[test]
+fn live_records_match_what_servers_and_clients_say() {
+    if common::skip("live_records_match_what_servers_and_clients_say", TOOLS) {
+        return;
+    }
+    let run = live_run();
+    assert_matches_servers(&run.ebpf_records, &run.access_log, &run.made, "eBPF");
+    assert_matches_servers(&run.pcap_records, &run.access_log, &run.made, "pcap");
+}
+
+/// (2) eBPF = pcap (all connections), = replay of the dumpcap capture (all
+/// but the download, which came after it).
+#[test]
+fn live_backends_and_replay_give_the_same_records() {
+    if common::skip("live_backends_and_replay_give_the_same_records", TOOLS) {
+        return;
+    }
+    let run = live_run();
+    let e = by_key(&run.ebpf_records);
+    let p = by_key(&run.pcap_records);
+    assert_same_records("pcap vs eBPF", &e, &p, None);
+    let r = by_key(&run.replay);
+    assert_eq!(r.len(), run.n, "replay of the capture");
+    let e_captured: BTreeMap<Key, Value> = e
+        .iter()
+        .filter(|(k, _)| r.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_same_records("eBPF vs replay of dumpcap", &r, &e_captured, None);
+}
+
+/// (4) A 1 GiB download over one TLS connection sends a bounded number of
+/// ring-buffer events, the rest stays in the kernel, nothing is lost.
+#[test]
+fn live_bulk_download_stays_in_the_kernel() {
+    if common::skip("live_bulk_download_stays_in_the_kernel", TOOLS) {
+        return;
+    }
+    let run = live_run();
+    let (before, after) = (&run.ebpf_before_bulk, &run.ebpf_after_bulk);
     let delta =
         |name: &str, labels: &[(&str, &str)]| after.sum(name, labels) - before.sum(name, labels);
     let events = delta("tlsrum_ringbuf_events_total", &[]);
     let kept = delta("tlsrum_kernel_packets_total", &[("kind", "done")]);
     let budget = delta("tlsrum_drops_total", &[("reason", "budget")]);
     eprintln!(
-        "1 GiB in {secs:.1} s: {events} ring-buffer events, {kept} packets kept in the kernel \
-         (done), {budget} over the byte budget; records eBPF {}, pcap {}",
-        counts[0], counts[1]
+        "1 GiB in {:.1} s: {events} ring-buffer events, {kept} packets kept in the kernel \
+         (done), {budget} over the byte budget",
+        run.bulk_secs
     );
     assert!(
         events > 0.0 && events <= 600.0,
@@ -992,49 +1116,33 @@ fn live_matches_servers_backends_and_replay() {
         0.0,
         "eBPF bytes lost"
     );
+}
 
-    // (5) each agent's counters against its own records.
-    let ebpf_records = ebpf.records();
-    let pcap_records = pcap.records();
-    assert_eq!(ebpf_records.len(), n + 1, "eBPF records");
-    assert_eq!(pcap_records.len(), n + 1, "pcap records");
-    assert_metrics_agree(&ebpf, &after, &ebpf_records);
-    let pcap_metrics = pcap.scrape(&topo);
-    assert_metrics_agree(&pcap, &pcap_metrics, &pcap_records);
+/// (5) Each agent's /metrics counters agree with its records; every
+/// connection has one record, none is added at shutdown.
+#[test]
+fn live_metrics_agree_with_the_records() {
+    if common::skip("live_metrics_agree_with_the_records", TOOLS) {
+        return;
+    }
+    let run = live_run();
+    assert_eq!(run.ebpf_records.len(), run.n + 1, "eBPF records");
+    assert_eq!(run.pcap_records.len(), run.n + 1, "pcap records");
+    assert_metrics_agree("ebpf", &run.ebpf_after_bulk, &run.ebpf_records);
+    assert_metrics_agree("pcap", &run.pcap_metrics, &run.pcap_records);
     // Regression: the pcap backend did not export the packets the kernel
     // dropped from its capture buffer, so its losses were invisible.
     for reason in ["pcap_dropped", "pcap_ifdropped"] {
         assert!(
-            pcap_metrics.has("tlsrum_drops_total", &[("reason", reason)]),
+            run.pcap_metrics
+                .has("tlsrum_drops_total", &[("reason", reason)]),
             "pcap backend exports no tlsrum_drops_total{{reason=\"{reason}\"}}"
         );
     }
-
-    ebpf.stop(&mut procs);
-    pcap.stop(&mut procs);
-    assert_eq!(ebpf.records().len(), n + 1, "records added at shutdown");
-
-    // (1) against nginx's log and the clients' output.
-    assert_matches_servers(&ebpf_records, &access_log, &made, "eBPF");
-    assert_matches_servers(&pcap_records, &access_log, &made, "pcap");
-
-    // (2) eBPF = pcap (all connections), = replay of the dumpcap capture
-    // (all but the download, which came after it).
-    let e = by_key(&ebpf_records);
-    let p = by_key(&pcap_records);
-    assert_same_records("pcap vs eBPF", &e, &p, None);
-    let r = by_key(&replay(&capture, &ports));
-    assert_eq!(r.len(), n, "replay of the capture");
-    let e_captured: BTreeMap<Key, Value> = e
-        .iter()
-        .filter(|(k, _)| r.contains_key(*k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    assert_same_records("eBPF vs replay of dumpcap", &r, &e_captured, None);
-    eprintln!(
-        "live_matches_servers_backends_and_replay: {} connections in {:.1} s",
-        n + 1,
-        started.elapsed().as_secs_f64()
+    assert_eq!(
+        run.ebpf_records_after_stop,
+        run.n + 1,
+        "records added at shutdown"
     );
 }
 

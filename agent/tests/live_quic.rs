@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{ns_cmd, skip, wait_for_text, Procs, Topology, SERVER_IP};
+use common::{ns_cmd, skip_unless, wait_for_text, Need, Procs, Topology, SERVER_IP};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
@@ -45,18 +45,16 @@ fn records(path: &std::path::Path) -> BTreeMap<u64, Value> {
 
 #[test]
 fn quic_records_match_aioquic_on_both_backends() {
-    if skip("live_quic", &["ip", "openssl", "python3"]) {
-        return;
-    }
-    let aioquic = std::process::Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .status();
-    if !aioquic.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but python3 has no aioquic (scripts/install-deps.sh)"
-        );
-        eprintln!("SKIPPED live_quic: no aioquic");
+    if skip_unless(
+        "live_quic",
+        &[
+            Need::Root,
+            Need::Tools(&["ip", "openssl", "python3"]),
+            Need::Netns,
+            Need::Bpf,
+            Need::Python("aioquic"),
+        ],
+    ) {
         return;
     }
     let topo = Topology::new("q");

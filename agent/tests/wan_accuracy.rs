@@ -24,35 +24,16 @@
 //! them the test is skipped with a message, except under CI=true where a
 //! missing capability is a failure.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::Need;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-fn missing_capabilities() -> Vec<String> {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root".to_string());
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        missing.push("/dev/net/tun".to_string());
-    }
-    for tool in ["ip", "tcpdump", "nginx", "curl", "openssl", "python3"] {
-        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success());
-        if !found {
-            missing.push(tool.to_string());
-        }
-    }
-    missing
 }
 
 /// The delay line next to the tlsrum binary under test; built if missing
@@ -87,11 +68,16 @@ fn tolerance(ms: f64) -> f64 {
 
 #[test]
 fn wan_accuracy_at_20_100_260_ms() {
-    let missing = missing_capabilities();
-    if !missing.is_empty() {
-        let msg = format!("WAN accuracy test needs: {}", missing.join(", "));
-        assert!(!ci(), "{msg} (CI=true: a missing capability is a failure)");
-        eprintln!("skipping: {msg}");
+    // The namespaces are accuracy.py's (scripts/experiment/).
+    if common::skip_unless(
+        "wan_accuracy_at_20_100_260_ms",
+        &[
+            Need::Root,
+            Need::Tun,
+            Need::Netns,
+            Need::Tools(&["ip", "tcpdump", "nginx", "curl", "openssl", "python3"]),
+        ],
+    ) {
         return;
     }
     let dl = delayline();

@@ -10,11 +10,14 @@ use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::LinkOrder;
 use aya::programs::tc::{NlOptions, SchedClassifierLinkId, TcAttachOptions};
-use aya::programs::{SchedClassifier, TcAttachType};
+use aya::programs::{ProgramError, SchedClassifier, TcAttachType};
 use aya::util::KernelVersion;
 use aya::{Ebpf, EbpfLoader};
 
 use super::abi::{FlowKey, FlowState, FlowTuple, COUNTER_NAMES, MAX_PORTS};
+
+/// Attempts at loading a program the verifier gave up on with EAGAIN (as libbpf).
+const LOAD_TRIES: u32 = 5;
 use super::event::Event;
 use super::netlink::{self, ifindex, is_loopback};
 use super::ring::{EventRing, WAKEUP_FRACTION};
@@ -236,8 +239,19 @@ impl EbpfCapture {
                 .with_context(|| format!("program {name} missing from the eBPF object"))?
                 .try_into()?;
             // The error carries the verifier log (aya ProgramError::LoadError).
-            prog.load()
-                .map_err(|e| explain(e, &format!("the kernel refused eBPF program {name}")))?;
+            // The verifier gives up with EAGAIN when a signal is pending on
+            // the loading thread; libbpf retries such loads, aya does not.
+            let mut tries = 1;
+            loop {
+                match prog.load() {
+                    Err(ProgramError::LoadError { io_error, .. })
+                        if io_error.raw_os_error() == Some(libc::EAGAIN) && tries < LOAD_TRIES =>
+                    {
+                        tries += 1
+                    }
+                    r => break r.map_err(|e| explain(e, &format!("the kernel refused eBPF program {name}")))?,
+                }
+            }
             verified_insns.push((
                 name,
                 prog.info()
