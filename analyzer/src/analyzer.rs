@@ -242,8 +242,13 @@ impl Analyzer {
                     return;
                 }
             } else if reused && f.status == Status::Tls {
-                if let Some(old) = self.flows.remove(&key) {
-                    self.finish_flow(old, Finish::Done, false);
+                // The old connection's record goes out, but its tuple is not
+                // reported finished: it carries the new connection now, which
+                // a kernel filter told to stop would lose.
+                if let Some(mut old) = self.flows.remove(&key) {
+                    if let Some(record) = old.finish(Finish::Done, false, &mut self.ctx()) {
+                        self.out.push(record);
+                    }
                 }
                 known = false;
             }
@@ -390,5 +395,22 @@ mod tests {
         let s = a.stats();
         assert_eq!((s.tls_connections, s.non_tls_flows, s.flows_created), (2, 1, 3));
         assert_eq!(a.take_finished_flows().len(), 3);
+    }
+
+    /// Regression (live eBPF, a client port reused within seconds): the old
+    /// connection, still open, was finished by the new SYN and its tuple
+    /// reported finished, so the source told the kernel to stop the NEW
+    /// connection, whose record came out `failed` or not at all.
+    #[test]
+    fn a_reused_tuple_is_not_reported_finished() {
+        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let ch = client_hello();
+        let (c, s) = ((1, 40000), (2, 443));
+        a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+        a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+        a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
+        a.push_frame(2.0, LinkType::RawIp, &tcp(c, s, 9000, 0, SYN, &[]));
+        assert_eq!(a.take_records().len(), 1, "the old connection's record is out");
+        assert!(a.take_finished_flows().is_empty(), "but its tuple is live again");
     }
 }

@@ -77,11 +77,15 @@ impl Source for EbpfSource {
             // sends even for done flows): tell the kernel to stop it.
             if !recent.is_empty() {
                 let h = ev.header;
+                let key = FlowKey::new(&FlowTuple { proto: 0, ..h.flow() });
                 if h.tcp_flags & 0x07 == 0 {
-                    let key = FlowKey::new(&FlowTuple { proto: 0, ..h.flow() });
                     if recent.remove(&key).is_some() {
                         stragglers.push(h.flow());
                     }
+                } else if h.tcp_flags & 0x02 != 0 {
+                    // A SYN: a new connection reuses the tuple, which
+                    // must not be stopped for the old one's sake.
+                    recent.remove(&key);
                 }
             }
             for packet in ev.datagrams() {
