@@ -16,6 +16,8 @@
 //! (scripts/baselines.sh) rewrites them; the diff goes into the commit with
 //! the change, each difference explained in its message.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -151,35 +153,6 @@ fn line_diff<'a>(want: &[&'a str], got: &[&'a str]) -> Vec<Op<'a>> {
     ops
 }
 
-/// The JSON paths at which two records differ, with both values.
-fn field_differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                match (x.get(k), y.get(k)) {
-                    (Some(v), Some(w)) => field_differences(v, w, &p, out),
-                    (Some(v), None) => out.push(format!("{p}: {v} -> (absent)")),
-                    (None, Some(w)) => out.push(format!("{p}: (absent) -> {w}")),
-                    (None, None) => {}
-                }
-            }
-        }
-        _ if a != b => out.push(format!(
-            "{}: {a} -> {b}",
-            if path.is_empty() { "." } else { path }
-        )),
-        _ => {}
-    }
-}
-
 fn clip(line: &str) -> String {
     if line.chars().count() <= LINE_CHARS {
         line.to_owned()
@@ -228,7 +201,7 @@ fn describe(want: &str, got: &str) -> String {
                     let mut fields = Vec::new();
                     let x: Value = serde_json::from_str(la).unwrap();
                     let y: Value = serde_json::from_str(lb).unwrap();
-                    field_differences(&x, &y, "", &mut fields);
+                    common::json::field_differences(&x, &y, "", &mut fields);
                     shown.push(format!(
                         "  ~ line {a} (now {b}), client {}: {}",
                         y["client"],

@@ -452,29 +452,12 @@ fn keyed(records: &[Value]) -> BTreeMap<Key, Value> {
     out
 }
 
-/// The paths of the fields where two records differ (`timing.rtt_ms`).
-fn differing_fields(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                differing_fields(x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), &p, out);
-            }
-        }
-        _ if a != b => out.push(format!("{path}: replay {a} / kernel {b}")),
-        _ => {}
-    }
-}
-
 fn describe(file: &str, baseline: Option<&Value>, kernel: &Value) -> String {
     let conn = format!("{} -> {}", kernel["client"].as_str().unwrap_or("?"), kernel["server"].as_str().unwrap_or("?"));
     match baseline {
         Some(b) => {
             let mut fields = Vec::new();
-            differing_fields(b, kernel, "", &mut fields);
+            common::json::field_differences(b, kernel, "", &mut fields); // replay -> kernel
             format!("{file}: {conn} differs in\n  {}\n  replay: {b}\n  kernel: {kernel}", fields.join("\n  "))
         }
         None => format!("{file}: {conn} has a kernel record but no replay record\n  kernel: {kernel}"),

@@ -22,6 +22,7 @@
 
 #![allow(dead_code)]
 
+pub mod json;
 pub mod netns;
 pub mod prereq;
 pub mod procs;
