@@ -305,7 +305,7 @@ impl Analyzer {
                 break;
             }
             if let Some((_, flow)) = self.flows.pop_oldest() {
-                if flow.status == Status::Tls {
+                if matches!(flow.status, Status::Tls | Status::Detecting) {
                     self.stats.flows_expired += 1;
                 }
                 self.finish_flow(flow, Finish::Expired, false);
@@ -317,6 +317,9 @@ impl Analyzer {
     /// not out yet; returns the flow as a tombstone.
     fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) -> TcpFlow {
         let reported = matches!(flow.status, Status::Done | Status::NotTls);
+        if flow.status == Status::Detecting {
+            self.stats.unidentified_flows += 1;
+        }
         if let Some(record) = flow.finish(why, timed, &mut self.ctx()) {
             self.out.push(record);
         }
@@ -394,7 +397,60 @@ mod tests {
         assert_eq!(records[1].notes, ["capture_ended", "no_syn"]);
         let s = a.stats();
         assert_eq!((s.tls_connections, s.non_tls_flows, s.flows_created), (2, 1, 3));
+        assert_eq!(s.unidentified_flows, 0);
         assert_eq!(a.take_finished_flows().len(), 3);
+    }
+
+    /// Regression: flows still being identified were counted nowhere (a
+    /// short plain flow that ends with the capture; SYN-only flows expiring
+    /// left `flows_expired` at 0). Every flow created now ends counted once.
+    #[test]
+    fn every_flow_is_counted_at_the_end_of_its_life() {
+        let mut a = Analyzer::new(Config { idle_timeout: 10.0, ..Config::default() });
+        // 100 SYN-only flows that expire, one short plain flow the capture
+        // ends, one reset before any data, one TLS connection.
+        for i in 0..100u16 {
+            a.push_frame(1.0, LinkType::RawIp, &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]));
+        }
+        a.push_frame(20.0, LinkType::RawIp, &tcp((3, 5000), (2, 80), 1, 0, ACK, b"HELLO"));
+        a.push_frame(20.0, LinkType::RawIp, &tcp((4, 5001), (2, 443), 1, 0, SYN, &[]));
+        a.push_frame(20.1, LinkType::RawIp, &tcp((2, 443), (4, 5001), 9, 2, RST | ACK, &[]));
+        a.push_frame(20.2, LinkType::RawIp, &tcp((5, 5002), (2, 443), 1, 0, ACK, &client_hello()));
+        let expired = a.stats().flows_expired;
+        a.finish();
+        let s = a.stats();
+        assert_eq!(expired, 100, "SYN-only flows ended by the idle timeout");
+        assert_eq!((s.flows_created, s.tls_connections, s.non_tls_flows, s.unidentified_flows), (103, 1, 0, 102));
+    }
+
+    /// Whatever arrives, every flow created is counted once when it ends.
+    #[test]
+    fn flow_accounting_holds_on_random_traffic() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let ch = client_hello();
+        let mut a = Analyzer::new(Config { max_flows: 16, idle_timeout: 2.0, ..Config::default() });
+        for i in 0..5000u32 {
+            let (c, s) = ((1 + (rnd() % 4) as u8, 40000 + (rnd() % 8) as u16), (2, [443, 80][(rnd() % 2) as usize]));
+            let flags = [SYN, SYN | ACK, ACK, RST, ACK | 0x01][(rnd() % 5) as usize];
+            let payload: &[u8] = match rnd() % 4 {
+                0 => &ch,
+                1 => &ch[..(rnd() % ch.len() as u64) as usize],
+                2 => b"GET / HTTP/1.1",
+                _ => &[],
+            };
+            let (from, to) = if rnd() % 2 == 0 { (c, s) } else { (s, c) };
+            a.push_frame(f64::from(i) * 0.01, LinkType::RawIp, &tcp(from, to, rnd() as u32 % 4096, rnd() as u32 % 4096, flags, payload));
+        }
+        a.finish();
+        let s = a.stats();
+        assert!(s.flows_created > 100, "{s:?}");
+        assert_eq!(s.flows_created, s.tls_connections + s.non_tls_flows + s.unidentified_flows, "{s:?}");
     }
 
     /// Regression (live eBPF, a client port reused within seconds): the old

@@ -101,12 +101,18 @@ counters! {
         flows_created,
         /// TCP flows evicted from the full flow table.
         flows_evicted,
-        /// TLS flows finished by the idle timeout.
+        /// TCP flows still being followed (TLS, or not identified yet)
+        /// ended by the idle timeout.
         flows_expired,
         /// TCP flows recognised as not TLS.
         non_tls_flows,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
+        /// TCP flows that ended (closed, evicted, idle, end of capture)
+        /// before tlsrum could tell whether they carry TLS: a SYN only, or
+        /// too few bytes. Every flow created ends counted once, as
+        /// `tls_connections`, `non_tls_flows` or this.
+        unidentified_flows,
         /// TLS record streams that could not be followed (bad record header, caps).
         stream_errors,
         /// Handshake messages that did not parse.
