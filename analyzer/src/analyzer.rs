@@ -401,6 +401,70 @@ mod tests {
         assert_eq!(a.take_finished_flows().len(), 3);
     }
 
+    /// A ClientHello record naming `sni`, or garbage of the same length.
+    fn client_hello_sni(sni: &str) -> Vec<u8> {
+        let name = sni.as_bytes();
+        let mut ext = vec![0, 0];
+        ext.extend(((name.len() + 5) as u16).to_be_bytes());
+        ext.extend(((name.len() + 3) as u16).to_be_bytes());
+        ext.push(0);
+        ext.extend((name.len() as u16).to_be_bytes());
+        ext.extend(name);
+        let mut body = vec![3, 3];
+        body.extend([7; 32]);
+        body.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
+        body.extend((ext.len() as u16).to_be_bytes());
+        body.extend(ext);
+        let mut msg = vec![1, 0, 0, body.len() as u8];
+        msg.extend(body);
+        let mut rec = vec![22, 3, 1, 0, msg.len() as u8];
+        rec.extend(msg);
+        rec
+    }
+
+    /// The connection's records after a first copy of its ClientHello and a
+    /// retransmission of it.
+    fn first_copy_then(first: &[u8], second: &[u8]) -> (Vec<ConnectionRecord>, Stats) {
+        let mut a = Analyzer::new(Config::default());
+        let (c, s) = ((1, 40000), (2, 443));
+        a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+        a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+        a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, first));
+        a.push_frame(1.3, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, second));
+        a.finish();
+        (a.take_records(), a.stats().clone())
+    }
+
+    /// Regression (hostile traffic): a garbage first copy of the
+    /// ClientHello made the connection vanish; the real retransmission was
+    /// dropped as a duplicate.
+    #[test]
+    fn garbage_first_copy_does_not_hide_the_connection() {
+        let real = client_hello_sni("real.example");
+        let garbage = vec![0x5a; real.len()];
+        let (records, stats) = first_copy_then(&garbage, &real);
+        assert_eq!(records.len(), 1, "{stats:?}");
+        assert_eq!(records[0].sni.as_deref(), Some("real.example"));
+        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert_eq!(stats.conflicting_retransmissions, 1);
+    }
+
+    /// Regression (IDS evasion): a forged first copy with another SNI was
+    /// reported as the truth, silently. The first copy is still what is read
+    /// once the flow is identified, but the record says it is disputed.
+    #[test]
+    fn forged_first_copy_is_noted() {
+        let (records, stats) = first_copy_then(&client_hello_sni("forged.example"), &client_hello_sni("realreal.test"));
+        assert_eq!(records[0].sni.as_deref(), Some("forged.example"));
+        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert_eq!(stats.conflicting_retransmissions, 1);
+        // An identical retransmission is no conflict.
+        let ch = client_hello_sni("same.example");
+        let (records, stats) = first_copy_then(&ch, &ch);
+        assert!(!records[0].notes.iter().any(|n| n.contains("conflicting")));
+        assert_eq!((stats.conflicting_retransmissions, stats.retransmitted_bytes), (0, ch.len() as u64));
+    }
+
     /// Regression: flows still being identified were counted nowhere (a
     /// short plain flow that ends with the capture; SYN-only flows expiring
     /// left `flows_expired` at 0). Every flow created now ends counted once.

@@ -121,6 +121,11 @@ counters! {
         reassembly_gaps,
         /// Payload bytes seen more than once.
         retransmitted_bytes,
+        /// Segments whose bytes differ from the copy of the same bytes
+        /// already read (checked over each direction's first 2 KiB, where the
+        /// hellos are): corruption or a forged copy. Noted on the record as
+        /// `client_conflicting_retransmission` / `server_conflicting_retransmission`.
+        conflicting_retransmissions,
         /// Segments cut short by the capture's snap length.
         truncated_segments,
         /// Bytes the peer acknowledged that the capture never showed.

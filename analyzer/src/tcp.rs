@@ -79,6 +79,12 @@ fn looks_like_client_hello(b: &[u8]) -> bool {
 }
 
 impl Probe {
+    /// Forgets the bytes gathered (they are being replaced); attempts count on.
+    fn restart(&mut self) {
+        self.bytes.clear();
+        self.start = None;
+    }
+
     fn feed(&mut self, c: &Chunk<'_>) -> ProbeResult {
         if self.start.is_none() {
             self.start = Some((c.seq, c.ts, c.ack));
@@ -241,10 +247,23 @@ impl TcpFlow {
         // its own buffer): each is routed right away.
         let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
+        let client_side = up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
         if out.gap {
             ctx.stats.reassembly_gaps += 1;
-            let client_side = up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
             up.notes.push(if client_side { "client_gap" } else { "server_gap" });
+        }
+        // A retransmission whose bytes differ from the copy already read
+        // (corruption, or a forged copy: IDS evasion): counted and noted.
+        // Once the flow is identified the first copy stays the one read;
+        // before, a differing copy replaces it, so that garbage sent first
+        // cannot hide a connection (README "Conflicting retransmissions").
+        if out.conflict.is_some() {
+            ctx.stats.conflicting_retransmissions += 1;
+            up.notes.push(if client_side { "client_conflicting_retransmission" } else { "server_conflicting_retransmission" });
+            if *status == Status::Detecting && reasm[dir].rewind(seg.seq) {
+                up.probe[dir].restart();
+                reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
+            }
         }
     }
 

@@ -9,6 +9,10 @@ pub use crate::seq::seq_diff;
 /// Default cap on out-of-order bytes held per direction.
 pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024;
 
+/// Bytes kept of the start of each direction's stream (where the hellos
+/// are), to compare retransmissions of them with what was delivered.
+pub const KEPT_PREFIX: usize = 2048;
+
 /// A TCP segment's payload and where it came from.
 #[derive(Debug, Clone, Copy)]
 pub struct Segment<'a> {
@@ -35,6 +39,10 @@ pub struct PushOutcome {
     pub queued: bool,
     /// The stream now has a hole it will never fill.
     pub gap: bool,
+    /// Sequence number of the first byte of this push that arrived again
+    /// with other contents than the copy already delivered (within the
+    /// kept prefix): a corrupted or forged copy, one of them.
+    pub conflict: Option<u32>,
 }
 
 /// A bytes chunk in stream order, with where it came from.
@@ -48,6 +56,10 @@ pub struct Chunk<'a> {
 
 #[derive(Debug)]
 pub struct Reassembler {
+    /// The first delivered byte's sequence number, and the first
+    /// [`KEPT_PREFIX`] bytes delivered from there.
+    first: Option<u32>,
+    kept: Vec<u8>,
     next: Option<u32>,
     pending: Vec<Pending>,
     buffered: usize,
@@ -58,7 +70,7 @@ pub struct Reassembler {
 
 impl Reassembler {
     pub fn new(max_buffered: usize) -> Self {
-        Reassembler { next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
+        Reassembler { first: None, kept: Vec::new(), next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
     }
 
     /// Sets the first sequence number of the byte stream (ISN + 1 from a SYN).
@@ -117,15 +129,16 @@ impl Reassembler {
             return outcome;
         }
         let skip = (-d) as usize;
+        if skip > 0 {
+            outcome.conflict = self.differs(seg.seq, &seg.data[..skip.min(seg.data.len())]);
+        }
         if skip >= seg.data.len() {
             outcome.duplicate_bytes = seg.data.len();
             return outcome;
         }
         outcome.duplicate_bytes = skip;
         let fresh = &seg.data[skip..];
-        self.delivered = true;
-        out(Chunk { data: fresh, seq: next, ts: seg.ts, ack: seg.ack });
-        self.next = Some(next.wrapping_add(fresh.len() as u32));
+        self.deliver(Chunk { data: fresh, seq: next, ts: seg.ts, ack: seg.ack }, out);
         if truncated {
             self.gap = true;
             outcome.gap = true;
@@ -174,15 +187,56 @@ impl Reassembler {
             let p = self.pending.swap_remove(i);
             self.buffered -= p.data.len();
             let skip = seq_diff(next, p.seq) as usize;
+            if skip > 0 && outcome.conflict.is_none() {
+                outcome.conflict = self.differs(p.seq, &p.data[..skip.min(p.data.len())]);
+            }
             if skip >= p.data.len() {
                 outcome.duplicate_bytes += p.data.len();
                 continue;
             }
             outcome.duplicate_bytes += skip;
             let fresh = &p.data[skip..];
-            out(Chunk { data: fresh, seq: next, ts: p.ts, ack: p.ack });
-            self.next = Some(next.wrapping_add(fresh.len() as u32));
+            self.deliver(Chunk { data: fresh, seq: next, ts: p.ts, ack: p.ack }, out);
         }
+    }
+
+    /// Hands over in-order bytes, keeping the stream's first ones.
+    fn deliver(&mut self, c: Chunk<'_>, out: &mut dyn FnMut(Chunk<'_>)) {
+        let first = *self.first.get_or_insert(c.seq);
+        if seq_diff(c.seq, first) == self.kept.len() as i64 && self.kept.len() < KEPT_PREFIX {
+            let n = (KEPT_PREFIX - self.kept.len()).min(c.data.len());
+            self.kept.extend_from_slice(&c.data[..n]);
+        }
+        self.delivered = true;
+        self.next = Some(c.seq.wrapping_add(c.data.len() as u32));
+        out(c);
+    }
+
+    /// Where `data`, arriving again at `seq`, differs from the kept copy of
+    /// what was delivered there (None if it matches or was not kept).
+    fn differs(&self, seq: u32, data: &[u8]) -> Option<u32> {
+        let first = self.first?;
+        let at = seq_diff(seq, first);
+        let (start, data) = if at < 0 { (0, data.get((-at) as usize..)?) } else { (at as usize, data) };
+        let kept = self.kept.get(start..)?;
+        let i = kept.iter().zip(data).position(|(a, b)| a != b)?;
+        Some(first.wrapping_add((start + i) as u32))
+    }
+
+    /// Forgets what was delivered from `seq` on (within the kept prefix),
+    /// so that the next push delivers those bytes again: a copy that
+    /// conflicted with them replaces them. False if `seq` is outside the
+    /// kept prefix.
+    pub fn rewind(&mut self, seq: u32) -> bool {
+        let Some(first) = self.first else { return false };
+        let at = seq_diff(seq, first).max(0);
+        if at as usize > self.kept.len() {
+            return false;
+        }
+        let seq = first.wrapping_add(at as u32);
+        self.kept.truncate(at as usize);
+        self.next = Some(seq);
+        true
     }
 }
 
@@ -242,6 +296,35 @@ mod tests {
         r.start_at(0);
         r.push(Segment { seq: 0, data: b"ab", ts: 0.0, ack: None }, false, &mut |_| {});
         assert_eq!(r.acked(3, &mut |_| {}), None);
+    }
+
+    fn push(r: &mut Reassembler, seq: u32, data: &[u8], got: &mut Vec<u8>) -> PushOutcome {
+        r.push(Segment { seq, data, ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data))
+    }
+
+    #[test]
+    fn differing_retransmissions_are_reported_and_can_replace() {
+        let mut r = Reassembler::new(1024);
+        r.start_at(100);
+        let mut got = Vec::new();
+        assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None);
+        assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None, "an identical copy");
+        assert_eq!(push(&mut r, 102, b"lXo w", &mut got).conflict, Some(103), "first differing byte");
+        // Queued out of order, overlapping what is delivered once drained.
+        assert_eq!(push(&mut r, 110, b"D", &mut got).conflict, None);
+        assert_eq!(push(&mut r, 105, b" worlD", &mut got).conflict, None, "the queued copy agrees");
+        assert_eq!(got, b"hello worlD");
+        let out = push(&mut r, 107, b"orld!", &mut got);
+        assert_eq!((out.conflict, out.duplicate_bytes), (Some(110), 4));
+        assert_eq!(got, b"hello worlD!");
+        // A queued copy that disagrees is reported when it is drained.
+        push(&mut r, 114, b"x", &mut got);
+        assert_eq!(push(&mut r, 112, b"abc", &mut got).conflict, Some(114));
+        // A replacing copy: what was delivered from 106 on is read again.
+        assert!(r.rewind(106));
+        push(&mut r, 106, b"world", &mut got);
+        assert_eq!(got, b"hello worlD!abcworld");
+        assert!(!r.rewind(5000), "beyond what was kept");
     }
 
     #[test]
