@@ -112,7 +112,23 @@ fn baseline(cap: &Capture, link: LinkType) -> Vec<Value> {
         a.push_frame(*ts, link, f);
     }
     a.finish();
-    a.take_records().iter().map(|r| serde_json::to_value(r).expect("record as JSON")).collect()
+    a.take_records()
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).expect("record as JSON");
+            // The kernel forwards each stream byte once (`fwd_until`), so a
+            // retransmission whose bytes differ never reaches user space on
+            // the eBPF path: `*_conflicting_retransmission` notes come from
+            // replay and the libpcap backend only (README, "Conflicting
+            // retransmissions"). Until the kernel forwards retransmissions
+            // of each direction's first bytes, that note alone is left out
+            // here; every other field must still be equal.
+            if let Some(notes) = v["notes"].as_array_mut() {
+                notes.retain(|n| !n.as_str().is_some_and(|n| n.ends_with("_conflicting_retransmission")));
+            }
+            v
+        })
+        .collect()
 }
 
 // ---- frames as the TC program sees them ----

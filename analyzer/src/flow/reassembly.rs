@@ -205,6 +205,9 @@ impl Reassembler {
         let first = *self.first.get_or_insert(c.seq);
         if seq_diff(c.seq, first) == self.kept.len() as i64 && self.kept.len() < KEPT_PREFIX {
             let n = (KEPT_PREFIX - self.kept.len()).min(c.data.len());
+            // Most hellos come in one chunk: one allocation of their size;
+            // a second chunk grows it to the whole prefix at once.
+            self.kept.reserve_exact(if self.kept.is_empty() { n } else { KEPT_PREFIX - self.kept.len() });
             self.kept.extend_from_slice(&c.data[..n]);
         }
         self.delivered = true;
