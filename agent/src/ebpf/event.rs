@@ -147,7 +147,15 @@ impl<'a> Iterator for Datagrams<'a> {
         let seg_pos = h.offset as usize + self.pos;
         let dgram_start = seg_pos - seg_pos % gso;
         let dgram_end = (dgram_start + gso).min(h.payload_len as usize);
-        let end_here = (dgram_end - h.offset as usize).min(payload.len());
+        let end_here = dgram_end.saturating_sub(h.offset as usize).min(payload.len());
+        if end_here <= self.pos {
+            // Bytes past the segment's declared length (an inconsistent
+            // event): the rest goes as one piece marked truncated, and the
+            // iterator ends (it used to yield empty pieces forever).
+            let piece = &payload[self.pos..];
+            self.pos = payload.len();
+            return Some(Packet { payload: piece, truncated: true, ..self.base });
+        }
         let piece = &payload[self.pos..end_here];
         let whole = dgram_start == seg_pos && h.offset as usize + end_here == dgram_end;
         self.pos = end_here;

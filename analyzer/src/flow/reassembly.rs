@@ -173,6 +173,9 @@ impl Reassembler {
             .unwrap_or(ack);
         let n = seq_diff(hole_end, next) as usize;
         self.next = Some(hole_end);
+        // The stream has moved past those bytes: a later SYN or SYN-ACK
+        // must not restart it (fuzz regression restart-after-acked-hole).
+        self.delivered = true;
         let mut outcome = PushOutcome::default();
         self.drain(out, &mut outcome);
         Some((next, n))
