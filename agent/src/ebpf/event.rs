@@ -288,4 +288,22 @@ mod tests {
         );
     }
 
+    /// Regression (fuzz ebpf_event, gso-bytes-past-payload-len-loop): bytes
+    /// past the segment's declared length made the iterator yield empty
+    /// pieces forever; an offset past it underflowed.
+    #[test]
+    fn gso_bytes_past_the_declared_length_end_the_datagrams() {
+        let data = [7u8; 3000];
+        for (payload_len, offset) in [(1000, 0), (1000, 2000), (0, 5)] {
+            let mut h = header(0, 0, 0, 2500, offset, 3000);
+            h.l4_proto = 17;
+            h.gso_size = 800;
+            h.payload_len = payload_len;
+            let ev = Event { ts: 0.0, header: &h, payload: &data };
+            let d: Vec<_> = ev.datagrams().take(100).collect();
+            assert!(d.len() < 100, "{payload_len} {offset}: endless");
+            assert_eq!(d.iter().map(|p| p.payload.len()).sum::<usize>(), 3000, "every byte once");
+        }
+    }
+
 }

@@ -296,6 +296,17 @@ mod tests {
         assert_eq!(r.acked(7, &mut |_| {}), None, "nothing more is missing");
     }
 
+    /// Regression (fuzz reassembly, restart-after-acked-hole): a SYN-ACK
+    /// after an ACK-skipped hole moved the stream back.
+    #[test]
+    fn a_skipped_hole_is_progress_a_restart_cannot_undo() {
+        let mut r = Reassembler::new(1024);
+        r.start_at(0);
+        assert_eq!(r.acked(10, &mut |_| {}), Some((0, 10)));
+        r.restart_at(500);
+        assert_eq!(r.next_seq(), Some(10));
+    }
+
     #[test]
     fn ack_of_a_fin_is_not_loss() {
         let mut r = Reassembler::new(1024);
