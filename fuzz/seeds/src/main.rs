@@ -302,3 +302,50 @@ fn main() {
     s.extend([0u8; 40]);
     write(&out, "keylog", "decrypt", &s);
 }
+
+/// The harness's Initials must pass the tracker's decryption, or the QUIC
+/// target would only fuzz the decrypt-failed path.
+#[cfg(test)]
+#[path = "../../src/lib.rs"]
+#[allow(dead_code)]
+mod harness;
+
+#[cfg(test)]
+mod tests {
+    use super::harness;
+    use analyzer::quic::packet::Version;
+    use analyzer::quic::{QuicStats, QuicTracker};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// RFC 9001 Appendix A.2's ClientHello (handshake header included).
+    const CH: &str = "010000ed0303ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c00000413011302010000c000000010000e00000b6578616d706c652e636f6dff01000100000a00080006001d0017001800100007000504616c706e000500050100000000003300260024001d00209370b2c9caa47fbabaf4559fedba753de171fa71f50f1ce15d43e994ec74d748002b0003020304000d0010000e0403050306030203080408050806002d00020101001c00024001003900320408ffffffffffffffff05048000ffff07048000ffff0801100104800075300901100f088394c8f03e51570806048000ffff";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn sealed_initials_open_and_reach_the_client_hello() {
+        for version in [Version::V1, Version::V2, Version::Draft(29), Version::Draft(23), Version::Mvfst(2)] {
+            for pn_len in 1..=4 {
+                let dcid = [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
+                let frames = harness::crypto_frame(0, &unhex(CH));
+                let d = harness::seal_initial(version, harness::Side::Client, &dcid, &dcid, &[1; 8], &[], 2, pn_len, &frames, 1200);
+                assert!(d.len() >= 1200);
+                let mut t = QuicTracker::new(10, 30.0);
+                let mut stats = QuicStats::default();
+                let c = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5000);
+                let s = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 443);
+                t.on_datagram(1.0, c, s, &d, &mut stats);
+                t.finish_all(&mut stats);
+                assert_eq!(stats.decrypt_failed, 0, "{version:?} pn_len {pn_len}: {stats:?}");
+                assert_eq!(stats.hello_parse_errors, 0, "{version:?}: {stats:?}");
+                assert_eq!(t.out.len(), 1, "{version:?}: {stats:?}");
+                let mut line = Vec::new();
+                analyzer::output::ndjson::encode(&mut line, &t.out[0]);
+                let line = String::from_utf8(line).unwrap();
+                assert!(line.contains("example.com"), "{version:?}: {line}");
+            }
+        }
+    }
+}
