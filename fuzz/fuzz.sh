@@ -47,7 +47,26 @@ replay_one() {
     done
     [ ${#dirs[@]} -eq 0 ] && return 0
     # -runs=0 with directories: every file executed once (no mutation).
-    "$BIN/$t" -runs=0 -timeout=10 -rss_limit_mb=2048 "${dirs[@]}"
+    mkdir -p "artifacts/$t"
+    "$BIN/$t" -runs=0 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="artifacts/$t/" "${dirs[@]}"
+}
+
+# What failed: the panic, the top frames, and the input libFuzzer kept.
+why() {
+    local log="target/smoke-$1.log"
+    grep -m1 -A1 -E 'panicked at|ERROR: libFuzzer' "$log" || tail -n 20 "$log"
+    grep -m6 -E '^ +[0-9]+: ' "$log" | grep -v -E 'rust_begin_unwind|panicking|panic_' | head -n 4 || true
+    grep -E '^(SUMMARY|artifact_prefix)' "$log" || true
+}
+
+# Every target runs even after another failed: the first crash must not
+# hide the rest. The failures are listed at the end.
+failed=()
+finish() {
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "fuzz: FAILED: ${failed[*]} (inputs in fuzz/artifacts/<target>/; fuzz/README.md says how to reproduce)" >&2
+        exit 1
+    fi
 }
 
 case "${1:-}" in
@@ -60,19 +79,29 @@ case "${1:-}" in
         build
         for t in "${TARGETS[@]}"; do
             echo "== fuzz $t for ${secs}s"
-            run_one "$t" "$secs"
+            run_one "$t" "$secs" || failed+=("$t")
         done
+        finish
         ;;
     smoke)
-        secs="${2:-30}"
+        secs="${2:-20}"
         [ -d corpus/packets ] || seeds
         build
         for t in "${TARGETS[@]}"; do
-            echo "== smoke $t: replay corpus and regressions, then ${secs}s of fuzzing"
-            replay_one "$t"
-            run_one "$t" "$secs" 2>&1 | tail -n 25
-            [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz smoke: $t failed (input in fuzz/artifacts/$t/)" >&2; exit 1; }
+            echo "== smoke $t: replay corpus/$t and regressions/$t, then ${secs}s of fuzzing"
+            if ! replay_one "$t" > "target/smoke-$t.log" 2>&1; then
+                why "$t"
+                failed+=("$t(replay)")
+                continue
+            fi
+            if ! run_one "$t" "$secs" > "target/smoke-$t.log" 2>&1; then
+                why "$t"
+                failed+=("$t")
+                continue
+            fi
+            grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units)' "target/smoke-$t.log" || true
         done
+        finish
         ;;
     *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
