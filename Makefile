@@ -3,8 +3,11 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TLSRUM := target/release/tlsrum
+# Seconds of fuzzing per target: `make fuzz`, and the smoke in `make test`.
+FUZZ_SECS ?= 600
+FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment
+.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -19,6 +22,16 @@ demo: build
 test: deps
 	$(CARGO) test --profile ci --locked --workspace --no-fail-fast
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)
+
+# libFuzzer on stable Rust (fuzz/README.md): every target FUZZ_SECS seconds.
+fuzz: deps
+	bash fuzz/fuzz.sh run $(FUZZ_SECS)
+
+# Each target replays its seed corpus and fuzz/regressions/, then fuzzes
+# FUZZ_SMOKE_SECS seconds; a crash fails (the last step of `make test`).
+fuzz-smoke: deps
+	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)
 
 # Rewrite pcaps/*.baseline.ndjson (the full NDJSON replay of every capture,
 # compared byte for byte by agent/tests/baseline.rs) after an intended change

@@ -1,0 +1,74 @@
+//! Whole frames through `Analyzer::push_frame`, for every link type the
+//! analyzer reads, with tiny caps switched on by the input.
+//!
+//! Input: byte 0 picks the link type (mod 6); byte 1 switches caps on
+//! (bit 0 `max_flows` 2, bit 1 `max_flow_buffer` 64, bit 2
+//! `max_handshake_message` 64, bit 3 only port 443, bit 4 idle timeout 1 s,
+//! bit 5 report finished flows); then frames, each a time step (1/16 s
+//! units), a 16-bit length and the frame's bytes. `finish()` at the end.
+//! Checks: every frame is counted once in `stats().packets`; every record
+//! encodes as one NDJSON line of valid JSON.
+#![no_main]
+
+use analyzer::wire::LinkType;
+use analyzer::{Analyzer, Config};
+use libfuzzer_sys::fuzz_target;
+use tlsrum_fuzz::Input;
+
+const LINKS: [LinkType; 6] = [
+    LinkType::Ethernet,
+    LinkType::LinuxSll,
+    LinkType::LinuxSll2,
+    LinkType::RawIp,
+    LinkType::Null,
+    LinkType::Loop,
+];
+
+fuzz_target!(|data: &[u8]| {
+    let mut input = Input::new(data);
+    let link = LINKS[usize::from(input.u8()) % LINKS.len()];
+    let caps = input.u8();
+    let mut cfg = Config::default();
+    if caps & 1 != 0 {
+        cfg.max_flows = 2;
+    }
+    if caps & 2 != 0 {
+        cfg.max_flow_buffer = 64;
+    }
+    if caps & 4 != 0 {
+        cfg.max_handshake_message = 64;
+    }
+    if caps & 8 != 0 {
+        cfg.server_ports = vec![443];
+    }
+    if caps & 16 != 0 {
+        cfg.idle_timeout = 1.0;
+    }
+    cfg.report_finished_flows = caps & 32 != 0;
+    let mut a = Analyzer::new(cfg);
+    let mut ts = 1_700_000_000.0;
+    let mut frames = 0u64;
+    let mut records = Vec::new();
+    while !input.is_empty() {
+        ts += f64::from(input.u8()) / 16.0;
+        let frame = input.prefixed();
+        a.push_frame(ts, link, frame);
+        frames += 1;
+        if frames % 8 == 0 {
+            records.extend(a.take_records());
+            a.take_finished_flows();
+        }
+    }
+    a.finish();
+    records.extend(a.take_records());
+    assert_eq!(a.stats().packets, frames, "every frame counted once");
+    let mut out = Vec::new();
+    for r in &records {
+        out.clear();
+        analyzer::output::ndjson::encode(&mut out, r);
+        let line = std::str::from_utf8(&out).expect("NDJSON is UTF-8");
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        assert!(!line.contains('\n'), "one line per record");
+        tlsrum_fuzz::check_json(line);
+    }
+});
