@@ -122,8 +122,9 @@ counters! {
         /// Payload bytes seen more than once.
         retransmitted_bytes,
         /// Segments whose bytes differ from the copy of the same bytes
-        /// already read (checked over each direction's first 2 KiB, where the
-        /// hellos are): corruption or a forged copy. Noted on the record as
+        /// already read (checked over each direction's first record, the
+        /// hello), or that replaced a first copy which was no ClientHello:
+        /// corruption or a forged copy. Noted on the record as
         /// `client_conflicting_retransmission` / `server_conflicting_retransmission`.
         conflicting_retransmissions,
         /// Segments cut short by the capture's snap length.

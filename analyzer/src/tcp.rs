@@ -79,6 +79,12 @@ fn looks_like_client_hello(b: &[u8]) -> bool {
 }
 
 impl Probe {
+    /// At least one attempt was decided "no ClientHello" and none is half
+    /// gathered.
+    fn decided_not_hello(&self) -> bool {
+        self.tries > 0 && self.start.is_none()
+    }
+
     /// Forgets the bytes gathered (they are being replaced); attempts count on.
     fn restart(&mut self) {
         self.bytes.clear();
@@ -225,6 +231,7 @@ impl TcpFlow {
     /// record layer.
     fn payload(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload: &[u8], truncated: bool, ctx: &mut Ctx<'_>) {
         let Some(act) = self.active.as_deref_mut() else { return };
+        let was = self.status;
         if h.ack_flag {
             act.skip_capture_loss(&mut self.status, 1 - dir, h.ack, ctx);
             if let Some(c) = act.up.client {
@@ -257,13 +264,28 @@ impl TcpFlow {
         // Once the flow is identified the first copy stays the one read;
         // before, a differing copy replaces it, so that garbage sent first
         // cannot hide a connection (README "Conflicting retransmissions").
-        if out.conflict.is_some() {
+        // Not identified yet (nothing is kept then, to keep plain flows
+        // cheap): a retransmission that starts like a ClientHello where the
+        // probe found none conflicts with the first copy and replaces it.
+        let replaces = *status == Status::Detecting
+            && out.duplicate_bytes > 0
+            && seg.data.len() >= 6
+            && looks_like_client_hello(seg.data)
+            && up.probe[dir].decided_not_hello()
+            && reasm[dir].rewind(seg.seq);
+        if out.conflict.is_some() || replaces {
             ctx.stats.conflicting_retransmissions += 1;
             up.notes.push(if client_side { "client_conflicting_retransmission" } else { "server_conflicting_retransmission" });
-            if *status == Status::Detecting && reasm[dir].rewind(seg.seq) {
-                up.probe[dir].restart();
-                reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
-            }
+        }
+        if replaces {
+            up.probe[dir].restart();
+            reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
+        }
+        // Identified now: from here on the delivered bytes are kept, to
+        // compare retransmissions with.
+        if *status == Status::Tls && was != Status::Tls {
+            reasm[dir].keep_from(seg.seq, seg.data);
+            reasm[1 - dir].keep_from(seg.seq, &[]);
         }
     }
 

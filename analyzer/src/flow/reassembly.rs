@@ -9,8 +9,9 @@ pub use crate::seq::seq_diff;
 /// Default cap on out-of-order bytes held per direction.
 pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024;
 
-/// Bytes kept of the start of each direction's stream (where the hellos
-/// are), to compare retransmissions of them with what was delivered.
+/// Bytes kept of each direction's stream once its flow is identified as
+/// TLS (from the ClientHello's segment on: where the hellos are), to compare
+/// retransmissions of them with what was delivered.
 pub const KEPT_PREFIX: usize = 2048;
 
 /// A TCP segment's payload and where it came from.
@@ -56,10 +57,15 @@ pub struct Chunk<'a> {
 
 #[derive(Debug)]
 pub struct Reassembler {
-    /// The first delivered byte's sequence number, and the first
-    /// [`KEPT_PREFIX`] bytes delivered from there.
+    /// The first delivered byte's sequence number.
     first: Option<u32>,
+    /// Keep delivered bytes (set by [`keep_from`](Self::keep_from)): at
+    /// most [`KEPT_PREFIX`] of them, from `kept_at` on.
+    keep: bool,
+    kept_at: Option<u32>,
     kept: Vec<u8>,
+    /// How much of the stream is kept: its first record, at most [`KEPT_PREFIX`].
+    kept_cap: usize,
     next: Option<u32>,
     pending: Vec<Pending>,
     buffered: usize,
@@ -70,7 +76,7 @@ pub struct Reassembler {
 
 impl Reassembler {
     pub fn new(max_buffered: usize) -> Self {
-        Reassembler { first: None, kept: Vec::new(), next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
+        Reassembler { first: None, keep: false, kept_at: None, kept: Vec::new(), kept_cap: KEPT_PREFIX, next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
     }
 
     /// Sets the first sequence number of the byte stream (ISN + 1 from a SYN).
@@ -205,23 +211,54 @@ impl Reassembler {
 
     /// Hands over in-order bytes, keeping the stream's first ones.
     fn deliver(&mut self, c: Chunk<'_>, out: &mut dyn FnMut(Chunk<'_>)) {
-        let first = *self.first.get_or_insert(c.seq);
-        if seq_diff(c.seq, first) == self.kept.len() as i64 && self.kept.len() < KEPT_PREFIX {
-            let n = (KEPT_PREFIX - self.kept.len()).min(c.data.len());
-            // Most hellos come in one chunk: one allocation of their size;
-            // a second chunk grows it to the whole prefix at once.
-            self.kept.reserve_exact(if self.kept.is_empty() { n } else { KEPT_PREFIX - self.kept.len() });
-            self.kept.extend_from_slice(&c.data[..n]);
+        self.first.get_or_insert(c.seq);
+        if self.keep {
+            let at = *self.kept_at.get_or_insert(c.seq);
+            self.keep_bytes(at, c.seq, c.data);
         }
         self.delivered = true;
         self.next = Some(c.seq.wrapping_add(c.data.len() as u32));
         out(c);
     }
 
+    fn keep_bytes(&mut self, at: u32, seq: u32, data: &[u8]) {
+        if self.kept.is_empty() {
+            // Only the first record (the hello) is kept when the bytes start
+            // with a TLS record header: the fields a forged copy would change
+            // are there, and the rest of a flight is not worth the copying.
+            self.kept_cap = match data {
+                [22, 3, _, hi, lo, ..] => (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).min(KEPT_PREFIX),
+                _ => KEPT_PREFIX,
+            };
+        }
+        if seq_diff(seq, at) == self.kept.len() as i64 && self.kept.len() < self.kept_cap {
+            let n = (self.kept_cap - self.kept.len()).min(data.len());
+            // One allocation for what is kept.
+            self.kept.reserve_exact(self.kept_cap - self.kept.len());
+            self.kept.extend_from_slice(&data[..n]);
+        }
+    }
+
+    /// Starts keeping delivered bytes (the flow was identified as TLS):
+    /// those of `data` (a segment starting at `seq`) that are already
+    /// delivered, and what comes next. Flows never identified keep nothing.
+    pub fn keep_from(&mut self, seq: u32, data: &[u8]) {
+        if self.keep {
+            return;
+        }
+        self.keep = true;
+        let Some(next) = self.next.filter(|_| self.delivered) else { return };
+        let delivered = seq_diff(next, seq).clamp(0, data.len() as i64) as usize;
+        if delivered > 0 {
+            self.kept_at = Some(seq);
+            self.keep_bytes(seq, seq, &data[..delivered]);
+        }
+    }
+
     /// Where `data`, arriving again at `seq`, differs from the kept copy of
     /// what was delivered there (None if it matches or was not kept).
     fn differs(&self, seq: u32, data: &[u8]) -> Option<u32> {
-        let first = self.first?;
+        let first = self.kept_at?;
         let at = seq_diff(seq, first);
         let (start, data) = if at < 0 { (0, data.get((-at) as usize..)?) } else { (at as usize, data) };
         let kept = self.kept.get(start..)?;
@@ -229,18 +266,19 @@ impl Reassembler {
         Some(first.wrapping_add((start + i) as u32))
     }
 
-    /// Forgets what was delivered from `seq` on (within the kept prefix),
-    /// so that the next push delivers those bytes again: a copy that
-    /// conflicted with them replaces them. False if `seq` is outside the
-    /// kept prefix.
+    /// Forgets what was delivered from `seq` on, so that the next push
+    /// delivers those bytes again: a copy that conflicted with them
+    /// replaces them. False if `seq` is not within what was delivered.
     pub fn rewind(&mut self, seq: u32) -> bool {
-        let Some(first) = self.first else { return false };
-        let at = seq_diff(seq, first).max(0);
-        if at as usize > self.kept.len() {
+        let (Some(first), Some(next)) = (self.first, self.next) else { return false };
+        let seq = if seq_diff(seq, first) < 0 { first } else { seq };
+        if seq_diff(seq, next) > 0 {
             return false;
         }
-        let seq = first.wrapping_add(at as u32);
-        self.kept.truncate(at as usize);
+        if let Some(at) = self.kept_at {
+            let keep = seq_diff(seq, at).clamp(0, self.kept.len() as i64) as usize;
+            self.kept.truncate(keep);
+        }
         self.next = Some(seq);
         true
     }
@@ -325,6 +363,8 @@ mod tests {
         r.start_at(100);
         let mut got = Vec::new();
         assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None);
+        assert_eq!(push(&mut r, 100, b"HELLO", &mut got).conflict, None, "nothing kept before keep_from");
+        r.keep_from(100, b"hello");
         assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None, "an identical copy");
         assert_eq!(push(&mut r, 102, b"lXo w", &mut got).conflict, Some(103), "first differing byte");
         // Queued out of order, overlapping what is delivered once drained.
@@ -341,7 +381,7 @@ mod tests {
         assert!(r.rewind(106));
         push(&mut r, 106, b"world", &mut got);
         assert_eq!(got, b"hello worlD!abcworld");
-        assert!(!r.rewind(5000), "beyond what was kept");
+        assert!(!r.rewind(5000), "beyond what was delivered");
     }
 
     #[test]
