@@ -16,6 +16,14 @@ use analyzer::flow::reassembly::{Reassembler, Segment, DEFAULT_MAX_BUFFERED};
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::Input;
 
+/// `TLSRUM_FUZZ_SKIP_KNOWN=1` lets a long run explore past the open
+/// finding in `regressions/reassembly/` (a restart after bytes came out
+/// through an ACKed hole); the smoke and `make fuzz` keep the check.
+fn skip_known() -> bool {
+    static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIP.get_or_init(|| std::env::var_os("TLSRUM_FUZZ_SKIP_KNOWN").is_some_and(|v| v == "1"))
+}
+
 fn stream(s: u32) -> u8 {
     (s.wrapping_mul(0x9e37_79b9) >> 24) as u8
 }
@@ -79,8 +87,12 @@ fuzz_target!(|data: &[u8]| {
             _ => {
                 r.restart_at(at);
                 if let (Some(next), Some(e)) = (r.next_seq(), expect) {
-                    // A restart is allowed only before any byte came out.
-                    assert_eq!(next, e, "restart moved a stream that had delivered bytes");
+                    if skip_known() {
+                        expect = Some(next);
+                    } else {
+                        // A restart is allowed only before any byte came out.
+                        assert_eq!(next, e, "restart moved a stream that had delivered bytes");
+                    }
                 }
             }
         }
