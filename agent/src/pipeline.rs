@@ -13,7 +13,12 @@ use crate::source::{Captured, Source, Status};
 
 /// Polls the source once (waiting up to `timeout`) and feeds what came to
 /// the analyzer, and to `tap` (`--write-pcap`) if there is one.
-pub fn pump(source: &mut dyn Source, timeout: Duration, analyzer: &mut Analyzer, mut tap: Option<&mut PacketWriter>) -> Result<Status> {
+pub fn pump(
+    source: &mut dyn Source,
+    timeout: Duration,
+    analyzer: &mut Analyzer,
+    mut tap: Option<&mut PacketWriter>,
+) -> Result<Status> {
     source.poll(timeout, &mut |c: Captured<'_>| {
         if let Some(w) = tap.as_deref_mut() {
             w.captured(&c);
@@ -33,7 +38,11 @@ pub fn flush_records(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Resu
 
 /// Tells the source which flows the analyzer is done with (so that it can
 /// stop sending them), then hands the records to the sink.
-pub fn deliver(analyzer: &mut Analyzer, source: &mut dyn Source, sink: &mut dyn RecordSink) -> Result<()> {
+pub fn deliver(
+    analyzer: &mut Analyzer,
+    source: &mut dyn Source,
+    sink: &mut dyn RecordSink,
+) -> Result<()> {
     let finished = analyzer.take_finished_flows();
     if !finished.is_empty() {
         source.finished(&finished);

@@ -20,6 +20,10 @@ use crate::tls::keylog::KeyLog;
 use crate::tls::record::DEFAULT_MAX_HANDSHAKE_MESSAGE;
 use crate::wire::{self, DecodeError, LinkType, Packet, TcpHeader, Transport};
 
+/// Default memory budget of the flow state: a flood of any kind keeps the
+/// whole process within ~400 MiB (README, "Limits").
+pub const DEFAULT_MAX_MEMORY: usize = 256 << 20;
+
 /// Every cap the analyzer enforces; hitting one is counted in [`Stats`].
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -27,6 +31,9 @@ pub struct Config {
     pub max_flows: usize,
     /// Out-of-order bytes buffered per direction of a flow.
     pub max_flow_buffer: usize,
+    /// Bytes all TCP flows and QUIC connections may hold together
+    /// ([`crate::memory`]); beyond it the least recently used are finished.
+    pub max_memory: usize,
     /// Largest handshake message kept for parsing.
     pub max_handshake_message: usize,
     /// A flow with no packet for this long (capture time, seconds) is finished.
@@ -48,6 +55,7 @@ impl Default for Config {
         Config {
             max_flows: 200_000,
             max_flow_buffer: DEFAULT_MAX_BUFFERED,
+            max_memory: DEFAULT_MAX_MEMORY,
             max_handshake_message: DEFAULT_MAX_HANDSHAKE_MESSAGE,
             idle_timeout: 120.0,
             server_ports: Vec::new(),
@@ -120,12 +128,16 @@ impl Analyzer {
         let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
-            memory: IssuedIds { ids: LruCache::new(nz(cfg.max_session_ids)), certs: LruCache::new(nz(CERT_CACHE)) },
+            memory: IssuedIds {
+                ids: LruCache::new(nz(cfg.max_session_ids)),
+                certs: LruCache::new(nz(CERT_CACHE)),
+            },
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
-            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout).with_keylog(cfg.keylog.clone()),
+            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
+                .with_keylog(cfg.keylog.clone()),
             cfg,
         }
     }
@@ -182,9 +194,47 @@ impl Analyzer {
             Transport::Udp { src_port, dst_port } => {
                 self.stats.udp_packets += 1;
                 if self.wanted(src_port, dst_port) {
-                    self.quic.on_datagram(ts, (p.src, src_port), (p.dst, dst_port), p.payload, &mut self.stats.quic);
+                    self.quic.on_datagram(
+                        ts,
+                        (p.src, src_port),
+                        (p.dst, dst_port),
+                        p.payload,
+                        &mut self.stats.quic,
+                    );
                     self.out.append(&mut self.quic.out);
                 }
+            }
+        }
+        if self.memory_used() > self.cfg.max_memory {
+            self.shed();
+        }
+    }
+
+    /// Bytes the TCP flows and QUIC connections hold, as estimated for the
+    /// memory budget ([`crate::memory`]).
+    pub fn memory_used(&self) -> usize {
+        self.flows.bytes() + self.quic.bytes()
+    }
+
+    /// Over the memory budget: finishes the least recently used flows,
+    /// TCP or QUIC, whichever is older, until it holds again.
+    fn shed(&mut self) {
+        while self.memory_used() > self.cfg.max_memory {
+            let tcp = self.flows.oldest().map(|(_, f)| f.last_ts);
+            let older_tcp = match (tcp, self.quic.oldest_ts()) {
+                (Some(t), Some(q)) => t <= q,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return,
+            };
+            self.stats.memory_evictions += 1;
+            if older_tcp {
+                if let Some((_, flow)) = self.flows.pop_oldest() {
+                    self.finish_flow(flow, Finish::Evicted, false);
+                }
+            } else {
+                self.quic.evict_oldest(&mut self.stats.quic);
+                self.out.append(&mut self.quic.out);
             }
         }
     }
@@ -207,14 +257,30 @@ impl Analyzer {
     }
 
     fn wanted(&self, src_port: u16, dst_port: u16) -> bool {
-        self.cfg.server_ports.is_empty() || self.cfg.server_ports.contains(&src_port) || self.cfg.server_ports.contains(&dst_port)
+        self.cfg.server_ports.is_empty()
+            || self.cfg.server_ports.contains(&src_port)
+            || self.cfg.server_ports.contains(&dst_port)
     }
 
     fn ctx(&mut self) -> Ctx<'_> {
-        Ctx { mem: &mut self.memory, keylog: self.cfg.keylog.as_deref(), stats: &mut self.stats }
+        Ctx {
+            mem: &mut self.memory,
+            keylog: self.cfg.keylog.as_deref(),
+            stats: &mut self.stats,
+            max_flow_buffer: self.cfg.max_flow_buffer,
+            max_handshake_message: self.cfg.max_handshake_message,
+        }
     }
 
-    fn tcp(&mut self, ts: f64, src: IpAddr, dst: IpAddr, h: &TcpHeader, payload: &[u8], truncated: bool) {
+    fn tcp(
+        &mut self,
+        ts: f64,
+        src: IpAddr,
+        dst: IpAddr,
+        h: &TcpHeader,
+        payload: &[u8],
+        truncated: bool,
+    ) {
         if !self.wanted(h.src_port, h.dst_port) {
             return;
         }
@@ -260,19 +326,29 @@ impl Analyzer {
                 return;
             }
             self.stats.flows_created += 1;
-            let flow = TcpFlow::new(ts, from, to, self.cfg.max_flow_buffer, self.cfg.max_handshake_message);
+            let flow = TcpFlow::new(ts, from, to);
             self.insert(key, flow);
         }
-        let keylog = self.cfg.keylog.as_deref();
-        let Some(flow) = self.flows.get_mut(&key) else { return };
-        let was = flow.status;
-        let mut ctx = Ctx { mem: &mut self.memory, keylog, stats: &mut self.stats };
-        let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
-        if flow.status == Status::NotTls {
+        let mut ctx = Ctx {
+            mem: &mut self.memory,
+            keylog: self.cfg.keylog.as_deref(),
+            stats: &mut self.stats,
+            max_flow_buffer: self.cfg.max_flow_buffer,
+            max_handshake_message: self.cfg.max_handshake_message,
+        };
+        let updated = self.flows.update(&key, |flow| {
+            let was = flow.status;
+            let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
+            (seg, was, flow.status, (flow.a, flow.b))
+        });
+        let Some((seg, was, status, ends)) = updated else {
+            return;
+        };
+        if status == Status::NotTls {
             if was != Status::NotTls {
                 self.stats.non_tls_flows += 1;
                 if self.cfg.report_finished_flows {
-                    self.finished.push((flow.a, flow.b));
+                    self.finished.push(ends);
                 }
             }
             if seg.closed {
@@ -336,9 +412,37 @@ mod tests {
     use crate::record::HandshakeKind;
 
     /// An IPv4/TCP packet (no options) from 10.0.0.`src`:`sport` to 10.0.0.`dst`:`dport`.
-    fn tcp((src, sport): (u8, u16), (dst, dport): (u8, u16), seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    fn tcp(
+        (src, sport): (u8, u16),
+        (dst, dport): (u8, u16),
+        seq: u32,
+        ack: u32,
+        flags: u8,
+        payload: &[u8],
+    ) -> Vec<u8> {
         let len = 40 + payload.len();
-        let mut p = vec![0x45, 0, (len >> 8) as u8, len as u8, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, src, 10, 0, 0, dst];
+        let mut p = vec![
+            0x45,
+            0,
+            (len >> 8) as u8,
+            len as u8,
+            0,
+            0,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+            10,
+            0,
+            0,
+            src,
+            10,
+            0,
+            0,
+            dst,
+        ];
         p.extend(sport.to_be_bytes());
         p.extend(dport.to_be_bytes());
         p.extend(seq.to_be_bytes());
@@ -369,14 +473,24 @@ mod tests {
     /// finishes what is open.
     #[test]
     fn flows_are_routed_classified_and_finished() {
-        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            report_finished_flows: true,
+            ..Config::default()
+        });
         let ch = client_hello();
         let frames = [
             tcp((1, 40000), (2, 443), 100, 0, SYN, &[]),
             tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[]),
             tcp((1, 40000), (2, 443), 101, 501, ACK, &[]),
             tcp((1, 40000), (2, 443), 101, 501, ACK, &ch),
-            tcp((2, 443), (1, 40000), 501, 101 + ch.len() as u32, RST | ACK, &[]),
+            tcp(
+                (2, 443),
+                (1, 40000),
+                501,
+                101 + ch.len() as u32,
+                RST | ACK,
+                &[],
+            ),
             // Plain text on another flow: 16 segments that are no ClientHello.
             tcp((3, 40001), (2, 80), 1, 0, SYN, &[]),
         ];
@@ -384,19 +498,29 @@ mod tests {
             a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
         }
         for i in 0..16u32 {
-            a.push_frame(2.0, LinkType::RawIp, &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"));
+            a.push_frame(
+                2.0,
+                LinkType::RawIp,
+                &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"),
+            );
         }
         let open = tcp((4, 40002), (2, 443), 1, 0, ACK, &ch);
         a.push_frame(3.0, LinkType::RawIp, &open);
         a.finish();
         let records = a.take_records();
         assert_eq!(records.len(), 2, "{records:?}");
-        assert_eq!((records[0].handshake, records[0].failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
+        assert_eq!(
+            (records[0].handshake, records[0].failure.as_deref()),
+            (HandshakeKind::Failed, Some("reset"))
+        );
         assert_eq!(records[0].timing.tcp_rtt, Some(20.0));
         assert_eq!(records[1].handshake, HandshakeKind::Incomplete);
         assert_eq!(records[1].notes, ["capture_ended", "no_syn"]);
         let s = a.stats();
-        assert_eq!((s.tls_connections, s.non_tls_flows, s.flows_created), (2, 1, 3));
+        assert_eq!(
+            (s.tls_connections, s.non_tls_flows, s.flows_created),
+            (2, 1, 3)
+        );
         assert_eq!(s.unidentified_flows, 0);
         assert_eq!(a.take_finished_flows().len(), 3);
     }
@@ -445,7 +569,13 @@ mod tests {
         let (records, stats) = first_copy_then(&garbage, &real);
         assert_eq!(records.len(), 1, "{stats:?}");
         assert_eq!(records[0].sni.as_deref(), Some("real.example"));
-        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert!(
+            records[0]
+                .notes
+                .contains(&"client_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
         assert_eq!(stats.conflicting_retransmissions, 1);
     }
 
@@ -454,15 +584,27 @@ mod tests {
     /// once the flow is identified, but the record says it is disputed.
     #[test]
     fn forged_first_copy_is_noted() {
-        let (records, stats) = first_copy_then(&client_hello_sni("forged.example"), &client_hello_sni("realreal.test"));
+        let (records, stats) = first_copy_then(
+            &client_hello_sni("forged.example"),
+            &client_hello_sni("realreal.test"),
+        );
         assert_eq!(records[0].sni.as_deref(), Some("forged.example"));
-        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert!(
+            records[0]
+                .notes
+                .contains(&"client_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
         assert_eq!(stats.conflicting_retransmissions, 1);
         // An identical retransmission is no conflict.
         let ch = client_hello_sni("same.example");
         let (records, stats) = first_copy_then(&ch, &ch);
         assert!(!records[0].notes.iter().any(|n| n.contains("conflicting")));
-        assert_eq!((stats.conflicting_retransmissions, stats.retransmitted_bytes), (0, ch.len() as u64));
+        assert_eq!(
+            (stats.conflicting_retransmissions, stats.retransmitted_bytes),
+            (0, ch.len() as u64)
+        );
     }
 
     /// Regression: flows still being identified were counted nowhere (a
@@ -470,21 +612,52 @@ mod tests {
     /// left `flows_expired` at 0). Every flow created now ends counted once.
     #[test]
     fn every_flow_is_counted_at_the_end_of_its_life() {
-        let mut a = Analyzer::new(Config { idle_timeout: 10.0, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            idle_timeout: 10.0,
+            ..Config::default()
+        });
         // 100 SYN-only flows that expire, one short plain flow the capture
         // ends, one reset before any data, one TLS connection.
         for i in 0..100u16 {
-            a.push_frame(1.0, LinkType::RawIp, &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]));
+            a.push_frame(
+                1.0,
+                LinkType::RawIp,
+                &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]),
+            );
         }
-        a.push_frame(20.0, LinkType::RawIp, &tcp((3, 5000), (2, 80), 1, 0, ACK, b"HELLO"));
-        a.push_frame(20.0, LinkType::RawIp, &tcp((4, 5001), (2, 443), 1, 0, SYN, &[]));
-        a.push_frame(20.1, LinkType::RawIp, &tcp((2, 443), (4, 5001), 9, 2, RST | ACK, &[]));
-        a.push_frame(20.2, LinkType::RawIp, &tcp((5, 5002), (2, 443), 1, 0, ACK, &client_hello()));
+        a.push_frame(
+            20.0,
+            LinkType::RawIp,
+            &tcp((3, 5000), (2, 80), 1, 0, ACK, b"HELLO"),
+        );
+        a.push_frame(
+            20.0,
+            LinkType::RawIp,
+            &tcp((4, 5001), (2, 443), 1, 0, SYN, &[]),
+        );
+        a.push_frame(
+            20.1,
+            LinkType::RawIp,
+            &tcp((2, 443), (4, 5001), 9, 2, RST | ACK, &[]),
+        );
+        a.push_frame(
+            20.2,
+            LinkType::RawIp,
+            &tcp((5, 5002), (2, 443), 1, 0, ACK, &client_hello()),
+        );
         let expired = a.stats().flows_expired;
         a.finish();
         let s = a.stats();
         assert_eq!(expired, 100, "SYN-only flows ended by the idle timeout");
-        assert_eq!((s.flows_created, s.tls_connections, s.non_tls_flows, s.unidentified_flows), (103, 1, 0, 102));
+        assert_eq!(
+            (
+                s.flows_created,
+                s.tls_connections,
+                s.non_tls_flows,
+                s.unidentified_flows
+            ),
+            (103, 1, 0, 102)
+        );
     }
 
     /// Whatever arrives, every flow created is counted once when it ends.
@@ -498,9 +671,16 @@ mod tests {
             seed
         };
         let ch = client_hello();
-        let mut a = Analyzer::new(Config { max_flows: 16, idle_timeout: 2.0, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            max_flows: 16,
+            idle_timeout: 2.0,
+            ..Config::default()
+        });
         for i in 0..5000u32 {
-            let (c, s) = ((1 + (rnd() % 4) as u8, 40000 + (rnd() % 8) as u16), (2, [443, 80][(rnd() % 2) as usize]));
+            let (c, s) = (
+                (1 + (rnd() % 4) as u8, 40000 + (rnd() % 8) as u16),
+                (2, [443, 80][(rnd() % 2) as usize]),
+            );
             let flags = [SYN, SYN | ACK, ACK, RST, ACK | 0x01][(rnd() % 5) as usize];
             let payload: &[u8] = match rnd() % 4 {
                 0 => &ch,
@@ -509,12 +689,27 @@ mod tests {
                 _ => &[],
             };
             let (from, to) = if rnd() % 2 == 0 { (c, s) } else { (s, c) };
-            a.push_frame(f64::from(i) * 0.01, LinkType::RawIp, &tcp(from, to, rnd() as u32 % 4096, rnd() as u32 % 4096, flags, payload));
+            a.push_frame(
+                f64::from(i) * 0.01,
+                LinkType::RawIp,
+                &tcp(
+                    from,
+                    to,
+                    rnd() as u32 % 4096,
+                    rnd() as u32 % 4096,
+                    flags,
+                    payload,
+                ),
+            );
         }
         a.finish();
         let s = a.stats();
         assert!(s.flows_created > 100, "{s:?}");
-        assert_eq!(s.flows_created, s.tls_connections + s.non_tls_flows + s.unidentified_flows, "{s:?}");
+        assert_eq!(
+            s.flows_created,
+            s.tls_connections + s.non_tls_flows + s.unidentified_flows,
+            "{s:?}"
+        );
     }
 
     /// Regression (live eBPF, a client port reused within seconds): the old
@@ -523,14 +718,24 @@ mod tests {
     /// connection, whose record came out `failed` or not at all.
     #[test]
     fn a_reused_tuple_is_not_reported_finished() {
-        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            report_finished_flows: true,
+            ..Config::default()
+        });
         let ch = client_hello();
         let (c, s) = ((1, 40000), (2, 443));
         a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
         a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
         a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
         a.push_frame(2.0, LinkType::RawIp, &tcp(c, s, 9000, 0, SYN, &[]));
-        assert_eq!(a.take_records().len(), 1, "the old connection's record is out");
-        assert!(a.take_finished_flows().is_empty(), "but its tuple is live again");
+        assert_eq!(
+            a.take_records().len(),
+            1,
+            "the old connection's record is out"
+        );
+        assert!(
+            a.take_finished_flows().is_empty(),
+            "but its tuple is live again"
+        );
     }
 }

@@ -1,10 +1,11 @@
 #![forbid(unsafe_code)]
-mod analyzer;
 pub mod aggregate;
+mod analyzer;
 pub mod caps;
 pub mod counters;
 pub mod flow;
 pub mod handshake;
+pub mod memory;
 pub mod output;
 pub mod quic;
 pub mod record;

@@ -196,9 +196,18 @@ mod tests {
 
     #[test]
     fn endpoints_match_std() {
-        for (ip, port) in [("10.0.0.1", 443u16), ("0.0.0.0", 0), ("255.255.255.255", 65535), ("2001:db8::1", 8443), ("::ffff:1.2.3.4", 1)] {
+        for (ip, port) in [
+            ("10.0.0.1", 443u16),
+            ("0.0.0.0", 0),
+            ("255.255.255.255", 65535),
+            ("2001:db8::1", 8443),
+            ("::ffff:1.2.3.4", 1),
+        ] {
             let ip: std::net::IpAddr = ip.parse().unwrap();
-            assert_eq!(endpoint(ip, port), std::net::SocketAddr::new(ip, port).to_string());
+            assert_eq!(
+                endpoint(ip, port),
+                std::net::SocketAddr::new(ip, port).to_string()
+            );
         }
     }
 }

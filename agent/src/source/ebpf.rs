@@ -77,7 +77,10 @@ impl Source for EbpfSource {
             // sends even for done flows): tell the kernel to stop it.
             if !recent.is_empty() {
                 let h = ev.header;
-                let key = FlowKey::new(&FlowTuple { proto: 0, ..h.flow() });
+                let key = FlowKey::new(&FlowTuple {
+                    proto: 0,
+                    ..h.flow()
+                });
                 if h.tcp_flags & 0x07 == 0 {
                     if recent.remove(&key).is_some() {
                         stragglers.push(h.flow());
@@ -111,7 +114,13 @@ impl Source for EbpfSource {
     /// them, with the event's own protocol.
     fn finished(&mut self, flows: &[(Endpoint, Endpoint)]) {
         for &(a, b) in flows {
-            let t = FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto: 0 };
+            let t = FlowTuple {
+                src: a.0,
+                dst: b.0,
+                src_port: a.1,
+                dst_port: b.1,
+                proto: 0,
+            };
             self.recent.insert(FlowKey::new(&t), self.generation);
         }
     }
@@ -121,7 +130,11 @@ impl Source for EbpfSource {
             Some(cap) => self.counters_of(cap),
             None => self.carried,
         };
-        COUNTERS.iter().zip(values).map(|(k, v)| k.counter(v)).collect()
+        COUNTERS
+            .iter()
+            .zip(values)
+            .map(|(k, v)| k.counter(v))
+            .collect()
     }
 
     fn link_types(&self) -> Vec<LinkType> {
@@ -141,7 +154,10 @@ impl Source for EbpfSource {
         }
         if let Some(cap) = self.cap.take() {
             self.carried = self.counters_of(&cap);
-            eprintln!("tlsrum: an interface of {} changed; re-attaching when it is back", self.opts.ifaces.join(", "));
+            eprintln!(
+                "tlsrum: an interface of {} changed; re-attaching when it is back",
+                self.opts.ifaces.join(", ")
+            );
             let _ = cap.detach();
         }
         if now.iter().all(|i| i.is_some()) {

@@ -62,7 +62,7 @@ impl Handshake {
         }
         notes.sort_unstable();
         notes.dedup();
-        let ch = self.client_hello.as_ref();
+        let ch = self.client_hello.as_deref();
         ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
@@ -74,7 +74,9 @@ impl Handshake {
             alpn: ch.map(|c| c.alpn.clone()).unwrap_or_default(),
             handshake: self.kind(),
             offered: self.offered(),
-            resumption: self.resumption().filter(|_| self.state() == super::machine::State::Complete),
+            resumption: self
+                .resumption()
+                .filter(|_| self.state() == super::machine::State::Complete),
             early_data: self.early_data(),
             hrr: self.hrr,
             retry: self.retry,

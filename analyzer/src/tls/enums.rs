@@ -135,7 +135,10 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(cipher_suite_name(0x1301), Some("TLS_AES_128_GCM_SHA256"));
-        assert_eq!(cipher_suite_name(0xc02f), Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"));
+        assert_eq!(
+            cipher_suite_name(0xc02f),
+            Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")
+        );
         assert_eq!(cipher_suite_name(0x0a0a), None);
         assert!(is_grease(0x1a1a) && !is_grease(0x1a2a) && !is_grease(0x1301));
         assert_eq!(ProtocolVersion(0x7f1c).name(), Some("TLS1.3"));
