@@ -212,7 +212,9 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         }
     }
     // Flush: connections still open are reported as they stand.
-    analyzer.finish();
+    while !analyzer.finish_some(4096) {
+        deliver(&mut analyzer, &mut *source, &mut sink)?;
+    }
     deliver(&mut analyzer, &mut *source, &mut sink)?;
     if let Ok(mut m) = metrics.lock() {
         m.health(

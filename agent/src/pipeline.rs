@@ -36,6 +36,19 @@ pub fn flush_records(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Resu
     sink.records(&records)
 }
 
+/// Flows finished per step at the end of input (see [`finish`]).
+const FINISH_BATCH: usize = 4096;
+
+/// End of input: every flow still open is finished, in steps whose records
+/// go to the sink as they come (the flows a flood left open never become
+/// as many records in memory at once).
+pub fn finish(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Result<()> {
+    while !analyzer.finish_some(FINISH_BATCH) {
+        flush_records(analyzer, sink)?;
+    }
+    flush_records(analyzer, sink)
+}
+
 /// Tells the source which flows the analyzer is done with (so that it can
 /// stop sending them), then hands the records to the sink.
 pub fn deliver(

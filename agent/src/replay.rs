@@ -10,7 +10,7 @@ use analyzer::{Analyzer, Config, Stats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::pipeline::{deliver, flush_records, pump};
+use crate::pipeline::{self, deliver, pump};
 use crate::sink::html::HtmlSink;
 use crate::sink::{FanOut, Format, RecordSink, RunEnd};
 use crate::source::pcap_file::PcapFile;
@@ -138,8 +138,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             args.filter.as_deref(),
             progress,
         );
-        analyzer.finish();
-        flush_records(&mut analyzer, &mut sink)?;
+        pipeline::finish(&mut analyzer, &mut sink)?;
         total.merge(analyzer.stats());
         if let Err(e) = res {
             failures += 1;

@@ -108,6 +108,10 @@ impl CryptoStream {
         let typ = h[0];
         let body = self.buf.get(4..4 + len)?.to_vec();
         self.buf.drain(..4 + len);
+        if self.buf.is_empty() {
+            // Nothing waits: the buffer (a ClientHello's size) goes.
+            self.buf = Vec::new();
+        }
         self.base += 4 + len as u64;
         Some((typ, body))
     }

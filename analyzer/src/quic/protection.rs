@@ -164,11 +164,10 @@ impl DirKeys {
     }
 }
 
-#[cfg(test)]
 impl DirKeys {
-    /// Protects a packet (tests build traffic with it): `header` ends with
-    /// the `pn_len`-byte packet number.
-    pub(crate) fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
+    /// Protects a packet (tests and the flood generator build traffic with
+    /// it): `header` ends with the `pn_len`-byte packet number.
+    pub fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
         let nonce = self.nonce(pn);
         let nonce = Nonce::from_slice(&nonce);
         let mut body = payload.to_vec();

@@ -880,11 +880,23 @@ impl QuicTracker {
 
     /// End of input: every connection still open is finished.
     pub fn finish_all(&mut self, stats: &mut QuicStats) {
-        // Oldest first, like the TCP flow table.
-        while let Some((id, conn)) = self.conns.pop_lru() {
+        while !self.finish_some(usize::MAX, stats) {}
+    }
+
+    /// End of input, in steps: finishes up to `max` connections (oldest
+    /// first, like the TCP flow table); returns whether none is left.
+    pub fn finish_some(&mut self, max: usize, stats: &mut QuicStats) -> bool {
+        for _ in 0..max {
+            let Some((id, conn)) = self.conns.pop_lru() else {
+                break;
+            };
             self.emit(id, conn, Finish::CaptureEnd, stats);
         }
-        self.hints.clear();
+        let done = self.conns.is_empty();
+        if done {
+            self.hints.clear();
+        }
+        done
     }
 }
 

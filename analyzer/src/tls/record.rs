@@ -72,6 +72,10 @@ pub enum StreamError {
     BadMessage(InvalidMessage),
 }
 
+/// Gathering buffers up to this capacity are kept for reuse; larger ones
+/// (a record or message split across segments) are freed once used.
+const KEPT_BUFFER: usize = 64;
+
 #[derive(Debug, Default)]
 pub struct RecordStream {
     /// Bytes of the current record header / payload gathered so far.
@@ -204,10 +208,39 @@ impl RecordStream {
                     continue;
                 }
             }
-            // Gather the payload of a plaintext record (one allocation, not doublings).
+            let have = self.buf.len() - 5;
+            if have == 0 && data.len() >= len {
+                // The whole payload is in this chunk (the usual case): read
+                // in place, nothing copied or kept.
+                let header = [
+                    self.buf[0],
+                    self.buf[1],
+                    self.buf[2],
+                    self.buf[3],
+                    self.buf[4],
+                ];
+                let (payload, rest) = data.split_at(len);
+                data = rest;
+                seq = seq.wrapping_add(len as u32);
+                self.buf.clear();
+                self.current = None;
+                self.announced = false;
+                if capture {
+                    self.capture_encrypted = false;
+                    sink(StreamEvent::Encrypted {
+                        header,
+                        payload,
+                        record,
+                    });
+                    continue;
+                }
+                self.plaintext_record(ctype, payload, record, sink)?;
+                continue;
+            }
+            // Gather the payload of a record split across chunks (one
+            // allocation, not doublings).
             self.buf
                 .reserve_exact((5 + len).saturating_sub(self.buf.len()));
-            let have = self.buf.len() - 5;
             let n = (len - have).min(data.len());
             self.buf.extend_from_slice(&data[..n]);
             data = &data[n..];
@@ -226,16 +259,24 @@ impl RecordStream {
                     payload: &payload[5..],
                     record,
                 });
-                self.buf = payload;
-                self.buf.clear();
+                self.reuse_buf(payload);
                 continue;
             }
             let res = self.plaintext_record(ctype, &payload[5..], record, sink);
-            self.buf = payload;
-            self.buf.clear();
+            self.reuse_buf(payload);
             res?;
         }
         Ok(())
+    }
+
+    /// Takes a gathering buffer back: a small one is kept for the next
+    /// record header, a record-sized one is freed (a flow waiting in a
+    /// flood must not hold a ClientHello's worth per direction).
+    fn reuse_buf(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= KEPT_BUFFER {
+            buf.clear();
+            self.buf = buf;
+        }
     }
 
     fn plaintext_record(
@@ -283,6 +324,20 @@ impl RecordStream {
                 payload = &payload[n..];
                 continue;
             }
+            if let ([msg_type, a, b, c, rest @ ..], true) = (payload, self.hs_buf.is_empty()) {
+                let len = u32::from_be_bytes([0, *a, *b, *c]) as usize;
+                if len <= self.max_hs && len <= rest.len() {
+                    // A whole message in this record: read in place.
+                    sink(StreamEvent::Handshake {
+                        msg_type: *msg_type,
+                        len,
+                        body: Some(&rest[..len]),
+                        record,
+                    });
+                    payload = &rest[len..];
+                    continue;
+                }
+            }
             let need = 4usize.saturating_sub(self.hs_buf.len());
             if need > 0 {
                 let n = need.min(payload.len());
@@ -321,8 +376,10 @@ impl RecordStream {
                     body: Some(&msg[4..]),
                     record,
                 });
-                self.hs_buf = msg;
-                self.hs_buf.clear();
+                if msg.capacity() <= KEPT_BUFFER {
+                    self.hs_buf = msg;
+                    self.hs_buf.clear();
+                }
             }
         }
         Ok(())
