@@ -75,6 +75,8 @@ fn replay_flood(kind: &str, count: u32) -> Run {
         .spawn()
         .expect("flood generator");
     let stats_path = dir.join("stats.json");
+    // Reaped by wait4 below, which also reports its peak memory.
+    #[allow(clippy::zombie_processes)]
     let replay = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
         .args(["replay", "--stats", "--quiet"])
         .arg(&fifo)
