@@ -7,12 +7,19 @@
 //!
 //! The floods come from the `flood` example (agent/examples/flood.rs)
 //! through a FIFO, so no gigabyte of capture is written to disk; the peak
-//! is the child's own (wait4's ru_maxrss).
+//! is the child's own (wait4's ru_maxrss). Live, `tcpreplay` sends a mixed
+//! flood across a veth between namespaces to `tlsrum live`, with each
+//! backend; the peak is the agent's VmHWM.
+
+mod common;
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::time::Duration;
+
+use common::{ns_cmd, run, skip_unless, wait_for_text, Need, Procs, Topology};
 use serde_json::Value;
 
 const CEILING_KIB: i64 = 400 * 1024;
@@ -163,6 +170,125 @@ fn floods_stay_under_the_ceiling_with_default_settings() {
             "{what}: peak {} MiB > {} MiB",
             kib / 1024,
             CEILING_KIB / 1024
+        );
+    }
+}
+
+/// The value of a metric line `name value` in a Prometheus text page.
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+#[test]
+fn live_floods_stay_under_the_ceiling() {
+    let test = "live_floods_stay_under_the_ceiling";
+    if skip_unless(
+        test,
+        &[
+            Need::Root,
+            Need::Bpf,
+            Need::Netns,
+            Need::Tools(&["tcpreplay", "curl"]),
+        ],
+    ) {
+        return;
+    }
+    let topo = Topology::new("fm");
+    // 100,000 each of SYNs, ClientHellos and QUIC Initials: ~5x the budget.
+    let pcap = topo.path("mixed.pcap");
+    let ok = Command::new(flood_bin())
+        .args(["--kind", "mixed", "--count", "300000", "-o"])
+        .arg(&pcap)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "flood generator failed");
+    for (i, backend) in ["ebpf", "pcap"].into_iter().enumerate() {
+        let mut procs = Procs::default();
+        let log = topo.path(&format!("agent-{backend}.log"));
+        let port = 19_860 + i;
+        let metrics = format!("127.0.0.1:{port}");
+        let agent = ns_cmd(
+            &topo.server_ns,
+            &[
+                env!("CARGO_BIN_EXE_tlsrum"),
+                "live",
+                "--iface",
+                &topo.veth,
+                "--backend",
+                backend,
+                "--port",
+                "443",
+                "--metrics",
+                &metrics,
+            ],
+        );
+        let pid = procs.spawn_logged("agent", agent, &log);
+        wait_for_text(&log, "metrics on", 30, &mut procs);
+        let sent = run(&[
+            "ip",
+            "netns",
+            "exec",
+            &topo.client_ns,
+            "tcpreplay",
+            "-i",
+            &topo.peer,
+            "--topspeed",
+            pcap.to_str().unwrap(),
+        ]);
+        assert!(sent.contains("400000 packets"), "tcpreplay: {sent}");
+        // Until the agent has read everything (its flow count stops moving).
+        let url = format!("http://{metrics}/metrics");
+        let scrape = || run(&["ip", "netns", "exec", &topo.server_ns, "curl", "-sSf", &url]);
+        let mut last = String::new();
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(500));
+            let page = scrape();
+            let now = format!(
+                "{} {}",
+                metric(&page, "tlsrum_flows_active"),
+                metric(&page, "tlsrum_analyzer_memory_evictions_total")
+            );
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let peak_kib: i64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM");
+        let page = scrape();
+        let evictions = metric(&page, "tlsrum_analyzer_memory_evictions_total");
+        let held = metric(&page, "tlsrum_flow_memory_bytes");
+        eprintln!(
+            "live {backend}: peak {} MiB, {evictions} memory evictions, {held} bytes held",
+            peak_kib / 1024
+        );
+        assert!(
+            evictions > 0.0,
+            "{backend}: the flood never reached the budget\n{page}"
+        );
+        assert!(
+            held <= (256 << 20) as f64,
+            "{backend}: {held} bytes held over the default budget"
+        );
+        assert!(
+            peak_kib <= CEILING_KIB,
+            "{backend}: peak {} MiB > {} MiB",
+            peak_kib / 1024,
+            CEILING_KIB / 1024
+        );
+        let status = procs.stop("agent", libc::SIGINT, Duration::from_secs(20));
+        assert!(
+            status.success(),
+            "{backend}: agent exited with {status}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
     }
 }

@@ -37,6 +37,11 @@ type RecentMap = HashMap<FlowKey, u32, foldhash::fast::RandomState>;
 
 /// How long a finished flow is remembered in case it sends more events.
 const RECENT_FOR: Duration = Duration::from_secs(10);
+/// Finished flows remembered at most (the kernel's flow map size): a flood
+/// finishes a million flows in seconds, and remembering them all cost the
+/// agent ~100 MiB. Past this, the older generation is forgotten early; a
+/// flow forgotten only goes on costing its events, not a wrong result.
+const RECENT_MAX: usize = 65_536;
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
@@ -121,6 +126,15 @@ impl Source for EbpfSource {
                 dst_port: b.1,
                 proto: 0,
             };
+            if self.recent.len() >= RECENT_MAX {
+                let g = self.generation;
+                self.recent.retain(|_, finished| *finished == g);
+                self.generation = g.wrapping_add(1);
+                self.recent_since = Instant::now();
+                if self.recent.len() >= RECENT_MAX {
+                    continue;
+                }
+            }
             self.recent.insert(FlowKey::new(&t), self.generation);
         }
     }
