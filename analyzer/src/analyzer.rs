@@ -621,6 +621,41 @@ mod tests {
         );
     }
 
+    /// A ServerHello record choosing `suite` (TLS 1.2, no extensions).
+    fn server_hello(suite: u16) -> Vec<u8> {
+        let mut body = vec![3, 3];
+        body.extend([9; 32]);
+        body.push(0);
+        body.extend(suite.to_be_bytes());
+        body.extend([0, 0, 0]);
+        let mut msg = vec![2, 0, 0, body.len() as u8];
+        msg.extend(body);
+        let mut rec = vec![22, 3, 3, 0, msg.len() as u8];
+        rec.extend(msg);
+        rec
+    }
+
+    /// Regression (IDS evasion, server side): a forged ServerHello with
+    /// another cipher, sent first, was reported as the truth, silently.
+    #[test]
+    fn forged_server_hello_is_noted() {
+        let mut a = Analyzer::new(Config::default());
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello();
+        let (forged, real) = (server_hello(0xc02f), server_hello(0xc030));
+        a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+        a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+        a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
+        a.push_frame(1.03, LinkType::RawIp, &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &forged));
+        a.push_frame(1.04, LinkType::RawIp, &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &real));
+        a.finish();
+        let records = a.take_records();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].cipher.as_deref(), Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"), "the first copy is read");
+        assert!(records[0].notes.contains(&"server_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert_eq!(a.stats().conflicting_retransmissions, 1);
+    }
+
     /// Regression: flows still being identified were counted nowhere (a
     /// short plain flow that ends with the capture; SYN-only flows expiring
     /// left `flows_expired` at 0). Every flow created now ends counted once.
