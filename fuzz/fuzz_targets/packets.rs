@@ -60,8 +60,12 @@ fuzz_target!(|data: &[u8]| {
         let frame = input.prefixed();
         a.push_frame(ts, link, frame);
         frames += 1;
-        assert!(a.memory_used() <= budget, "{} bytes held over a {budget}-byte budget", a.memory_used());
-        if frames % 8 == 0 {
+        assert!(
+            a.memory_used() <= budget,
+            "{} bytes held over a {budget}-byte budget",
+            a.memory_used()
+        );
+        if frames.is_multiple_of(8) {
             records.extend(a.take_records());
             a.take_finished_flows();
         }
@@ -71,7 +75,11 @@ fuzz_target!(|data: &[u8]| {
     let s = a.stats();
     assert_eq!(s.packets, frames, "every frame counted once");
     assert_eq!(a.memory_used(), 0, "nothing held after finish()");
-    assert_eq!(s.flows_created, s.tls_connections + s.non_tls_flows + s.unidentified_flows, "every flow ends counted once: {s:?}");
+    assert_eq!(
+        s.flows_created,
+        s.tls_connections + s.non_tls_flows + s.unidentified_flows,
+        "every flow ends counted once: {s:?}"
+    );
     let mut out = Vec::new();
     for r in &records {
         out.clear();
