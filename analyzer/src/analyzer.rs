@@ -646,13 +646,31 @@ mod tests {
         a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
         a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
         a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
-        a.push_frame(1.03, LinkType::RawIp, &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &forged));
-        a.push_frame(1.04, LinkType::RawIp, &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &real));
+        a.push_frame(
+            1.03,
+            LinkType::RawIp,
+            &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &forged),
+        );
+        a.push_frame(
+            1.04,
+            LinkType::RawIp,
+            &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &real),
+        );
         a.finish();
         let records = a.take_records();
         assert_eq!(records.len(), 1);
-        assert_eq!(records[0].cipher.as_deref(), Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"), "the first copy is read");
-        assert!(records[0].notes.contains(&"server_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert_eq!(
+            records[0].cipher.as_deref(),
+            Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+            "the first copy is read"
+        );
+        assert!(
+            records[0]
+                .notes
+                .contains(&"server_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
         assert_eq!(a.stats().conflicting_retransmissions, 1);
     }
 

@@ -239,3 +239,43 @@ fn late_zero_rtt_data_is_not_the_finished() {
         (HandshakeKind::Failed, Some("reset"))
     );
 }
+
+/// Regression (issue 13): a server answering in a TLS 1.3 experiment
+/// version (0x7e02) echoes the client's compatibility-mode session ID; that
+/// echo was read as TLS 1.2 session-ID resumption.
+#[test]
+fn experiment_versions_have_tls13_semantics() {
+    for version in [0x7e02u16, 0x7f17, 0xfb17, 0x0304] {
+        let sv = version.to_be_bytes();
+        let mut ch = vec![3, 3];
+        ch.extend([7; 32]);
+        ch.push(32);
+        ch.extend([5; 32]);
+        ch.extend([0, 2, 0x13, 0x01, 1, 0]);
+        let exts = [0, 0x2b, 0, 3, 2, sv[0], sv[1]];
+        ch.extend((exts.len() as u16).to_be_bytes());
+        ch.extend(exts);
+        let mut sh = vec![3, 3];
+        sh.extend([9; 32]);
+        sh.push(32);
+        sh.extend([5; 32]);
+        sh.extend([0x13, 0x01, 0]);
+        let exts = [0, 0x2b, 0, 2, sv[0], sv[1]];
+        sh.extend((exts.len() as u16).to_be_bytes());
+        sh.extend(exts);
+        let mut hs = Handshake::new(Transport::Tcp);
+        let chr = rec(0.0, ct::HANDSHAKE, 1000, ch.len() as u16 + 4, 5000);
+        record(&mut hs, Dir::Client, chr);
+        message(&mut hs, Dir::Client, ht::CLIENT_HELLO, &ch, chr);
+        let shr = rec(0.1, ct::HANDSHAKE, 5000, sh.len() as u16 + 4, chr.end);
+        record(&mut hs, Dir::Server, shr);
+        message(&mut hs, Dir::Server, ht::SERVER_HELLO, &sh, shr);
+        record(
+            &mut hs,
+            Dir::Server,
+            rec(0.1, ct::CHANGE_CIPHER_SPEC, shr.end, 1, chr.end),
+        );
+        assert_eq!(hs.resumption(), None, "{version:#06x}");
+        assert!(hs.is_tls13(), "{version:#06x}");
+    }
+}
