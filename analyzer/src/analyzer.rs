@@ -69,6 +69,11 @@ impl Default for Config {
 /// Leaf certificates whose names are remembered.
 const CERT_CACHE: usize = 4096;
 
+/// Ended TCP connections whose tuple and ISN are remembered, so that a
+/// repeat of one (a capture concatenated with itself, a duplicate in a
+/// merge) is skipped rather than reported twice: ~100 bytes each.
+const RECENT_CONNECTIONS: usize = 65_536;
+
 /// What one trace remembers across connections, bounded: hashes of session
 /// IDs servers issued, and the names of leaf certificates already parsed.
 struct IssuedIds {
@@ -114,6 +119,8 @@ pub struct Analyzer {
     cfg: Config,
     flows: FlowTable<TcpFlow>,
     memory: IssuedIds,
+    /// Tuple -> client ISN of connections that ended (RECENT_CONNECTIONS).
+    ended: LruCache<FlowKey, u32>,
     out: Vec<ConnectionRecord>,
     /// Flows whose analysis ended (record out, or not TLS) since the last
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
@@ -132,6 +139,7 @@ impl Analyzer {
                 ids: LruCache::new(nz(cfg.max_session_ids)),
                 certs: LruCache::new(nz(CERT_CACHE)),
             },
+            ended: LruCache::new(nz(RECENT_CONNECTIONS)),
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
@@ -309,7 +317,13 @@ impl Analyzer {
         if let Some(f) = self.flows.peek_mut(&key) {
             known = true;
             f.last_ts = ts;
-            let reused = new_syn && f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
+            // A SYN with the connection's own ISN is a copy of its SYN;
+            // another ISN after the SYN-ACK (or on a skipped repeat) is a
+            // new connection on the tuple.
+            let answered = f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
+            let repeat = f.status == Status::Done && f.client_isn.is_some();
+            let reused = new_syn && f.client_isn != Some(h.seq) && (answered || repeat);
+            let isn = f.client_isn;
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
                 if reused {
@@ -318,6 +332,7 @@ impl Analyzer {
                 } else {
                     if h.rst || h.fin {
                         self.flows.remove(&key);
+                        self.ended(key, isn);
                     }
                     return;
                 }
@@ -337,6 +352,12 @@ impl Analyzer {
             // Only a SYN or a segment with data starts tracking: stray ACKs,
             // FINs and resets of unknown flows cost nothing.
             if !new_syn && payload.is_empty() {
+                return;
+            }
+            if new_syn && self.ended.peek(&key) == Some(&h.seq) {
+                // A connection that ended, again: its packets are skipped.
+                self.stats.repeated_connections += 1;
+                self.insert(key, TcpFlow::repeat(ts, from, to, h.seq));
                 return;
             }
             self.stats.flows_created += 1;
@@ -366,7 +387,9 @@ impl Analyzer {
                 }
             }
             if seg.closed {
-                self.flows.remove(&key);
+                if let Some(f) = self.flows.remove(&key) {
+                    self.ended(key, f.client_isn);
+                }
             }
         } else if seg.closed || seg.timed {
             if let Some(flow) = self.flows.remove(&key) {
@@ -403,9 +426,17 @@ impl Analyzer {
         }
     }
 
+    /// Remembers a connection that left the table, by tuple and ISN.
+    fn ended(&mut self, key: FlowKey, isn: Option<u32>) {
+        if let Some(isn) = isn {
+            self.ended.put(key, isn);
+        }
+    }
+
     /// Emits the flow's record if it is a TLS connection whose record is
     /// not out yet; returns the flow as a tombstone.
     fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) -> TcpFlow {
+        self.ended(FlowKey::new(flow.a, flow.b), flow.client_isn);
         let reported = matches!(flow.status, Status::Done | Status::NotTls);
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
@@ -844,6 +875,59 @@ mod tests {
         let s = a.stats();
         assert_eq!((s.flows_created, s.tls_connections), (500, 500), "{s:?}");
         assert_eq!(a.memory_used(), 0, "nothing held after the end");
+    }
+
+    /// The connection of `client_hello_sni` with `isn`, reset by the
+    /// server after the hello, from `t`.
+    fn short_connection(a: &mut Analyzer, t: f64, isn: u32) {
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello_sni("twice.example");
+        a.push_frame(t, LinkType::RawIp, &tcp(c, s, isn, 0, SYN, &[]));
+        a.push_frame(
+            t + 0.01,
+            LinkType::RawIp,
+            &tcp(s, c, 500, isn + 1, SYN | ACK, &[]),
+        );
+        a.push_frame(
+            t + 0.02,
+            LinkType::RawIp,
+            &tcp(c, s, isn + 1, 501, ACK, &ch),
+        );
+        a.push_frame(
+            t + 0.03,
+            LinkType::RawIp,
+            &tcp(s, c, 501, isn + 1 + ch.len() as u32, RST | ACK, &[]),
+        );
+    }
+
+    /// Issue 13: the same connection twice in one capture (a capture
+    /// concatenated with itself: the copy goes back in time) gave two
+    /// records; a new connection on the tuple (another ISN) still counts.
+    #[test]
+    fn a_repeated_connection_has_one_record() {
+        let mut a = Analyzer::new(Config::default());
+        short_connection(&mut a, 1.0, 100);
+        short_connection(&mut a, 1.0, 100);
+        short_connection(&mut a, 5.0, 100);
+        assert_eq!(a.take_records().len(), 1);
+        assert_eq!(a.stats().repeated_connections, 2);
+        short_connection(&mut a, 6.0, 9000);
+        a.finish();
+        assert_eq!(a.take_records().len(), 1, "another ISN: another connection");
+        let s = a.stats();
+        assert_eq!((s.flows_created, s.tls_connections), (2, 2), "{s:?}");
+        // The copy's SYN while the first is still open: one connection.
+        let mut a = Analyzer::new(Config::default());
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello_sni("open.example");
+        for _ in 0..2 {
+            a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+            a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+            a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
+        }
+        a.finish();
+        assert_eq!(a.take_records().len(), 1);
+        assert_eq!(a.stats().conflicting_retransmissions, 0);
     }
 
     /// Regression (live eBPF, a client port reused within seconds): the old

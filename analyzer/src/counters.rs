@@ -109,6 +109,10 @@ counters! {
         flows_expired,
         /// TCP flows recognised as not TLS.
         non_tls_flows,
+        /// TCP connections seen again after they ended, with the same tuple
+        /// and initial sequence number (a capture concatenated with itself,
+        /// a duplicate in a merged capture): skipped, one record each.
+        repeated_connections,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
         /// TCP flows that ended (closed, evicted, idle, end of capture)

@@ -148,6 +148,10 @@ pub struct TcpFlow {
     pub last_ts: f64,
     pub tcp: TcpHandshake,
     pub syn_dir: Option<usize>,
+    /// The initial sequence number of the SYN that counts: with the tuple,
+    /// it names the connection (a copy of it later in the capture is the
+    /// same connection, not a new one).
+    pub client_isn: Option<u32>,
     server_isn: Option<u32>,
     fin: [bool; 2],
     pub status: Status,
@@ -198,11 +202,23 @@ impl TcpFlow {
             last_ts: ts,
             tcp: TcpHandshake::default(),
             syn_dir: None,
+            client_isn: None,
             server_isn: None,
             fin: [false; 2],
             status: Status::Detecting,
             stream_start: [None; 2],
             active: None,
+        }
+    }
+
+    /// A flow whose packets are skipped from the start: a repeat of one
+    /// whose record is out (same tuple and ISN).
+    pub fn repeat(ts: f64, from: Endpoint, to: Endpoint, isn: u32) -> Self {
+        TcpFlow {
+            status: Status::Done,
+            client_isn: Some(isn),
+            syn_dir: Some(0),
+            ..TcpFlow::new(ts, from, to)
         }
     }
 
@@ -272,6 +288,7 @@ impl TcpFlow {
             if self.tcp.syn_ack.is_none() {
                 self.tcp.syn = Some(ts);
                 self.syn_dir = Some(dir);
+                self.client_isn = Some(h.seq);
             }
             self.stream_starts_at(dir, h.seq.wrapping_add(1));
         } else if h.syn && h.ack_flag {
