@@ -930,6 +930,53 @@ mod tests {
         assert_eq!(a.stats().conflicting_retransmissions, 0);
     }
 
+    /// Issue 13: a load balancer's PROXY header in front of the
+    /// ClientHello (HAProxy `send-proxy`, in the hello's segment or its
+    /// own) hid the connection; now the record names the original client.
+    #[test]
+    fn a_proxy_protocol_header_names_the_original_client() {
+        let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        v2.extend([
+            0x21, 0x11, 0, 12, 198, 51, 100, 9, 10, 0, 0, 2, 0xdc, 0x05, 1, 0xbb,
+        ]);
+        let v1 = b"PROXY TCP4 198.51.100.7 10.0.0.2 56324 443\r\n".to_vec();
+        for (header, together, want) in [
+            (&v1, true, "198.51.100.7:56324"),
+            (&v2, false, "198.51.100.9:56325"),
+        ] {
+            let mut a = Analyzer::new(Config::default());
+            let (c, s) = ((1, 40000), (2, 443));
+            let ch = client_hello_sni("backend.example");
+            a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+            a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+            if together {
+                let mut seg = header.clone();
+                seg.extend(&ch);
+                a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &seg));
+            } else {
+                a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, header));
+                a.push_frame(
+                    1.03,
+                    LinkType::RawIp,
+                    &tcp(c, s, 101 + header.len() as u32, 501, ACK, &ch),
+                );
+            }
+            a.finish();
+            let r = a.take_records();
+            assert_eq!(r.len(), 1, "{:?}", a.stats());
+            assert_eq!(
+                (r[0].sni.as_deref(), r[0].proxied_client.as_deref()),
+                (Some("backend.example"), Some(want))
+            );
+            assert_eq!(
+                r[0].bytes.client_handshake,
+                ch.len() as u64,
+                "the header is no handshake byte"
+            );
+            assert_eq!(a.stats().proxy_protocol_headers, 1);
+        }
+    }
+
     /// Regression (live eBPF, a client port reused within seconds): the old
     /// connection, still open, was finished by the new SYN and its tuple
     /// reported finished, so the source told the kernel to stop the NEW

@@ -115,6 +115,9 @@ counters! {
         repeated_connections,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
+        /// PROXY protocol headers (v1 or v2) read in front of a stream: a
+        /// load balancer's backend; the record's `proxied_client`.
+        proxy_protocol_headers,
         /// TCP flows that ended (closed, evicted, idle, end of capture)
         /// before tlsrum could tell whether they carry TLS: a SYN only, or
         /// too few bytes. Every flow created ends counted once, as

@@ -7,6 +7,7 @@ pub mod flow;
 pub mod handshake;
 pub mod memory;
 pub mod output;
+pub mod proxy_protocol;
 pub mod quic;
 pub mod record;
 pub mod seq;

@@ -153,6 +153,9 @@ pub struct ConnectionRecord {
     /// What limited the view of this connection (lost bytes, caps hit,
     /// heuristics used), e.g. `client_gap`, `no_syn`, `evicted`.
     pub notes: Vec<&'static str>,
+    /// `ip:port` of the original client named by a PROXY protocol header
+    /// in front of the ClientHello (a load balancer's backend), else None.
+    pub proxied_client: Option<String>,
 }
 
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port` (RFC 5952 via

@@ -11,6 +11,7 @@ use crate::handshake::{
     Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView,
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
+use crate::proxy_protocol;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
 use crate::tls::codec::Reader;
@@ -136,6 +137,8 @@ struct Upper {
     notes: Vec<&'static str>,
     /// The server's handshake traffic secret, from a key log.
     server_secret: Option<Vec<u8>>,
+    /// The original client a PROXY protocol header named, per direction.
+    proxied: [Option<Endpoint>; 2],
 }
 
 /// One TCP flow. Until its first payload byte it is only this struct (a
@@ -242,6 +245,7 @@ impl TcpFlow {
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
                     server_secret: None,
+                    proxied: [None; 2],
                 },
             })
         }
@@ -471,6 +475,7 @@ impl TcpFlow {
             rtt: self.tcp.rtt(),
             bytes: act.hs.record_bytes(),
             notes: act.notes,
+            proxied_client: act.proxied[client_dir],
         };
         Some(act.hs.to_record(view, why))
     }
@@ -519,6 +524,26 @@ impl Upper {
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
+        if *status == Status::Detecting
+            && self.probe[dir].tries == 0
+            && self.probe[dir].start.is_none()
+        {
+            // The first bytes of the direction: a load balancer's PROXY
+            // header names the original client, then the hello follows.
+            if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
+                ctx.stats.proxy_protocol_headers += 1;
+                self.proxied[dir] = client;
+                let rest = Chunk {
+                    data: &c.data[len..],
+                    seq: c.seq.wrapping_add(len as u32),
+                    ..c
+                };
+                if !rest.data.is_empty() {
+                    self.route(status, dir, rest, ctx);
+                }
+                return;
+            }
+        }
         if *status == Status::Detecting {
             match self.probe[dir].feed(&c) {
                 ProbeResult::NeedMore => return,

@@ -32,6 +32,8 @@ pub struct TransportView {
     pub bytes: HandshakeBytes,
     /// What limited the transport's view (gaps, losses, decryption).
     pub notes: Vec<&'static str>,
+    /// The original client a PROXY protocol header named.
+    pub proxied_client: Option<Endpoint>,
 }
 
 impl Handshake {
@@ -85,6 +87,7 @@ impl Handshake {
             certs: self.certs.clone(),
             failure: self.failure.clone(),
             notes,
+            proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
         }
     }
 }

@@ -20,7 +20,7 @@ const BEFORE_TIMING: [&str; 14] = [
     "hrr",
     "retry",
 ];
-const AFTER_TIMING: [&str; 8] = [
+const AFTER_TIMING: [&str; 9] = [
     "client_handshake_bytes",
     "server_handshake_bytes",
     "cert_count",
@@ -29,6 +29,7 @@ const AFTER_TIMING: [&str; 8] = [
     "leaf_issuer",
     "failure",
     "notes",
+    "proxied_client",
 ];
 
 /// The header row: timing columns come from [`Timing::each`](crate::record::Timing::each)
@@ -97,6 +98,7 @@ impl<W: Write> CsvWriter<W> {
             opt(&certs.and_then(|c| c.leaf_issuer.clone())),
             opt(&r.failure),
             r.notes.join(";"),
+            opt(&r.proxied_client),
         ]);
         self.w.write_record(row)
     }

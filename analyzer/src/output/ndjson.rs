@@ -187,6 +187,9 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     out.push(b',');
     key(out, "notes");
     list(out, r.notes.iter().copied());
+    out.push(b',');
+    key(out, "proxied_client");
+    opt_str(out, r.proxied_client.as_deref());
     out.push(b'}');
 }
 
@@ -261,6 +264,9 @@ mod tests {
             } else {
                 vec![]
             },
+            proxied_client: n
+                .is_multiple_of(3)
+                .then(|| format!("[2001:db8::{n}]:{text}")),
         }
     }
 

@@ -1152,6 +1152,7 @@ fn build_record(
             server_handshake: act.crypto[1].highest + act.handshake_bytes[1],
         },
         notes: act.notes,
+        proxied_client: None,
     };
     act.hs.to_record(view, why)
 }
