@@ -4,17 +4,20 @@
 //! cap is hit, or a segment arrives cut short by the capture, the stream has
 //! a gap that TLS cannot resynchronise across, and the caller is told.
 
+use std::collections::VecDeque;
+
 use crate::memory::{HeapSize, ALLOC_OVERHEAD};
 pub use crate::seq::seq_diff;
 
 /// Default cap on out-of-order bytes held per direction.
 pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024;
 
-/// Out-of-order segments held per direction at most: holes cost a
-/// bookkeeping entry each and are searched on every delivery, so their
-/// number is bounded like smoltcp's `Assembler` contigs, not only their
-/// bytes. A TLS flight rarely leaves more than a few holes.
-pub const MAX_PENDING_SEGMENTS: usize = 64;
+/// Out-of-order segments held per direction at most: each costs a
+/// bookkeeping entry, so their number is bounded like smoltcp's
+/// `Assembler` contigs, not only their bytes. Kept in order, they cost a
+/// binary search to queue and nothing to find. A flight cut into tiny
+/// shuffled pieces (agent/tests/resegment.rs: 1..=7 bytes) needs hundreds.
+pub const MAX_PENDING_SEGMENTS: usize = 2048;
 
 /// Bytes kept of each direction's stream once its flow is identified as
 /// TLS (from the ClientHello's segment on: where the hellos are), to compare
@@ -36,6 +39,8 @@ struct Pending {
     data: Vec<u8>,
     ts: f64,
     ack: Option<u32>,
+    /// Arrival order among the waiting segments.
+    arrival: u64,
 }
 
 /// What one push did, for the counters.
@@ -76,11 +81,14 @@ pub struct Reassembler {
     /// How much of the stream is kept: its first record, at most [`KEPT_PREFIX`].
     kept_cap: usize,
     next: Option<u32>,
-    pending: Vec<Pending>,
+    /// Waiting segments, in sequence order (so delivery takes the front).
+    pending: VecDeque<Pending>,
     buffered: usize,
     max_buffered: usize,
     gap: bool,
     delivered: bool,
+    /// Segments queued so far (their arrival order).
+    arrivals: u64,
 }
 
 impl HeapSize for Reassembler {
@@ -100,11 +108,12 @@ impl Reassembler {
             kept: Vec::new(),
             kept_cap: KEPT_PREFIX,
             next: None,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
             buffered: 0,
             max_buffered,
             gap: false,
             delivered: false,
+            arrivals: 0,
         }
     }
 
@@ -170,17 +179,27 @@ impl Reassembler {
                 self.gap = true;
                 outcome.gap = true;
                 outcome.hole_limit = too_many;
-                self.pending = Vec::new();
+                self.pending = VecDeque::new();
                 self.buffered = 0;
                 return outcome;
             }
             self.buffered += seg.data.len();
-            self.pending.push(Pending {
-                seq: seg.seq,
-                data: seg.data.to_vec(),
-                ts: seg.ts,
-                ack: seg.ack,
-            });
+            // After those that start before or with it: sequence order,
+            // then arrival order.
+            let at = self
+                .pending
+                .partition_point(|p| seq_diff(p.seq, seg.seq) <= 0);
+            self.arrivals += 1;
+            self.pending.insert(
+                at,
+                Pending {
+                    seq: seg.seq,
+                    data: seg.data.to_vec(),
+                    ts: seg.ts,
+                    ack: seg.ack,
+                    arrival: self.arrivals,
+                },
+            );
             outcome.queued = true;
             return outcome;
         }
@@ -248,10 +267,15 @@ impl Reassembler {
     /// Delivers queued segments that the stream has now reached.
     fn drain(&mut self, out: &mut dyn FnMut(Chunk<'_>), outcome: &mut PushOutcome) {
         while let Some(next) = self.next {
-            let Some(i) = self.pending.iter().position(|p| seq_diff(p.seq, next) <= 0) else {
+            // Of the segments the stream has reached (the front), the one
+            // that arrived first: its bytes and timestamp are delivered.
+            let reached = self.pending.partition_point(|p| seq_diff(p.seq, next) <= 0);
+            let Some(i) = (0..reached).min_by_key(|&i| self.pending[i].arrival) else {
                 break;
             };
-            let p = self.pending.swap_remove(i);
+            let Some(p) = self.pending.remove(i) else {
+                break;
+            };
             self.buffered -= p.data.len();
             let skip = seq_diff(next, p.seq) as usize;
             if skip > 0 && outcome.conflict.is_none() {
@@ -539,7 +563,7 @@ mod tests {
             1,
             "a copy of a waiting segment is not queued"
         );
-        let out = push(&mut r, 1000, b"x", &mut got);
+        let out = push(&mut r, 1001, b"x", &mut got);
         assert!(out.gap && out.hole_limit && r.has_gap());
         assert_eq!(r.buffered(), 0);
     }
