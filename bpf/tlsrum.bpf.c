@@ -929,9 +929,17 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
 	me->next_rec = me->next_rec + 5 + rlen;
 	if (type == 23)
 		phase_check(w, me, peer, me->next_rec, have > 0);
-	if ((type == 23 || type == 24) && !me->after_ccs) {
+	if ((type == 23 || type == 24) && (!me->after_ccs || me->hello == 1)) {
 		/* Encrypted: the header goes, the body is filled. A FIN or
-		 * RST ends the stream: no fill past the segment then. */
+		 * RST ends the stream: no fill past the segment then. The
+		 * client's record after its ChangeCipherSpec too (its TLS 1.3
+		 * Finished, or its first 0-RTT record: early application
+		 * data): the analyzer reads only its length, and no key log
+		 * opens it; user space still counts it as read (its ACK). */
+		if (me->after_ccs) {
+			me->after_ccs = 0;
+			me->plain_end = me->next_rec;
+		}
 		fill = rlen;
 		if (w->closing && pos + fill > len)
 			fill = len - pos;
