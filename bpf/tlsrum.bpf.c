@@ -12,11 +12,12 @@
  * A flow the kernel has no state for and whose SYN it did not see (state
  * evicted from the LRU map by a flood, or a connection older than the
  * agent) is never taken for a new one: its payload-less segments create no
- * state, and a direction whose first data is not a ClientHello or
- * ServerHello is kept quiet (only FIN/RST headers leave). The byte-budget
- * fallback is for directions followed from their SYN whose records the
- * walk cannot follow (not TLS, a hole in the handshake), never for one
- * that is past its handshake.
+ * state, and each direction is followed only from a hello (or, after the
+ * peer's ServerHello, the client's next handshake record: adoptable()),
+ * else kept quiet (only FIN/RST headers leave). The byte-budget fallback
+ * is for directions followed from their SYN whose records the walk cannot
+ * follow (not TLS, a hole in the handshake), never for one that is past
+ * its handshake. README, "What leaves the kernel", lists it all.
  *
  * The programs never drop, redirect or change a packet: both always return
  * TC_ACT_UNSPEC (-1). With cls_bpf in direct-action mode that means "no
