@@ -22,6 +22,8 @@ demo: build
 test: deps
 	$(CARGO) test --profile ci --locked --workspace --no-fail-fast
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	cd fuzz && $(CARGO) clippy --locked --all-targets -- -D warnings
+	cd fuzz/seeds && $(CARGO) clippy --locked --all-targets -- -D warnings
 	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)
 
 # libFuzzer on stable Rust (fuzz/README.md): every target FUZZ_SECS seconds.

@@ -41,7 +41,11 @@ fn main() {
         };
         // ChaCha20-Poly1305's key is 256 bits (RFC 8439); the data file's
         // column gives 128 for it (its security level), so it is not read.
-        let key_len: usize = if aead == "Aead::ChaCha20Poly1305" { 32 } else { f[6].parse::<usize>().expect("key bits") / 8 };
+        let key_len: usize = if aead == "Aead::ChaCha20Poly1305" {
+            32
+        } else {
+            f[6].parse::<usize>().expect("key bits") / 8
+        };
         let hash_len: usize = f[10].parse::<usize>().expect("prf bits") / 8;
         suites.push_str(&format!(
             "    Tls13Suite {{ id: 0x{id:04x}, name: \"{}\", aead: {aead}, key_len: {key_len}, hash_len: {hash_len} }},\n",

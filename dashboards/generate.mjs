@@ -392,9 +392,10 @@ const health = [
   [
     timeseries(
       'Flows evicted and expired',
-      'Evicted: pushed out of the full flow table (200,000 flows) before the handshake was over; those connections are reported as incomplete. Expired: finished by the idle timeout (--idle-timeout).',
+      'Evicted: pushed out of the full flow table (--max-flows, 200,000) before the handshake was over; those connections are reported as incomplete. Over --max-memory: TCP flows and QUIC connections finished early, least recently used first, to keep the flow state within the memory budget (256 MiB by default): a flood. Expired: finished by the idle timeout (--idle-timeout).',
       [
         target(`sum by (instance) (rate(tlsrum_flows_evicted_total{instance=~"$instance"}[${RI}]))`, 'evicted {{instance}}'),
+        target(`sum by (instance) (rate(tlsrum_analyzer_memory_evictions_total{instance=~"$instance"}[${RI}]))`, 'over --max-memory {{instance}}'),
         target(`sum by (instance) (rate(tlsrum_flows_expired_total{instance=~"$instance"}[${RI}]))`, 'expired {{instance}}'),
       ],
       { unit: 'ops' },

@@ -8,6 +8,8 @@ APT_PACKAGES=(
   build-essential pkg-config libpcap-dev clang llvm libbpf-dev linux-libc-dev
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
+  # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs)
+  haproxy
   # load generators for bench/live/
   iperf3 wrk bpftool
   python3 python3-pip

@@ -54,13 +54,30 @@ impl Seg<'_> {
 
 /// A client-to-server data segment acknowledging `ack`.
 fn data(port: u16, dport: u16, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
-    Seg { port, dport, to_client: false, seq, ack: Some(ack), syn: false, payload }.frame()
+    Seg {
+        port,
+        dport,
+        to_client: false,
+        seq,
+        ack: Some(ack),
+        syn: false,
+        payload,
+    }
+    .frame()
 }
 
 /// SYN and SYN-ACK of a connection from the client's `port` to 443; the
 /// client's first data byte is CISN + 1, the server's SISN + 1.
 fn open(bpf: &mut EbpfCapture, port: u16) -> Result<()> {
-    let syn = |to_client, seq, ack| Seg { port, dport: 443, to_client, seq, ack, syn: true, payload: &[] };
+    let syn = |to_client, seq, ack| Seg {
+        port,
+        dport: 443,
+        to_client,
+        seq,
+        ack,
+        syn: true,
+        payload: &[],
+    };
     bpf.test_run(&syn(false, CISN, None).frame())?;
     bpf.test_run(&syn(true, SISN, Some(CISN + 1)).frame())
 }
@@ -104,7 +121,10 @@ fn main() -> Result<()> {
         bpf.test_run(&data(40002, 443, seq, SISN + 1, &body))?;
         seq = seq.wrapping_add(MSS as u32);
     }
-    rows.push(("plain TCP past the budget", data(40002, 443, seq, SISN + 1, &body)));
+    rows.push((
+        "plain TCP past the budget",
+        data(40002, 443, seq, SISN + 1, &body),
+    ));
 
     // A TLS flow whose records the kernel follows: the first data segment
     // opens a 16 KiB application_data record, the repeated one resends

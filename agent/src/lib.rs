@@ -3,6 +3,7 @@
 //! parses the command line and calls [`replay::run`] or [`live::run`].
 //!
 //! Modules, each using only those listed before it:
+//! - [`cli`]: argument value parsers;
 //! - [`ebpf`]: the kernel side's loader, ABI mirror and events;
 //! - [`source`]: the `Source` trait and the capture sources (pcap file,
 //!   libpcap live, eBPF);
@@ -37,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cli;
 pub mod ebpf;
 pub mod live;
 pub mod metrics;

@@ -15,7 +15,9 @@ use analyzer::{Analyzer, Config, Stats};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::ebpf::{EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS};
+use crate::ebpf::{
+    EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
+};
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
@@ -68,6 +70,14 @@ pub struct LiveArgs {
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Flows tracked at once (least recently used evicted beyond, counted).
+    #[arg(long, default_value_t = Config::default().max_flows)]
+    pub max_flows: usize,
+    /// Memory the flow state (TCP and QUIC together) may use, e.g. 400M or
+    /// 2G; beyond it the least recently used flows are finished, counted as
+    /// `memory_evictions` [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_size)]
+    pub max_memory: Option<usize>,
     /// Per-direction payload bytes the kernel forwards for a flow whose TLS
     /// records it cannot follow (not TLS, reordered before the hook; eBPF backend).
     #[arg(long, default_value_t = 256 * 1024)]
@@ -82,12 +92,19 @@ pub struct LiveArgs {
 }
 
 pub fn wall_clock() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
     match args.backend {
-        Backend::Pcap => Ok(Box::new(PcapLive::open(&args.ifaces, &args.ports, args.all_ports)?)),
+        Backend::Pcap => Ok(Box::new(PcapLive::open(
+            &args.ifaces,
+            &args.ports,
+            args.all_ports,
+        )?)),
         Backend::Ebpf => Ok(Box::new(EbpfSource::open(EbpfOptions {
             ifaces: args.ifaces.clone(),
             ports: args.ports.clone(),
@@ -128,11 +145,15 @@ fn sinks(args: &LiveArgs, metrics: &Arc<Mutex<Metrics>>) -> Result<FanOut> {
 pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
     }
     let mut source = open_source(&args)?;
     let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
-    let metrics = Arc::new(Mutex::new(Metrics::new(names, &known_counters(&mut *source))));
+    let metrics = Arc::new(Mutex::new(Metrics::new(
+        names,
+        &known_counters(&mut *source),
+    )));
     metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;
     let mut sink = sinks(&args, &metrics)?;
     let mut pcap_out = match &args.write_pcap {
@@ -140,8 +161,14 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         None => None,
     };
     let mut analyzer = Analyzer::new(Config {
-        server_ports: if args.all_ports { Vec::new() } else { args.ports.clone() },
+        server_ports: if args.all_ports {
+            Vec::new()
+        } else {
+            args.ports.clone()
+        },
         idle_timeout: args.idle_timeout,
+        max_flows: args.max_flows,
+        max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
         report_finished_flows: true,
         ..Config::default()
     });
@@ -155,10 +182,18 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let mut last_tick = Instant::now();
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
-        if args.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
+        if args
+            .duration
+            .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        {
             break;
         }
-        match pump(&mut *source, Duration::from_millis(100), &mut analyzer, pcap_out.as_mut()) {
+        match pump(
+            &mut *source,
+            Duration::from_millis(100),
+            &mut analyzer,
+            pcap_out.as_mut(),
+        ) {
             Ok(Status::Open) => {}
             Ok(Status::Ended) => break,
             Err(e) => {
@@ -173,7 +208,11 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
             deliver(&mut analyzer, &mut *source, &mut sink)?;
             let counters = source.counters();
             if let Ok(mut m) = metrics.lock() {
-                m.health(analyzer.stats(), analyzer.active_flows());
+                m.health(
+                    analyzer.stats(),
+                    analyzer.active_flows(),
+                    analyzer.memory_used(),
+                );
                 m.counters(&counters);
             }
             sink.flush()?;
@@ -183,13 +222,23 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         }
     }
     // Flush: connections still open are reported as they stand.
-    analyzer.finish();
+    while !analyzer.finish_some(4096) {
+        deliver(&mut analyzer, &mut *source, &mut sink)?;
+    }
     deliver(&mut analyzer, &mut *source, &mut sink)?;
     if let Ok(mut m) = metrics.lock() {
-        m.health(analyzer.stats(), analyzer.active_flows());
+        m.health(
+            analyzer.stats(),
+            analyzer.active_flows(),
+            analyzer.memory_used(),
+        );
     }
     let title = args.ifaces.join(", ");
-    sink.finish(&RunEnd { stats: analyzer.stats(), captures: 0, title: &title })?;
+    sink.finish(&RunEnd {
+        stats: analyzer.stats(),
+        captures: 0,
+        title: &title,
+    })?;
     if let Some(w) = pcap_out.take() {
         w.finish()?;
     }

@@ -11,7 +11,11 @@ use tlsrum::{live, replay};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "tlsrum", version, about = "Passive TLS handshake analyzer: which handshakes are full, resumed or 0-RTT, and what they cost")]
+#[command(
+    name = "tlsrum",
+    version,
+    about = "Passive TLS handshake analyzer: which handshakes are full, resumed or 0-RTT, and what they cost"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -15,7 +15,9 @@ use analyzer::wire::{LinkType, Packet, Transport};
 use anyhow::{Context, Result};
 use etherparse::PacketBuilder;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
 
@@ -43,15 +45,23 @@ impl PacketWriter {
     pub fn create(path: &Path, links: &[LinkType]) -> Result<Self> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut w = PcapNgWriter::new(BufWriter::new(file)).context("writing pcapng header")?;
-        let frames_as = links.first().copied().filter(|l| links.iter().all(|x| x == l));
+        let frames_as = links
+            .first()
+            .copied()
+            .filter(|l| links.iter().all(|x| x == l));
         let idb = InterfaceDescriptionBlock {
             linktype: datalink(frames_as.unwrap_or(LinkType::RawIp)),
             snaplen: 0,
             // pcap-file writes timestamps in nanoseconds: say so (if_tsresol 9).
             options: vec![InterfaceDescriptionOption::IfTsResol(9)],
         };
-        w.write_pcapng_block(idb).context("writing pcapng interface")?;
-        Ok(PacketWriter { w, frames_as, errors: 0 })
+        w.write_pcapng_block(idb)
+            .context("writing pcapng interface")?;
+        Ok(PacketWriter {
+            w,
+            frames_as,
+            errors: 0,
+        })
     }
 
     fn write(&mut self, ts: f64, data: &[u8]) {
@@ -88,8 +98,12 @@ impl PacketWriter {
     /// Rebuilds IP + TCP/UDP headers around a packet's payload.
     pub fn packet(&mut self, ts: f64, p: &Packet<'_>) {
         let builder = match (p.src, p.dst) {
-            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => PacketBuilder::ipv4(s.octets(), d.octets(), 64),
-            (std::net::IpAddr::V6(s), std::net::IpAddr::V6(d)) => PacketBuilder::ipv6(s.octets(), d.octets(), 64),
+            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
+                PacketBuilder::ipv4(s.octets(), d.octets(), 64)
+            }
+            (std::net::IpAddr::V6(s), std::net::IpAddr::V6(d)) => {
+                PacketBuilder::ipv6(s.octets(), d.octets(), 64)
+            }
             _ => return,
         };
         let mut buf = Vec::with_capacity(p.payload.len() + 60);
@@ -110,7 +124,9 @@ impl PacketWriter {
                 }
                 b.write(&mut buf, p.payload)
             }
-            Transport::Udp { src_port, dst_port } => builder.udp(src_port, dst_port).write(&mut buf, p.payload),
+            Transport::Udp { src_port, dst_port } => {
+                builder.udp(src_port, dst_port).write(&mut buf, p.payload)
+            }
         };
         if res.is_ok() {
             self.write(ts, &buf);
@@ -123,7 +139,10 @@ impl PacketWriter {
         let mut inner = self.w.into_inner();
         std::io::Write::flush(&mut inner).context("flushing pcapng")?;
         if self.errors > 0 {
-            eprintln!("tlsrum: {} packets could not be written to the pcapng file", self.errors);
+            eprintln!(
+                "tlsrum: {} packets could not be written to the pcapng file",
+                self.errors
+            );
         }
         Ok(())
     }

@@ -13,7 +13,12 @@ use crate::source::{Captured, Source, Status};
 
 /// Polls the source once (waiting up to `timeout`) and feeds what came to
 /// the analyzer, and to `tap` (`--write-pcap`) if there is one.
-pub fn pump(source: &mut dyn Source, timeout: Duration, analyzer: &mut Analyzer, mut tap: Option<&mut PacketWriter>) -> Result<Status> {
+pub fn pump(
+    source: &mut dyn Source,
+    timeout: Duration,
+    analyzer: &mut Analyzer,
+    mut tap: Option<&mut PacketWriter>,
+) -> Result<Status> {
     source.poll(timeout, &mut |c: Captured<'_>| {
         if let Some(w) = tap.as_deref_mut() {
             w.captured(&c);
@@ -31,9 +36,26 @@ pub fn flush_records(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Resu
     sink.records(&records)
 }
 
+/// Flows finished per step at the end of input (see [`finish`]).
+const FINISH_BATCH: usize = 4096;
+
+/// End of input: every flow still open is finished, in steps whose records
+/// go to the sink as they come (the flows a flood left open never become
+/// as many records in memory at once).
+pub fn finish(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Result<()> {
+    while !analyzer.finish_some(FINISH_BATCH) {
+        flush_records(analyzer, sink)?;
+    }
+    flush_records(analyzer, sink)
+}
+
 /// Tells the source which flows the analyzer is done with (so that it can
 /// stop sending them), then hands the records to the sink.
-pub fn deliver(analyzer: &mut Analyzer, source: &mut dyn Source, sink: &mut dyn RecordSink) -> Result<()> {
+pub fn deliver(
+    analyzer: &mut Analyzer,
+    source: &mut dyn Source,
+    sink: &mut dyn RecordSink,
+) -> Result<()> {
     let finished = analyzer.take_finished_flows();
     if !finished.is_empty() {
         source.finished(&finished);

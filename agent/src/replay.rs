@@ -10,7 +10,7 @@ use analyzer::{Analyzer, Config, Stats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::pipeline::{deliver, flush_records, pump};
+use crate::pipeline::{self, deliver, pump};
 use crate::sink::html::HtmlSink;
 use crate::sink::{FanOut, Format, RecordSink, RunEnd};
 use crate::source::pcap_file::PcapFile;
@@ -39,6 +39,11 @@ pub struct ReplayArgs {
     /// Out-of-order bytes buffered per flow direction.
     #[arg(long, default_value_t = Config::default().max_flow_buffer)]
     max_flow_buffer: usize,
+    /// Memory the flow state (TCP and QUIC together) may use, e.g. 400M or
+    /// 2G; beyond it the least recently used flows are finished, counted as
+    /// `memory_evictions` [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_size)]
+    max_memory: Option<usize>,
     /// Seconds (capture time) after which an idle flow is finished.
     #[arg(long, default_value_t = Config::default().idle_timeout)]
     idle_timeout: f64,
@@ -70,7 +75,10 @@ fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             entries.sort();
             let (dirs, files): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.is_dir());
             out.extend(files.into_iter().filter(|f| {
-                matches!(f.extension().and_then(|e| e.to_str()), Some("pcap" | "pcapng" | "cap"))
+                matches!(
+                    f.extension().and_then(|e| e.to_str()),
+                    Some("pcap" | "pcapng" | "cap")
+                )
             }));
             out.extend(capture_files(&dirs)?);
         } else {
@@ -83,19 +91,28 @@ fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     let files = capture_files(&args.paths)?;
     if files.is_empty() {
-        bail!("no capture files (.pcap, .pcapng, .cap) under {:?}", args.paths);
+        bail!(
+            "no capture files (.pcap, .pcapng, .cap) under {:?}",
+            args.paths
+        );
     }
     let cfg = Config {
         max_flows: args.max_flows,
         max_flow_buffer: args.max_flow_buffer,
+        max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
         idle_timeout: args.idle_timeout,
         server_ports: args.ports.clone(),
         keylog: match &args.keylog {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading key log {}", path.display()))?;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading key log {}", path.display()))?;
                 let log = analyzer::tls::keylog::KeyLog::parse(&text);
                 if log.is_empty() {
-                    bail!("{}: no TLS secrets in this key log ({} malformed lines)", path.display(), log.bad_lines);
+                    bail!(
+                        "{}: no TLS secrets in this key log ({} malformed lines)",
+                        path.display(),
+                        log.bad_lines
+                    );
                 }
                 Some(std::sync::Arc::new(log))
             }
@@ -114,9 +131,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     for file in &files {
         // Each file is its own trace: session IDs seen in one do not count in another.
         let mut analyzer = Analyzer::new(cfg.clone());
-        let res = replay_file(file, &mut analyzer, &mut sink, args.filter.as_deref(), progress);
-        analyzer.finish();
-        flush_records(&mut analyzer, &mut sink)?;
+        let res = replay_file(
+            file,
+            &mut analyzer,
+            &mut sink,
+            args.filter.as_deref(),
+            progress,
+        );
+        pipeline::finish(&mut analyzer, &mut sink)?;
         total.merge(analyzer.stats());
         if let Err(e) = res {
             failures += 1;
@@ -125,13 +147,29 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     }
     let title = match files.as_slice() {
         [one] => one.display().to_string(),
-        many => format!("{} captures under {}", many.len(), args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        many => format!(
+            "{} captures under {}",
+            many.len(),
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
-    sink.finish(&RunEnd { stats: &total, captures: files.len(), title: &title })?;
+    sink.finish(&RunEnd {
+        stats: &total,
+        captures: files.len(),
+        title: &title,
+    })?;
     if args.stats {
         eprintln!("{}", serde_json::to_string_pretty(&total)?);
     }
-    Ok(if failures > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failures > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Reads one capture into the analyzer, records written out after each
@@ -147,8 +185,10 @@ fn replay_file(
     let bar = progress.then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
         pb.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {msg} {human_pos} packets ({per_sec})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} {human_pos} packets ({per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
         );
         pb.set_message(source.name().to_string());
         pb

@@ -5,7 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn tlsrum(args: &[&str], files: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tlsrum")).args(args).args(files).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_tlsrum"))
+        .args(args)
+        .args(files)
+        .output()
+        .unwrap()
 }
 
 /// A file in this run's scratch directory, removed when dropped (and the
@@ -81,7 +85,10 @@ fn truncated_capture_names_the_file_and_keeps_earlier_connections() {
     let out = tlsrum(&["replay", "--format", "ndjson"], &[&*cut]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
-    assert!(err.contains("cut.pcapng") && err.contains("truncated or corrupt after packet"), "{err}");
+    assert!(
+        err.contains("cut.pcapng") && err.contains("truncated or corrupt after packet"),
+        "{err}"
+    );
     assert_eq!(lines(&out), n, "records before the damage are kept");
 }
 
@@ -92,7 +99,10 @@ fn not_a_capture_is_a_clear_error() {
     let out = tlsrum(&["replay"], &[&*junk]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(err.contains("junk.pcap") && err.contains("cannot open as pcap or pcapng"), "{err}");
+    assert!(
+        err.contains("junk.pcap") && err.contains("cannot open as pcap or pcapng"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -102,14 +112,21 @@ fn unknown_link_type_is_a_clear_error() {
     let out = tlsrum(&["replay"], &[&*f]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(err.contains("usb.pcap") && err.contains("link type 189") && err.contains("not supported"), "{err}");
+    assert!(
+        err.contains("usb.pcap") && err.contains("link type 189") && err.contains("not supported"),
+        "{err}"
+    );
 }
 
 #[test]
 fn non_tls_traffic_is_counted_and_ignored() {
     // A plain-HTTP request on port 80 over raw IPv4.
-    let mut pkt = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
-    pkt.extend([0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    let mut pkt = vec![
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
+    pkt.extend([
+        0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0,
+    ]);
     pkt.extend(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n");
     let len = pkt.len() as u16;
     pkt[2..4].copy_from_slice(&len.to_be_bytes());
@@ -150,7 +167,11 @@ fn corrupted_packets_never_panic() {
             if next() % 7 == 0 {
                 f.truncate((next() as usize) % (f.len() + 1));
             }
-            a.push_frame(round as f64 + i as f64 * 1e-3, analyzer::wire::LinkType::Ethernet, &f);
+            a.push_frame(
+                round as f64 + i as f64 * 1e-3,
+                analyzer::wire::LinkType::Ethernet,
+                &f,
+            );
         }
         a.finish();
         let _ = a.take_records();
@@ -162,10 +183,16 @@ fn corrupted_packets_never_panic() {
 fn bpf_filter_selects_packets_and_a_bad_one_is_a_clear_error() {
     let all = tlsrum(&["replay", "--format", "ndjson"], &[&sample()]);
     assert!(lines(&all) >= 2);
-    let none = tlsrum(&["replay", "--format", "ndjson", "--filter", "tcp port 1"], &[&sample()]);
+    let none = tlsrum(
+        &["replay", "--format", "ndjson", "--filter", "tcp port 1"],
+        &[&sample()],
+    );
     assert!(none.status.success());
     assert_eq!(lines(&none), 0);
-    let same = tlsrum(&["replay", "--format", "ndjson", "--filter", "tcp"], &[&sample()]);
+    let same = tlsrum(
+        &["replay", "--format", "ndjson", "--filter", "tcp"],
+        &[&sample()],
+    );
     assert_eq!(same.stdout, all.stdout);
     let bad = tlsrum(&["replay", "--filter", "tcp port ((("], &[&sample()]);
     let err = String::from_utf8_lossy(&bad.stderr);
@@ -177,11 +204,25 @@ fn bpf_filter_selects_packets_and_a_bad_one_is_a_clear_error() {
 fn port_option_limits_the_flows_examined() {
     let all = tlsrum(&["replay", "--format", "ndjson"], &[&sample()]);
     let port = {
-        let first: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&all.stdout).lines().next().unwrap()).unwrap();
-        first["server"].as_str().unwrap().rsplit(':').next().unwrap().to_string()
+        let first: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&all.stdout).lines().next().unwrap())
+                .unwrap();
+        first["server"]
+            .as_str()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string()
     };
-    let on = tlsrum(&["replay", "--format", "ndjson", "--port", &port], &[&sample()]);
+    let on = tlsrum(
+        &["replay", "--format", "ndjson", "--port", &port],
+        &[&sample()],
+    );
     assert_eq!(on.stdout, all.stdout);
-    let off = tlsrum(&["replay", "--format", "ndjson", "--port", "1"], &[&sample()]);
+    let off = tlsrum(
+        &["replay", "--format", "ndjson", "--port", "1"],
+        &[&sample()],
+    );
     assert_eq!(lines(&off), 0);
 }

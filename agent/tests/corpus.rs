@@ -16,7 +16,11 @@ fn corpus() -> Option<PathBuf> {
     if dir.join("EXPECTED.tsv").exists() {
         return Some(dir);
     }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but the public corpus is missing at {}", dir.display());
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but the public corpus is missing at {}",
+        dir.display()
+    );
     eprintln!("skipping: no public corpus at {}", dir.display());
     None
 }
@@ -37,14 +41,24 @@ fn quic_class_of(r: &Value) -> String {
         "incomplete" => return format!("quic-{version}-incomplete"),
         _ => {}
     }
-    let mut c = format!("quic-{version}-{}", if r["resumption"] == "psk" { "psk" } else { "full" });
+    let mut c = format!(
+        "quic-{version}-{}",
+        if r["resumption"] == "psk" {
+            "psk"
+        } else {
+            "full"
+        }
+    );
     if r["hrr"] == true {
         c.push_str("+hrr");
     }
     if r["retry"] == true {
         c.push_str("+retry");
     }
-    if r["notes"].as_array().is_some_and(|n| n.iter().any(|v| v == "version_negotiation")) {
+    if r["notes"]
+        .as_array()
+        .is_some_and(|n| n.iter().any(|v| v == "version_negotiation"))
+    {
         c.push_str("+vn");
     }
     match r["early_data"].as_str() {
@@ -71,7 +85,9 @@ fn class_of(r: &Value) -> String {
     };
     let failure = r["failure"].as_str().unwrap_or("");
     match r["handshake"].as_str().unwrap_or("") {
-        "failed" if failure.starts_with("alert:") => return format!("fail-alert:{}", &failure[6..]),
+        "failed" if failure.starts_with("alert:") => {
+            return format!("fail-alert:{}", &failure[6..])
+        }
         // EXPECTED.tsv names what is visible: no ServerHello (after a HelloRetryRequest or not).
         _ if version.is_empty() && r["hrr"] == true => return "hrr-then-no-serverhello".into(),
         _ if version.is_empty() => return "no-serverhello".into(),
@@ -120,15 +136,24 @@ fn public_captures_agree_with_expected_classes() {
         if f.len() < 7 || f[5].starts_with("dtls") || f[2].starts_with("udp") {
             continue; // DTLS is not followed
         }
-        expected.entry(f[0].into()).or_default().insert(f[3].into(), (f[5].into(), f[6].into()));
+        expected
+            .entry(f[0].into())
+            .or_default()
+            .insert(f[3].into(), (f[5].into(), f[6].into()));
     }
-    let allowed_text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-differences.tsv")).unwrap();
+    let allowed_text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-differences.tsv"),
+    )
+    .unwrap();
     let allowed: BTreeSet<(String, String, String)> = allowed_text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            assert!(f.len() >= 5 && !f[4].trim().is_empty(), "every listed difference needs a reason: {l}");
+            assert!(
+                f.len() >= 5 && !f[4].trim().is_empty(),
+                "every listed difference needs a reason: {l}"
+            );
             (f[0].to_string(), f[1].to_string(), f[3].to_string())
         })
         .collect();
@@ -150,11 +175,20 @@ fn public_captures_agree_with_expected_classes() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            problems.push(format!("{file}: tlsrum exited {:?}: {stderr}", out.status.code()));
+            problems.push(format!(
+                "{file}: tlsrum exited {:?}: {stderr}",
+                out.status.code()
+            ));
             continue;
         }
-        let records: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        let by_client: BTreeMap<String, &Value> = records.iter().map(|r| (r["client"].as_str().unwrap().replace(['[', ']'], ""), r)).collect();
+        let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let by_client: BTreeMap<String, &Value> = records
+            .iter()
+            .map(|r| (r["client"].as_str().unwrap().replace(['[', ']'], ""), r))
+            .collect();
         for (client, (class, sni)) in expected.get(file).into_iter().flatten() {
             let key = (file.clone(), client.clone(), String::new());
             let Some(r) = by_client.get(client) else {
@@ -188,7 +222,17 @@ fn public_captures_agree_with_expected_classes() {
         }
     }
     let stale: Vec<_> = allowed.difference(&seen).collect();
-    eprintln!("{agreed} connections agree with EXPECTED.tsv; {} explained differences", seen.len());
-    assert!(stale.is_empty(), "listed differences that no longer occur (remove them): {stale:?}");
-    assert!(problems.is_empty(), "unexplained differences (file, client, expected, tlsrum):\n{}", problems.join("\n"));
+    eprintln!(
+        "{agreed} connections agree with EXPECTED.tsv; {} explained differences",
+        seen.len()
+    );
+    assert!(
+        stale.is_empty(),
+        "listed differences that no longer occur (remove them): {stale:?}"
+    );
+    assert!(
+        problems.is_empty(),
+        "unexplained differences (file, client, expected, tlsrum):\n{}",
+        problems.join("\n")
+    );
 }

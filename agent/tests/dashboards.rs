@@ -69,12 +69,18 @@ fn missing_prerequisite() -> Option<String> {
 }
 
 fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 /// An HTTP GET from inside the server namespace; the body.
 fn get(t: &Topology, url: &str, params: &[(&str, &str)]) -> Result<String, String> {
-    let mut c = ns_cmd(&t.server_ns, &["curl", "-sS", "--max-time", "10", "--get", url]);
+    let mut c = ns_cmd(
+        &t.server_ns,
+        &["curl", "-sS", "--max-time", "10", "--get", url],
+    );
     for (k, v) in params {
         c.arg("--data-urlencode").arg(format!("{k}={v}"));
     }
@@ -90,9 +96,24 @@ fn get(t: &Topology, url: &str, params: &[(&str, &str)]) -> Result<String, Strin
 fn start_nginx(t: &Topology, procs: &mut Procs) {
     let d = t.dir.display();
     run(&[
-        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", &format!("{d}/key.pem"), "-out", &format!("{d}/cert.pem"), "-days", "1", "-subj", "/CN=a.test",
-        "-addext", "subjectAltName=DNS:a.test,DNS:b.test,DNS:c.test",
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &format!("{d}/key.pem"),
+        "-out",
+        &format!("{d}/cert.pem"),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=a.test",
+        "-addext",
+        "subjectAltName=DNS:a.test,DNS:b.test,DNS:c.test",
     ]);
     // Separate ticket keys and session caches: B cannot resume A's sessions.
     for k in ["ticket-a.key", "ticket-b.key"] {
@@ -143,23 +164,40 @@ http {{
     let conf_path = t.dir.join("nginx/nginx.conf");
     std::fs::write(&conf_path, conf).unwrap();
     let mut cmd = ns_cmd(&t.server_ns, &["nginx"]);
-    cmd.arg("-c").arg(&conf_path).arg("-p").arg(t.dir.join("nginx"));
+    cmd.arg("-c")
+        .arg(&conf_path)
+        .arg("-p")
+        .arg(t.dir.join("nginx"));
     procs.spawn_logged("nginx", cmd, &t.dir.join("nginx.log"));
     wait_for("nginx to listen", Duration::from_secs(10), || {
         let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn"]);
-        [PORT_A, PORT_B, PORT_C].iter().all(|p| out.contains(&format!("{SERVER_IP}:{p}")))
+        [PORT_A, PORT_B, PORT_C]
+            .iter()
+            .all(|p| out.contains(&format!("{SERVER_IP}:{p}")))
     });
 }
 
 fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
     let mut cmd = ns_cmd(&t.server_ns, &[env!("CARGO_BIN_EXE_tlsrum")]);
-    cmd.args(["live", "--backend", backend, "--iface", &t.veth, "--metrics", AGENT, "--idle-timeout", "5"]);
+    cmd.args([
+        "live",
+        "--backend",
+        backend,
+        "--iface",
+        &t.veth,
+        "--metrics",
+        AGENT,
+        "--idle-timeout",
+        "5",
+    ]);
     for p in [PORT_A, PORT_B, PORT_C] {
         cmd.args(["--port", &p.to_string()]);
     }
     cmd.arg("--events").arg(t.dir.join("events.ndjson"));
     procs.spawn_logged("tlsrum", cmd, &t.dir.join("tlsrum.log"));
-    wait_for("the agent's /metrics", Duration::from_secs(20), || get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok());
+    wait_for("the agent's /metrics", Duration::from_secs(20), || {
+        get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok()
+    });
 }
 
 fn start_prometheus(t: &Topology, procs: &mut Procs) {
@@ -174,11 +212,16 @@ fn start_prometheus(t: &Topology, procs: &mut Procs) {
     .unwrap();
     let mut cmd = ns_cmd(&t.server_ns, &["prometheus"]);
     cmd.arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", t.dir.join("prometheus-data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            t.dir.join("prometheus-data").display()
+        ))
         .arg(format!("--web.listen-address={PROMETHEUS}"))
         .arg("--log.level=warn");
     procs.spawn_logged("prometheus", cmd, &t.dir.join("prometheus.log"));
-    wait_for("Prometheus to be ready", Duration::from_secs(30), || get(t, &format!("http://{PROMETHEUS}/-/ready"), &[]).is_ok());
+    wait_for("Prometheus to be ready", Duration::from_secs(30), || {
+        get(t, &format!("http://{PROMETHEUS}/-/ready"), &[]).is_ok()
+    });
 }
 
 // ---- traffic ----
@@ -197,11 +240,29 @@ struct Expect {
 }
 
 const fn full(sni: &'static str, version: &'static str) -> Expect {
-    Expect { sni, kind: "full", method: "none", version, accepted: None, declined: &[], early: None, hrr: false }
+    Expect {
+        sni,
+        kind: "full",
+        method: "none",
+        version,
+        accepted: None,
+        declined: &[],
+        early: None,
+        hrr: false,
+    }
 }
 
 const fn resumed(sni: &'static str, version: &'static str, method: &'static str) -> Expect {
-    Expect { sni, kind: "resumed", method, version, accepted: Some(method), declined: &[], early: None, hrr: false }
+    Expect {
+        sni,
+        kind: "resumed",
+        method,
+        version,
+        accepted: Some(method),
+        declined: &[],
+        early: None,
+        hrr: false,
+    }
 }
 
 /// One client run: a shell command in the client namespace, the text its
@@ -225,33 +286,65 @@ fn steps(dir: &Path) -> Vec<Step> {
         format!("curl -sS -k --max-time 10 --resolve {sni}:{port}:{SERVER_IP} -H 'Connection: close' {opts} {url} {url} 2>&1")
     };
     vec![
-        Step { what: "TLS 1.3 full", cmd: s_client(PORT_A, "a.test", &format!("-sess_out {d}/s13")), want: &["tlsrum-a"], expect: vec![full("a.test", "TLS1.3")] },
+        Step {
+            what: "TLS 1.3 full",
+            cmd: s_client(PORT_A, "a.test", &format!("-sess_out {d}/s13")),
+            want: &["tlsrum-a"],
+            expect: vec![full("a.test", "TLS1.3")],
+        },
         Step {
             what: "TLS 1.3 PSK resumption",
-            cmd: s_client(PORT_A, "a.test", &format!("-sess_in {d}/s13 -sess_out {d}/s13e")),
+            cmd: s_client(
+                PORT_A,
+                "a.test",
+                &format!("-sess_in {d}/s13 -sess_out {d}/s13e"),
+            ),
             want: &["tlsrum-a"],
             expect: vec![resumed("a.test", "TLS1.3", "psk")],
         },
         Step {
             what: "TLS 1.3 0-RTT accepted",
-            cmd: s_client(PORT_A, "a.test", &format!("-sess_in {d}/s13e -early_data {d}/request.txt")),
+            cmd: s_client(
+                PORT_A,
+                "a.test",
+                &format!("-sess_in {d}/s13e -early_data {d}/request.txt"),
+            ),
             want: &["tlsrum-a", "Early data was accepted"],
             // The verdict is encrypted: the agent may say "attempted" (see early_verdict()).
-            expect: vec![Expect { early: Some("accepted"), ..resumed("a.test", "TLS1.3", "psk") }],
+            expect: vec![Expect {
+                early: Some("accepted"),
+                ..resumed("a.test", "TLS1.3", "psk")
+            }],
         },
         Step {
             what: "TLS 1.3 PSK declined",
             cmd: s_client(PORT_B, "a.test", &format!("-sess_in {d}/s13")),
             want: &["tlsrum-b"],
-            expect: vec![Expect { declined: &["psk"], ..full("a.test", "TLS1.3") }],
+            expect: vec![Expect {
+                declined: &["psk"],
+                ..full("a.test", "TLS1.3")
+            }],
         },
         Step {
             what: "TLS 1.3 0-RTT rejected",
-            cmd: s_client(PORT_B, "a.test", &format!("-sess_in {d}/s13 -early_data {d}/request.txt")),
+            cmd: s_client(
+                PORT_B,
+                "a.test",
+                &format!("-sess_in {d}/s13 -early_data {d}/request.txt"),
+            ),
             want: &["tlsrum-b", "Early data was rejected"],
-            expect: vec![Expect { declined: &["psk"], early: Some("rejected"), ..full("a.test", "TLS1.3") }],
+            expect: vec![Expect {
+                declined: &["psk"],
+                early: Some("rejected"),
+                ..full("a.test", "TLS1.3")
+            }],
         },
-        Step { what: "TLS 1.2 full", cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -sess_out {d}/s12")), want: &["tlsrum-a"], expect: vec![full("a.test", "TLS1.2")] },
+        Step {
+            what: "TLS 1.2 full",
+            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -sess_out {d}/s12")),
+            want: &["tlsrum-a"],
+            expect: vec![full("a.test", "TLS1.2")],
+        },
         Step {
             what: "TLS 1.2 ticket resumption",
             cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -sess_in {d}/s12")),
@@ -260,13 +353,21 @@ fn steps(dir: &Path) -> Vec<Step> {
         },
         Step {
             what: "TLS 1.2 full, no ticket",
-            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -no_ticket -sess_out {d}/s12n")),
+            cmd: s_client(
+                PORT_A,
+                "a.test",
+                &format!("-tls1_2 -no_ticket -sess_out {d}/s12n"),
+            ),
             want: &["tlsrum-a"],
             expect: vec![full("a.test", "TLS1.2")],
         },
         Step {
             what: "TLS 1.2 session-ID resumption",
-            cmd: s_client(PORT_A, "a.test", &format!("-tls1_2 -no_ticket -sess_in {d}/s12n")),
+            cmd: s_client(
+                PORT_A,
+                "a.test",
+                &format!("-tls1_2 -no_ticket -sess_in {d}/s12n"),
+            ),
             want: &["tlsrum-a"],
             expect: vec![resumed("a.test", "TLS1.2", "session_id")],
         },
@@ -274,7 +375,10 @@ fn steps(dir: &Path) -> Vec<Step> {
             what: "TLS 1.2 session ID and ticket declined",
             cmd: s_client(PORT_B, "a.test", &format!("-tls1_2 -sess_in {d}/s12")),
             want: &["tlsrum-b"],
-            expect: vec![Expect { declined: &["session_id", "ticket"], ..full("a.test", "TLS1.2") }],
+            expect: vec![Expect {
+                declined: &["session_id", "ticket"],
+                ..full("a.test", "TLS1.2")
+            }],
         },
         Step {
             what: "curl, TLS 1.3, two connections",
@@ -287,29 +391,46 @@ fn steps(dir: &Path) -> Vec<Step> {
             cmd: curl(PORT_A, "a.test", "--tlsv1.2 --tls-max 1.2"),
             want: &["tlsrum-a"],
             // curl (OpenSSL) offers the session by its ID only.
-            expect: vec![full("a.test", "TLS1.2"), resumed("a.test", "TLS1.2", "session_id")],
+            expect: vec![
+                full("a.test", "TLS1.2"),
+                resumed("a.test", "TLS1.2", "session_id"),
+            ],
         },
         Step {
             what: "HelloRetryRequest",
             cmd: s_client(PORT_C, "c.test", "-groups P-256:X25519"),
             want: &["tlsrum-c"],
-            expect: vec![Expect { hrr: true, ..full("c.test", "TLS1.3") }],
+            expect: vec![Expect {
+                hrr: true,
+                ..full("c.test", "TLS1.3")
+            }],
         },
         Step {
             what: "failed: TLS 1.2 client, TLS 1.3-only server",
             cmd: s_client(PORT_C, "c.test", "-tls1_2"),
             want: &["alert"],
-            expect: vec![Expect { kind: "failed", version: "unknown", ..full("c.test", "") }],
+            expect: vec![Expect {
+                kind: "failed",
+                version: "unknown",
+                ..full("c.test", "")
+            }],
         },
     ]
 }
 
 fn make_traffic(t: &Topology, steps: &[Step]) {
     for s in steps {
-        let out = ns_cmd(&t.client_ns, &["sh", "-c", &s.cmd]).output().unwrap();
+        let out = ns_cmd(&t.client_ns, &["sh", "-c", &s.cmd])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         for w in s.want {
-            assert!(text.contains(w), "{}: no {w:?} in the client's output:\n$ {}\n{text}", s.what, s.cmd);
+            assert!(
+                text.contains(w),
+                "{}: no {w:?} in the client's output:\n$ {}\n{text}",
+                s.what,
+                s.cmd
+            );
         }
     }
 }
@@ -329,12 +450,18 @@ fn totals(steps: &[Step], rounds: usize) -> Totals {
     for e in steps.iter().flat_map(|s| s.expect.iter()) {
         let n = rounds as f64;
         let s = e.sni.to_string();
-        *t.handshakes.entry((e.kind.into(), e.method.into(), e.version.into(), s.clone())).or_default() += n;
+        *t.handshakes
+            .entry((e.kind.into(), e.method.into(), e.version.into(), s.clone()))
+            .or_default() += n;
         if let Some(m) = e.accepted {
-            *t.offers.entry(("accepted".into(), m.into(), s.clone())).or_default() += n;
+            *t.offers
+                .entry(("accepted".into(), m.into(), s.clone()))
+                .or_default() += n;
         }
         for m in e.declined {
-            *t.offers.entry(("declined".into(), m.to_string(), s.clone())).or_default() += n;
+            *t.offers
+                .entry(("declined".into(), m.to_string(), s.clone()))
+                .or_default() += n;
         }
         if let Some(o) = e.early {
             *t.early.entry((early_verdict(o), s.clone())).or_default() += n;
@@ -363,8 +490,10 @@ struct Prom<'a> {
 
 impl Prom<'_> {
     fn api(&self, path: &str, params: &[(&str, &str)]) -> Value {
-        let body = get(self.t, &format!("http://{PROMETHEUS}{path}"), params).unwrap_or_else(|e| panic!("{path} {params:?}: {e}"));
-        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        let body = get(self.t, &format!("http://{PROMETHEUS}{path}"), params)
+            .unwrap_or_else(|e| panic!("{path} {params:?}: {e}"));
+        let v: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
         assert_eq!(v["status"], "success", "{path} {params:?}: {body}");
         v["data"].clone()
     }
@@ -380,7 +509,12 @@ impl Prom<'_> {
         samples
             .iter()
             .map(|s| {
-                let labels = s["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect();
+                let labels = s["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect();
                 let v = s["value"][1].as_str().unwrap();
                 let v = match v {
                     "NaN" => f64::NAN,
@@ -400,7 +534,10 @@ impl Prom<'_> {
     }
 }
 
-fn by<const N: usize>(rows: &[(BTreeMap<String, String>, f64)], labels: [&str; N]) -> BTreeMap<[String; N], f64> {
+fn by<const N: usize>(
+    rows: &[(BTreeMap<String, String>, f64)],
+    labels: [&str; N],
+) -> BTreeMap<[String; N], f64> {
     rows.iter()
         .filter(|(_, v)| *v != 0.0)
         .map(|(l, v)| (labels.map(|k| l.get(k).cloned().unwrap_or_default()), *v))
@@ -417,7 +554,10 @@ fn load_dashboards() -> Vec<(String, Value)> {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            (p.file_name().unwrap().to_string_lossy().into_owned(), serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            )
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -437,28 +577,55 @@ fn panels(d: &Value) -> Vec<&Value> {
 }
 
 fn targets(p: &Value) -> Vec<&Value> {
-    p["targets"].as_array().map(|t| t.iter().collect()).unwrap_or_default()
+    p["targets"]
+        .as_array()
+        .map(|t| t.iter().collect())
+        .unwrap_or_default()
 }
 
 /// The structure Grafana needs and the project promises (STYLE.md, Dashboards).
 fn check_structure(dashboards: &[(String, Value)]) {
-    let uids: BTreeSet<&str> = dashboards.iter().map(|(_, d)| d["uid"].as_str().unwrap()).collect();
-    assert_eq!(uids, UIDS.into_iter().collect(), "dashboard uids are stable: links and bookmarks use them");
+    let uids: BTreeSet<&str> = dashboards
+        .iter()
+        .map(|(_, d)| d["uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        uids,
+        UIDS.into_iter().collect(),
+        "dashboard uids are stable: links and bookmarks use them"
+    );
     let ds = serde_json::json!({"type": "prometheus", "uid": "${datasource}"});
     for (file, d) in dashboards {
         let sv = d["schemaVersion"].as_u64().unwrap();
-        assert!((36..=41).contains(&sv), "{file}: schemaVersion {sv} is not Grafana 10/11's");
-        assert!(d["id"].is_null(), "{file}: a provisioned dashboard carries no database id");
+        assert!(
+            (36..=41).contains(&sv),
+            "{file}: schemaVersion {sv} is not Grafana 10/11's"
+        );
+        assert!(
+            d["id"].is_null(),
+            "{file}: a provisioned dashboard carries no database id"
+        );
         let vars = d["templating"]["list"].as_array().unwrap();
-        let var = |n: &str| vars.iter().find(|v| v["name"] == n).unwrap_or_else(|| panic!("{file}: no variable {n}"));
+        let var = |n: &str| {
+            vars.iter()
+                .find(|v| v["name"] == n)
+                .unwrap_or_else(|| panic!("{file}: no variable {n}"))
+        };
         assert_eq!(var("datasource")["type"], "datasource");
         assert_eq!(var("datasource")["query"], "prometheus");
-        for (name, label) in [("instance", "instance"), ("server_name", "server_name"), ("transport", "transport")] {
+        for (name, label) in [
+            ("instance", "instance"),
+            ("server_name", "server_name"),
+            ("transport", "transport"),
+        ] {
             let v = var(name);
             assert_eq!(v["type"], "query", "{file}: ${name}");
             assert_eq!(v["datasource"], ds, "{file}: ${name}");
             let q = v["query"]["query"].as_str().unwrap();
-            assert!(q.starts_with("label_values(") && q.ends_with(&format!(", {label})")), "{file}: ${name}: {q}");
+            assert!(
+                q.starts_with("label_values(") && q.ends_with(&format!(", {label})")),
+                "{file}: ${name}: {q}"
+            );
         }
         let mut ids = BTreeSet::new();
         let mut cells: BTreeMap<(u64, u64), u64> = BTreeMap::new();
@@ -466,8 +633,16 @@ fn check_structure(dashboards: &[(String, Value)]) {
             let id = p["id"].as_u64().unwrap();
             assert!(ids.insert(id), "{file}: panel id {id} twice");
             let g = &p["gridPos"];
-            let (x, y, w, h) = (g["x"].as_u64().unwrap(), g["y"].as_u64().unwrap(), g["w"].as_u64().unwrap(), g["h"].as_u64().unwrap());
-            assert!(w > 0 && h > 0 && x + w <= 24, "{file}: panel {id} outside the 24-column grid");
+            let (x, y, w, h) = (
+                g["x"].as_u64().unwrap(),
+                g["y"].as_u64().unwrap(),
+                g["w"].as_u64().unwrap(),
+                g["h"].as_u64().unwrap(),
+            );
+            assert!(
+                w > 0 && h > 0 && x + w <= 24,
+                "{file}: panel {id} outside the 24-column grid"
+            );
             for cx in x..x + w {
                 for cy in y..y + h {
                     if let Some(other) = cells.insert((cx, cy), id) {
@@ -478,23 +653,44 @@ fn check_structure(dashboards: &[(String, Value)]) {
             if p["type"] == "row" {
                 continue;
             }
-            assert!(!p["title"].as_str().unwrap_or("").is_empty(), "{file}: panel {id} has no title");
-            assert!(!p["description"].as_str().unwrap_or("").is_empty(), "{file}: panel {} has no description", p["title"]);
+            assert!(
+                !p["title"].as_str().unwrap_or("").is_empty(),
+                "{file}: panel {id} has no title"
+            );
+            assert!(
+                !p["description"].as_str().unwrap_or("").is_empty(),
+                "{file}: panel {} has no description",
+                p["title"]
+            );
             assert_eq!(p["datasource"], ds, "{file}: panel {}", p["title"]);
             let ts = targets(p);
             assert!(!ts.is_empty(), "{file}: panel {} has no query", p["title"]);
             let mut refs = BTreeSet::new();
             for t in ts {
                 assert_eq!(t["datasource"], ds, "{file}: panel {}", p["title"]);
-                assert!(refs.insert(t["refId"].as_str().unwrap()), "{file}: panel {}: refId twice", p["title"]);
+                assert!(
+                    refs.insert(t["refId"].as_str().unwrap()),
+                    "{file}: panel {}: refId twice",
+                    p["title"]
+                );
                 let expr = t["expr"].as_str().unwrap();
-                assert!(expr.contains("instance=~\"$instance\""), "{file}: panel {}: not filtered by $instance: {expr}", p["title"]);
+                assert!(
+                    expr.contains("instance=~\"$instance\""),
+                    "{file}: panel {}: not filtered by $instance: {expr}",
+                    p["title"]
+                );
             }
         }
     }
     // The views issue 5 asks for.
-    let titles: BTreeSet<String> =
-        dashboards.iter().flat_map(|(_, d)| panels(d).into_iter().map(|p| p["title"].as_str().unwrap().to_lowercase())).collect();
+    let titles: BTreeSet<String> = dashboards
+        .iter()
+        .flat_map(|(_, d)| {
+            panels(d)
+                .into_iter()
+                .map(|p| p["title"].as_str().unwrap().to_lowercase())
+        })
+        .collect();
     for want in [
         "resumption rate by server name",
         "resumption offers: accepted vs declined",
@@ -536,7 +732,9 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
         }
         if c.is_ascii_alphabetic() || c == '_' || c == ':' {
             let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == '_' || bytes[i] == ':') {
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric() || bytes[i] == '_' || bytes[i] == ':')
+            {
                 i += 1;
             }
             let word: String = bytes[start..i].iter().collect();
@@ -544,7 +742,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
             if prev == '$' {
                 continue; // a variable
             }
-            if word.starts_with("tls_") || word.starts_with("tlsrum_") || bytes.get(i) == Some(&'{') {
+            if word.starts_with("tls_") || word.starts_with("tlsrum_") || bytes.get(i) == Some(&'{')
+            {
                 names.insert(word);
             }
             continue;
@@ -591,7 +790,9 @@ fn substitute(expr: &str, v: &Vars) -> String {
         ("server_name", v.server_name.as_str()),
         ("transport", v.transport.as_str()),
     ] {
-        e = e.replace(&format!("${{{name}}}"), value).replace(&format!("${name}"), value);
+        e = e
+            .replace(&format!("${{{name}}}"), value)
+            .replace(&format!("${name}"), value);
     }
     assert!(!e.contains('$'), "unsubstituted variable in {e}");
     e
@@ -615,61 +816,145 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
             assert!(*v > 0.0 && *v < 1.0, "implausible quantile: {}", ctx());
         }
     }
-    let labels = |k: &str| -> BTreeSet<String> { rows.iter().filter_map(|(l, _)| l.get(k).cloned()).collect() };
-    let value = |k: &str, val: &str| rows.iter().find(|(l, _)| l.get(k).map(String::as_str) == Some(val)).map(|r| r.1);
-    let set = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let labels = |k: &str| -> BTreeSet<String> {
+        rows.iter().filter_map(|(l, _)| l.get(k).cloned()).collect()
+    };
+    let value = |k: &str, val: &str| {
+        rows.iter()
+            .find(|(l, _)| l.get(k).map(String::as_str) == Some(val))
+            .map(|r| r.1)
+    };
+    let set = |xs: &[&str]| {
+        xs.iter()
+            .map(|s| s.to_string())
+            .collect::<BTreeSet<String>>()
+    };
     match title {
         "Resumption rate by server name" => {
             let a = value("server_name", "a.test").unwrap_or_else(|| panic!("{}", ctx()));
-            assert!(a > 0.0 && a < 1.0, "a.test resumes some, not all: {}", ctx());
+            assert!(
+                a > 0.0 && a < 1.0,
+                "a.test resumes some, not all: {}",
+                ctx()
+            );
             if all_names {
-                assert_eq!(labels("server_name"), set(&["a.test", "b.test", "c.test"]), "{}", ctx());
-                assert_eq!(value("server_name", "c.test"), Some(0.0), "c.test never resumes: {}", ctx());
+                assert_eq!(
+                    labels("server_name"),
+                    set(&["a.test", "b.test", "c.test"]),
+                    "{}",
+                    ctx()
+                );
+                assert_eq!(
+                    value("server_name", "c.test"),
+                    Some(0.0),
+                    "c.test never resumes: {}",
+                    ctx()
+                );
             }
         }
         "Resumption offers: accepted vs declined" => {
-            assert_eq!(labels("outcome"), set(&["accepted", "declined"]), "{}", ctx());
-            assert_eq!(labels("method"), set(&["psk", "session_id", "ticket"]), "{}", ctx());
+            assert_eq!(
+                labels("outcome"),
+                set(&["accepted", "declined"]),
+                "{}",
+                ctx()
+            );
+            assert_eq!(
+                labels("method"),
+                set(&["psk", "session_id", "ticket"]),
+                "{}",
+                ctx()
+            );
         }
         "Offer acceptance by method" => {
-            assert_eq!(labels("method"), set(&["psk", "session_id", "ticket"]), "{}", ctx());
-            assert!(rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0), "every method was both accepted and declined: {}", ctx());
+            assert_eq!(
+                labels("method"),
+                set(&["psk", "session_id", "ticket"]),
+                "{}",
+                ctx()
+            );
+            assert!(
+                rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0),
+                "every method was both accepted and declined: {}",
+                ctx()
+            );
         }
         "Top server names by declined offers" => {
-            assert_eq!(labels("server_name"), set(&["a.test"]), "only a.test's offers were declined: {}", ctx());
+            assert_eq!(
+                labels("server_name"),
+                set(&["a.test"]),
+                "only a.test's offers were declined: {}",
+                ctx()
+            );
         }
         "0-RTT by outcome" => {
             let outcomes = labels("outcome");
-            assert!(outcomes.contains("rejected") && (outcomes.contains("accepted") || outcomes.contains("attempted")), "{}", ctx());
-            assert!(outcomes.is_subset(&set(&["accepted", "attempted", "rejected"])), "{}", ctx());
+            assert!(
+                outcomes.contains("rejected")
+                    && (outcomes.contains("accepted") || outcomes.contains("attempted")),
+                "{}",
+                ctx()
+            );
+            assert!(
+                outcomes.is_subset(&set(&["accepted", "attempted", "rejected"])),
+                "{}",
+                ctx()
+            );
         }
         "0-RTT by server name and outcome" => {
             assert_eq!(labels("server_name"), set(&["a.test"]), "{}", ctx());
         }
-        "TLS versions" if all_names => assert_eq!(labels("version"), set(&["TLS1.2", "TLS1.3", "unknown"]), "{}", ctx()),
+        "TLS versions" if all_names => assert_eq!(
+            labels("version"),
+            set(&["TLS1.2", "TLS1.3", "unknown"]),
+            "{}",
+            ctx()
+        ),
         "TLS versions" => assert_eq!(labels("version"), set(&["TLS1.2", "TLS1.3"]), "{}", ctx()),
         "Transports" => assert_eq!(labels("transport"), set(&["tcp"]), "{}", ctx()),
         "Round trips before the client could send data" => {
             for le in ["1.0", "2.0", "+Inf"] {
-                assert!(value("le", le).is_some_and(|v| v > 0.0), "no handshakes up to le={le}: {}", ctx());
+                assert!(
+                    value("le", le).is_some_and(|v| v > 0.0),
+                    "no handshakes up to le={le}: {}",
+                    ctx()
+                );
             }
         }
         "Mean round trips by kind" => {
             // TLS 1.2 full 2, TLS 1.3 full 1 (2 with HRR); resumed 1, accepted 0-RTT 0.
-            assert!(value("kind", "full").is_some_and(|v| (1.0..=2.0).contains(&v)), "{}", ctx());
-            assert!(value("kind", "resumed").is_some_and(|v| (0.0..=1.0).contains(&v)), "{}", ctx());
+            assert!(
+                value("kind", "full").is_some_and(|v| (1.0..=2.0).contains(&v)),
+                "{}",
+                ctx()
+            );
+            assert!(
+                value("kind", "resumed").is_some_and(|v| (0.0..=1.0).contains(&v)),
+                "{}",
+                ctx()
+            );
         }
         // The HRRs come from the TLS 1.3-only server, not from a.test.
-        "HelloRetryRequest share" if all_names => assert!(rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0), "{}", ctx()),
+        "HelloRetryRequest share" if all_names => {
+            assert!(rows.iter().all(|(_, v)| *v > 0.0 && *v < 1.0), "{}", ctx())
+        }
         "HelloRetryRequest share" => assert!(rows.iter().all(|(_, v)| *v == 0.0), "{}", ctx()),
         "Avoidable handshake time by server name" | "Avoidable time by server name" => {
-            assert!(value("server_name", "a.test").is_some_and(|v| v > 0.0), "a.test's declined TLS 1.2 offers cost a round trip: {}", ctx());
+            assert!(
+                value("server_name", "a.test").is_some_and(|v| v > 0.0),
+                "a.test's declined TLS 1.2 offers cost a round trip: {}",
+                ctx()
+            );
         }
         _ => {}
     }
     if title.contains("by kind") {
         let kinds = labels("kind");
-        assert!(kinds.contains("full") && kinds.contains("resumed"), "{}", ctx());
+        assert!(
+            kinds.contains("full") && kinds.contains("resumed"),
+            "{}",
+            ctx()
+        );
     }
 }
 
@@ -681,27 +966,65 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
         .into_iter()
         .map(|([k, m, v, s], n)| ((k, m, v, s), n))
         .collect();
-    assert_eq!(got, want.handshakes, "tls_handshakes_total by kind, method, version, server_name\n{}", ctx());
-    let offers: BTreeMap<_, _> = by(&prom.query(&format!("tls_resumption_offers_total{sel}")), ["outcome", "method", "server_name"])
-        .into_iter()
-        .map(|([o, m, s], n)| ((o, m, s), n))
-        .collect();
-    assert_eq!(offers, want.offers, "tls_resumption_offers_total\n{}", ctx());
-    let early: BTreeMap<_, _> =
-        by(&prom.query(&format!("tls_early_data_total{sel}")), ["outcome", "server_name"]).into_iter().fold(
-        BTreeMap::new(),
-        |mut m, ([o, s], n)| {
-            *m.entry((early_verdict(&o), s)).or_default() += n;
-            m
-        },
+    assert_eq!(
+        got,
+        want.handshakes,
+        "tls_handshakes_total by kind, method, version, server_name\n{}",
+        ctx()
     );
+    let offers: BTreeMap<_, _> = by(
+        &prom.query(&format!("tls_resumption_offers_total{sel}")),
+        ["outcome", "method", "server_name"],
+    )
+    .into_iter()
+    .map(|([o, m, s], n)| ((o, m, s), n))
+    .collect();
+    assert_eq!(
+        offers,
+        want.offers,
+        "tls_resumption_offers_total\n{}",
+        ctx()
+    );
+    let early: BTreeMap<_, _> = by(
+        &prom.query(&format!("tls_early_data_total{sel}")),
+        ["outcome", "server_name"],
+    )
+    .into_iter()
+    .fold(BTreeMap::new(), |mut m, ([o, s], n)| {
+        *m.entry((early_verdict(&o), s)).or_default() += n;
+        m
+    });
     assert_eq!(early, want.early, "tls_early_data_total\n{}", ctx());
-    assert_eq!(prom.scalar(&format!("sum(tls_hello_retry_requests_total{sel})")), want.hrr, "HRR\n{}", ctx());
-    assert_eq!(prom.scalar(&format!("sum(tlsrum_connection_records_total{sel})")), want.connections);
+    assert_eq!(
+        prom.scalar(&format!("sum(tls_hello_retry_requests_total{sel})")),
+        want.hrr,
+        "HRR\n{}",
+        ctx()
+    );
+    assert_eq!(
+        prom.scalar(&format!("sum(tlsrum_connection_records_total{sel})")),
+        want.connections
+    );
     // Every completed handshake with timing observed once per histogram.
-    let timed = want.connections - want.handshakes.iter().filter(|(k, _)| k.0 == "failed").map(|(_, n)| n).sum::<f64>();
-    assert_eq!(prom.scalar(&format!("sum(tls_handshake_duration_seconds_count{sel})")), timed, "{}", ctx());
-    assert_eq!(prom.scalar(&format!("sum(tls_tcp_rtt_seconds_count{sel})")), want.connections, "{}", ctx());
+    let timed = want.connections
+        - want
+            .handshakes
+            .iter()
+            .filter(|(k, _)| k.0 == "failed")
+            .map(|(_, n)| n)
+            .sum::<f64>();
+    assert_eq!(
+        prom.scalar(&format!("sum(tls_handshake_duration_seconds_count{sel})")),
+        timed,
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        prom.scalar(&format!("sum(tls_tcp_rtt_seconds_count{sel})")),
+        want.connections,
+        "{}",
+        ctx()
+    );
     assert!(prom.scalar(&format!("sum(tls_avoidable_handshake_seconds_total{sel})")) > 0.0);
 }
 
@@ -715,7 +1038,10 @@ fn dashboards_match_grafanas_schema() {
     check_structure(&dashboards);
     let modules = repo().join("tests/dashboards/node_modules");
     if !modules.join("@grafana/schema").exists() || !modules.join("typescript").exists() {
-        common::not_here("dashboards_match_grafanas_schema", "tests/dashboards/node_modules missing (npm ci)");
+        common::not_here(
+            "dashboards_match_grafanas_schema",
+            "tests/dashboards/node_modules missing (npm ci)",
+        );
         return;
     }
     if Command::new("node").arg("--version").output().is_err() {
@@ -728,10 +1054,20 @@ fn dashboards_match_grafanas_schema() {
         .output()
         .expect("node");
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "schema validation failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "schema validation failed:\n{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let summary: Value = serde_json::from_str(&report).unwrap();
-    assert_eq!(summary["self_test"]["caught"], summary["self_test"]["planted"], "{report}");
-    assert_eq!(summary["dashboards"].as_array().unwrap().len(), dashboards.len());
+    assert_eq!(
+        summary["self_test"]["caught"], summary["self_test"]["planted"],
+        "{report}"
+    );
+    assert_eq!(
+        summary["dashboards"].as_array().unwrap().len(),
+        dashboards.len()
+    );
     eprintln!(
         "schema: {} dashboards, {} panels type-check against @grafana/schema {} (TypeScript {}); {} planted mistakes caught",
         dashboards.len(),
@@ -783,7 +1119,8 @@ fn dashboards_show_real_data_from_a_real_prometheus_ebpf() {
     if std::env::var("TLSRUM_TEST_BACKEND").is_err() {
         // eBPF's own test (ebpf_attach) says why it cannot attach here.
         let ns = netns_with_veth("p");
-        let scratch = std::env::temp_dir().join(format!("tlsrum-probe-{}.ndjson", std::process::id()));
+        let scratch =
+            std::env::temp_dir().join(format!("tlsrum-probe-{}.ndjson", std::process::id()));
         let (ok, err) = agent_once(&ns.name, "ebpf", None, None, &scratch);
         let _ = std::fs::remove_file(&scratch);
         if !ok {
@@ -800,13 +1137,19 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     // removes the namespaces.
     let topo = Topology::new(tag);
     let mut procs = Procs::default();
-    std::fs::write(topo.dir.join("request.txt"), "GET / HTTP/1.0\r\nHost: tlsrum\r\n\r\n").unwrap();
+    std::fs::write(
+        topo.dir.join("request.txt"),
+        "GET / HTTP/1.0\r\nHost: tlsrum\r\n\r\n",
+    )
+    .unwrap();
     start_nginx(&topo, &mut procs);
     start_agent(&topo, &mut procs, backend);
     start_prometheus(&topo, &mut procs);
     let prom = Prom { t: &topo };
     wait_for("the first scrape", Duration::from_secs(20), || {
-        !prom.query(&format!("tlsrum_packets_total{{instance=\"{AGENT}\"}}")).is_empty()
+        !prom
+            .query(&format!("tlsrum_packets_total{{instance=\"{AGENT}\"}}"))
+            .is_empty()
     });
 
     // Two rounds, a few scrapes apart: every series exists before its second
@@ -822,13 +1165,23 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
         procs.check_alive();
     }
     let events_path = topo.dir.join("events.ndjson");
-    let records = || prom.query(&format!("tlsrum_connection_records_total{{instance=\"{AGENT}\"}}")).first().map_or(0.0, |r| r.1);
+    let records = || {
+        prom.query(&format!(
+            "tlsrum_connection_records_total{{instance=\"{AGENT}\"}}"
+        ))
+        .first()
+        .map_or(0.0, |r| r.1)
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while records() < want.connections && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     let events = std::fs::read_to_string(&events_path).unwrap_or_default();
-    assert_eq!(records(), want.connections, "{backend}: records scraped; the agent wrote:\n{events}");
+    assert_eq!(
+        records(),
+        want.connections,
+        "{backend}: records scraped; the agent wrote:\n{events}"
+    );
     let traffic_secs = now() - traffic_start;
     eprintln!(
         "{backend}: {} connections in {traffic_secs:.1}s, scraped; {:.1}s since the start",
@@ -858,9 +1211,15 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     let missing: Vec<&String> = used.iter().filter(|n| !exposed.contains(*n)).collect();
     assert!(missing.is_empty(), "{backend}: metrics the dashboards use but the agent does not expose: {missing:?}\nexposed: {exposed:?}");
     for n in &used {
-        assert!(n.starts_with("tls_") || n.starts_with("tlsrum_"), "{n}: not one of the agent's metrics");
+        assert!(
+            n.starts_with("tls_") || n.starts_with("tlsrum_"),
+            "{n}: not one of the agent's metrics"
+        );
     }
-    let series = exposition.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).count();
+    let series = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
     eprintln!("{backend}: the dashboards use {} metric names, all in /metrics ({series} series for 3 server names)", used.len());
 
     // Variables: label_values(METRIC{SELECTOR}, LABEL) as Grafana runs it.
@@ -868,27 +1227,55 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     let window = format!("{}s", traffic_secs.ceil() as u64 + 10);
     for (file, d) in dashboards {
         for v in d["templating"]["list"].as_array().unwrap() {
-            let Some(q) = v["query"]["query"].as_str() else { continue };
-            let inner = q.strip_prefix("label_values(").and_then(|s| s.strip_suffix(')')).unwrap();
+            let Some(q) = v["query"]["query"].as_str() else {
+                continue;
+            };
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|s| s.strip_suffix(')'))
+                .unwrap();
             let (series, label) = inner.rsplit_once(", ").unwrap();
-            let vars = Vars { instance: instance.clone(), server_name: ".*".into(), transport: "tcp".into(), interval: window.clone() };
+            let vars = Vars {
+                instance: instance.clone(),
+                server_name: ".*".into(),
+                transport: "tcp".into(),
+                interval: window.clone(),
+            };
             let series = substitute(series, &vars);
-            let data = prom.api(&format!("/api/v1/label/{label}/values"), &[("match[]", &series)]);
-            let values: BTreeSet<&str> = data.as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+            let data = prom.api(
+                &format!("/api/v1/label/{label}/values"),
+                &[("match[]", &series)],
+            );
+            let values: BTreeSet<&str> = data
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect();
             let expect: &[&str] = match label {
                 "instance" => &[AGENT],
                 "server_name" => &["a.test", "b.test", "c.test"],
                 "transport" => &["tcp"],
                 other => panic!("{file}: unexpected variable label {other}"),
             };
-            assert_eq!(values, expect.iter().copied().collect(), "{file}: ${}: {q}", v["name"]);
+            assert_eq!(
+                values,
+                expect.iter().copied().collect(),
+                "{file}: ${}: {q}",
+                v["name"]
+            );
         }
     }
 
     // Every panel's queries, as Grafana would send them.
     let mut queries = 0;
     for server_name in [".*".to_string(), grafana_escape("a.test")] {
-        let vars = Vars { instance: instance.clone(), server_name: server_name.clone(), transport: "tcp".into(), interval: window.clone() };
+        let vars = Vars {
+            instance: instance.clone(),
+            server_name: server_name.clone(),
+            transport: "tcp".into(),
+            interval: window.clone(),
+        };
         for (file, d) in dashboards {
             for p in panels(d) {
                 for t in targets(p) {
@@ -898,7 +1285,14 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
                     if expr.contains("tlsrum_ringbuf_events_total") {
                         // Kernel events exist on the eBPF backend only.
                         let events = rows[0].1;
-                        assert!(if backend == "ebpf" { events > 0.0 } else { events == 0.0 }, "{backend}: ring-buffer events {events}");
+                        assert!(
+                            if backend == "ebpf" {
+                                events > 0.0
+                            } else {
+                                events == 0.0
+                            },
+                            "{backend}: ring-buffer events {events}"
+                        );
                     }
                     queries += 1;
                 }
@@ -919,7 +1313,14 @@ fn metric_names_are_parsed_out_of_queries() {
     );
     assert_eq!(
         names,
-        ["tls_handshake_duration_seconds_bucket", "tlsrum_packets_total", "up"].iter().map(|s| s.to_string()).collect()
+        [
+            "tls_handshake_duration_seconds_bucket",
+            "tlsrum_packets_total",
+            "up"
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     );
     assert_eq!(grafana_escape("127.0.0.1:9853"), r"127\\.0\\.0\\.1:9853");
 }
@@ -972,7 +1373,9 @@ impl Drop for Scratch {
 /// One network namespace with a veth pair (tu0, tu1) in it; deleted on drop.
 fn netns_with_veth(tag: &str) -> Netns {
     let ns = Netns::new(tag);
-    run(&["ip", "-n", &ns.name, "link", "add", "tu0", "type", "veth", "peer", "name", "tu1"]);
+    run(&[
+        "ip", "-n", &ns.name, "link", "add", "tu0", "type", "veth", "peer", "name", "tu1",
+    ]);
     for dev in ["tu0", "tu1"] {
         run(&["ip", "-n", &ns.name, "link", "set", dev, "up"]);
     }
@@ -981,28 +1384,71 @@ fn netns_with_veth(tag: &str) -> Netns {
 
 /// The agent for one second in `ns`, optionally as an unprivileged user
 /// with only `caps`, optionally under strace; (success, stderr).
-fn agent_once(ns: &str, backend: &str, caps: Option<&[String]>, strace: Option<&Path>, events: &Path) -> (bool, String) {
+fn agent_once(
+    ns: &str,
+    backend: &str,
+    caps: Option<&[String]>,
+    strace: Option<&Path>,
+    events: &Path,
+) -> (bool, String) {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns]);
     if let Some(out) = strace {
         cmd.args(["strace", "-f", "-qq", "-o"]).arg(out);
     }
     if let Some(caps) = caps {
-        let list: String = caps.iter().map(|c| format!(",+{}", c.trim_start_matches("CAP_").to_lowercase())).collect();
-        cmd.args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(format!("--inh-caps=-all{list}"))
-            .arg(format!("--ambient-caps=-all{list}"))
-            .arg(format!("--bounding-set=-all{list}"));
+        let list: String = caps
+            .iter()
+            .map(|c| format!(",+{}", c.trim_start_matches("CAP_").to_lowercase()))
+            .collect();
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .arg(format!("--inh-caps=-all{list}"))
+        .arg(format!("--ambient-caps=-all{list}"))
+        .arg(format!("--bounding-set=-all{list}"));
     }
     cmd.arg(env!("CARGO_BIN_EXE_tlsrum"))
-        .args(["live", "--backend", backend, "--iface", "tu0", "--metrics", "127.0.0.1:9853", "--duration", "1.5", "--events"])
+        .args([
+            "live",
+            "--backend",
+            backend,
+            "--iface",
+            "tu0",
+            "--metrics",
+            "127.0.0.1:9853",
+            "--duration",
+            "1.5",
+            "--events",
+        ])
         .arg(events);
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // A scrape while it runs, so the metrics path is exercised too.
     std::thread::sleep(Duration::from_millis(700));
-    let _ = Command::new("ip").args(["netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "http://127.0.0.1:9853/metrics"]).status();
+    let _ = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "http://127.0.0.1:9853/metrics",
+        ])
+        .status();
     let out = child.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// deploy/: the Prometheus examples pass promtool, the Grafana provisioning
@@ -1015,24 +1461,49 @@ fn agent_once(ns: &str, backend: &str, caps: Option<&[String]>, strace: Option<&
 #[test]
 fn deploy_files_hold_what_they_promise() {
     let test = "deploy_files_hold_what_they_promise";
-    let tools = ["promtool", "python3", "systemd-analyze", "setpriv", "strace", "ip", "curl"];
+    let tools = [
+        "promtool",
+        "python3",
+        "systemd-analyze",
+        "setpriv",
+        "strace",
+        "ip",
+        "curl",
+    ];
     if common::skip_unless(test, &[Need::Root, Need::Tools(&tools), Need::Netns]) {
         return;
     }
     let deploy = repo().join("deploy");
 
     for f in ["prometheus.yml", "federation.yml", "remote-write.yml"] {
-        let out = Command::new("promtool").args(["check", "config"]).arg(deploy.join("prometheus").join(f)).output().unwrap();
-        assert!(out.status.success(), "promtool check config {f}:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("promtool")
+            .args(["check", "config"])
+            .arg(deploy.join("prometheus").join(f))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check config {f}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     let yaml = |path: PathBuf| -> Value {
         let out = Command::new("python3")
-            .args(["-c", "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)"])
+            .args([
+                "-c",
+                "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
+            ])
             .arg(&path)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let ds = yaml(deploy.join("grafana/provisioning/datasources/tlsrum-prometheus.yaml"));
@@ -1041,11 +1512,24 @@ fn deploy_files_hold_what_they_promise() {
     assert_eq!(d["type"], "prometheus");
     assert_eq!(d["access"], "proxy");
     assert!(d["url"].as_str().unwrap().starts_with("http"));
-    assert_eq!(d["jsonData"]["timeInterval"], "15s", "the scrape interval of deploy/prometheus/prometheus.yml");
-    assert!(std::fs::read_to_string(deploy.join("prometheus/prometheus.yml")).unwrap().contains("scrape_interval: 15s"));
+    assert_eq!(
+        d["jsonData"]["timeInterval"], "15s",
+        "the scrape interval of deploy/prometheus/prometheus.yml"
+    );
+    assert!(
+        std::fs::read_to_string(deploy.join("prometheus/prometheus.yml"))
+            .unwrap()
+            .contains("scrape_interval: 15s")
+    );
     // The dashboards preselect the provisioned data source.
     for (file, dash) in load_dashboards() {
-        let var = dash["templating"]["list"].as_array().unwrap().iter().find(|v| v["name"] == "datasource").unwrap().clone();
+        let var = dash["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "datasource")
+            .unwrap()
+            .clone();
         assert_eq!(var["current"]["value"], d["uid"], "{file}");
     }
     let prov = yaml(deploy.join("grafana/provisioning/dashboards/tlsrum.yaml"));
@@ -1059,18 +1543,37 @@ fn deploy_files_hold_what_they_promise() {
     let scratch = Scratch::new("tlsrum-deploy");
     let dir = scratch.0.clone();
     let unit_copy = dir.join("tlsrum.service");
-    std::fs::write(&unit_copy, unit_text.replace("/usr/local/bin/tlsrum", env!("CARGO_BIN_EXE_tlsrum"))).unwrap();
-    let out = Command::new("systemd-analyze").arg("verify").arg(&unit_copy).output().unwrap();
+    std::fs::write(
+        &unit_copy,
+        unit_text.replace("/usr/local/bin/tlsrum", env!("CARGO_BIN_EXE_tlsrum")),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit_copy)
+        .output()
+        .unwrap();
     let complaints = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && complaints.trim().is_empty(), "systemd-analyze verify:\n{complaints}");
+    assert!(
+        out.status.success() && complaints.trim().is_empty(),
+        "systemd-analyze verify:\n{complaints}"
+    );
     let exec = unit_values(&unit_text, "ExecStart").join(" ");
-    assert!(exec.contains("live --iface") && exec.contains("--metrics"), "{exec}");
+    assert!(
+        exec.contains("live --iface") && exec.contains("--metrics"),
+        "{exec}"
+    );
     assert!(unit_values(&unit_text, "Restart") == ["on-failure"]);
     let caps = unit_values(&unit_text, "AmbientCapabilities");
-    let want_caps: BTreeSet<String> = ["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON", "CAP_NET_RAW"].map(String::from).into();
+    let want_caps: BTreeSet<String> = ["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON", "CAP_NET_RAW"]
+        .map(String::from)
+        .into();
     assert_eq!(caps.iter().cloned().collect::<BTreeSet<_>>(), want_caps);
     assert_eq!(unit_values(&unit_text, "CapabilityBoundingSet"), caps);
-    assert!(unit_values(&unit_text, "PrivateNetwork").is_empty(), "the agent must see the host's interfaces");
+    assert!(
+        unit_values(&unit_text, "PrivateNetwork").is_empty(),
+        "the agent must see the host's interfaces"
+    );
 
     let ns = netns_with_veth("u");
     // Like the unit's StateDirectory: owned by the (dynamic) user.
@@ -1083,7 +1586,10 @@ fn deploy_files_hold_what_they_promise() {
     let (ok, err) = agent_once(&ns.name, "pcap", Some(&caps), None, &events);
     assert!(ok, "pcap backend with the unit's capabilities:\n{err}");
     let (ok, err) = agent_once(&ns.name, "pcap", Some(&[]), None, &events);
-    assert!(!ok && err.contains("tlsrum:"), "the pcap backend started without capabilities, the check above proves nothing:\n{err}");
+    assert!(
+        !ok && err.contains("tlsrum:"),
+        "the pcap backend started without capabilities, the check above proves nothing:\n{err}"
+    );
     eprintln!("{test}: without capabilities, as expected: {}", err.trim());
     let (root_ok, root_err) = agent_once(&ns.name, "ebpf", None, None, &events);
     let mut backends = vec!["pcap"];
@@ -1100,7 +1606,9 @@ fn deploy_files_hold_what_they_promise() {
     for f in unit_values(&unit_text, "SystemCallFilter") {
         expand_syscalls(&f, &mut allowed);
     }
-    let families: BTreeSet<String> = unit_values(&unit_text, "RestrictAddressFamilies").into_iter().collect();
+    let families: BTreeSet<String> = unit_values(&unit_text, "RestrictAddressFamilies")
+        .into_iter()
+        .collect();
     let mdwe = unit_values(&unit_text, "MemoryDenyWriteExecute") == ["yes"];
     for backend in backends {
         let trace = dir.join(format!("strace-{backend}.txt"));
@@ -1110,26 +1618,46 @@ fn deploy_files_hold_what_they_promise() {
         let mut used = BTreeSet::new();
         for line in text.lines() {
             // "PID name(args) = ret", "PID <... name resumed>", "PID +++ exited"
-            let Some(rest) = line.split_once(' ').map(|x| x.1.trim_start()) else { continue };
-            let Some((name, args)) = rest.split_once('(') else { continue };
-            if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') || name.is_empty() {
+            let Some(rest) = line.split_once(' ').map(|x| x.1.trim_start()) else {
+                continue;
+            };
+            let Some((name, args)) = rest.split_once('(') else {
+                continue;
+            };
+            if !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                || name.is_empty()
+            {
                 continue;
             }
             used.insert(name.to_string());
             if name == "socket" {
                 let family = args.split(',').next().unwrap().trim();
-                assert!(families.contains(family), "{backend}: socket({family}) outside RestrictAddressFamilies {families:?}");
+                assert!(
+                    families.contains(family),
+                    "{backend}: socket({family}) outside RestrictAddressFamilies {families:?}"
+                );
             }
-            if mdwe && ((name == "mprotect" && args.contains("PROT_EXEC")) || (name == "mmap" && args.contains("PROT_WRITE|PROT_EXEC"))) {
+            if mdwe
+                && ((name == "mprotect" && args.contains("PROT_EXEC"))
+                    || (name == "mmap" && args.contains("PROT_WRITE|PROT_EXEC")))
+            {
                 panic!("{backend}: {line}: MemoryDenyWriteExecute=yes would refuse this");
             }
         }
         // execve is the tracer starting the agent, before any filter applies... and
         // systemd allows it anyway (@system-service includes @process).
         let outside: Vec<&String> = used.iter().filter(|s| !allowed.contains(*s)).collect();
-        assert!(outside.is_empty(), "{backend}: system calls outside the unit's SystemCallFilter: {outside:?}");
+        assert!(
+            outside.is_empty(),
+            "{backend}: system calls outside the unit's SystemCallFilter: {outside:?}"
+        );
         assert!(used.len() > 20, "{backend}: strace saw only {used:?}");
-        eprintln!("{test}: {backend}: {} distinct system calls, all allowed by the unit", used.len());
+        eprintln!(
+            "{test}: {backend}: {} distinct system calls, all allowed by the unit",
+            used.len()
+        );
     }
     drop(ns);
     drop(scratch);

@@ -38,7 +38,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use analyzer::{Analyzer, Config};
-use common::{ns_cmd, run, InNetns, Netns, Procs, Topology, CLIENT_IP, CLIENT_IP6, SERVER_IP, SERVER_IP6};
+use common::{
+    ns_cmd, run, InNetns, Netns, Procs, Topology, CLIENT_IP, CLIENT_IP6, SERVER_IP, SERVER_IP6,
+};
 use tlsrum::ebpf::{AttachMode, EbpfCapture, EbpfOptions, EventHeader, FlowTuple, EV_DONE};
 
 const PORT: u16 = 4433;
@@ -411,7 +413,9 @@ fn loopback_tiny_ring_counts_every_lost_byte() {
 fn unprivileged_attach_points_to_the_pcap_backend() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        eprintln!("unprivileged_attach_points_to_the_pcap_backend: running as root, nothing to check");
+        eprintln!(
+            "unprivileged_attach_points_to_the_pcap_backend: running as root, nothing to check"
+        );
         return;
     }
     let opts = EbpfOptions {
@@ -599,7 +603,10 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
     let mut client = start_client(topo, &format!("head -c {BULK_BYTES} /dev/zero"), "");
     let events = collect(cap, &mut client, |_, _| {});
     let delta = diff(&counters(cap), &before);
-    eprintln!("bulk/unmarked TLS: {} events, counters {delta:?}", events.len());
+    eprintln!(
+        "bulk/unmarked TLS: {} events, counters {delta:?}",
+        events.len()
+    );
     assert_eq!(client.wait().unwrap().code(), Some(0), "s_client failed");
     let port = events
         .iter()
@@ -612,12 +619,21 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
         .filter(|e| e.sent_by_client())
         .map(|e| e.payload.len() as u64)
         .sum();
-    let headers = conn.iter().filter(|e| e.sent_by_client() && e.h.fill > 0).count();
+    let headers = conn
+        .iter()
+        .filter(|e| e.sent_by_client() && e.h.fill > 0)
+        .count();
     assert!(conn.len() < 100, "{} events for one connection", conn.len());
     // The ClientHello and Finished whole, then 5 bytes per record.
     assert!(up < 4096, "{up} client bytes forwarded");
-    assert!(headers <= ebpf::RECORDS_PER_DIR + 1, "{headers} application_data headers sent");
-    assert_eq!(delta["budget"], 0, "budget cut a tracked TLS flow: {delta:?}");
+    assert!(
+        headers <= ebpf::RECORDS_PER_DIR + 1,
+        "{headers} application_data headers sent"
+    );
+    assert_eq!(
+        delta["budget"], 0,
+        "budget cut a tracked TLS flow: {delta:?}"
+    );
     assert_eq!(delta["untracked"], 0, "tracking lost: {delta:?}");
     assert!(
         delta["handshake_over"] + delta["record_limit"] >= 1,
@@ -629,7 +645,11 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
     // What did reach user space makes a whole record.
     let mut a = Analyzer::new(Config::default());
     for e in &conn {
-        let ev = ebpf::Event { ts: e.ts, header: &e.h, payload: &e.payload };
+        let ev = ebpf::Event {
+            ts: e.ts,
+            header: &e.h,
+            payload: &e.payload,
+        };
         for p in ev.datagrams() {
             a.push_packet(e.ts, &p);
         }
@@ -638,7 +658,11 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
     let recs = a.take_records();
     assert_eq!(recs.len(), 1, "one connection record");
     assert_eq!(recs[0].handshake.as_str(), "full");
-    assert!(recs[0].timing.handshake.is_some() && recs[0].timing.ttfb.is_some(), "{:?}", recs[0].timing);
+    assert!(
+        recs[0].timing.handshake.is_some() && recs[0].timing.ttfb.is_some(),
+        "{:?}",
+        recs[0].timing
+    );
     assert!(recs[0].notes.is_empty(), "notes {:?}", recs[0].notes);
 }
 
@@ -668,7 +692,11 @@ fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Pr
     let events = collect(cap, &mut client, |_, _| {});
     let delta = diff(&counters(cap), &before);
     eprintln!("bulk/plain: {} events, counters {delta:?}", events.len());
-    assert_eq!(client.wait().unwrap().code(), Some(0), "plain client failed");
+    assert_eq!(
+        client.wait().unwrap().code(),
+        Some(0),
+        "plain client failed"
+    );
     let conn: Vec<&Ev> = events
         .iter()
         .filter(|e| e.h.dport == PLAIN_PORT || e.h.sport == PLAIN_PORT)
@@ -683,9 +711,15 @@ fn bulk_plain_over_budget(topo: &Topology, cap: &mut EbpfCapture, procs: &mut Pr
         up >= u64::from(BUDGET) && up <= u64::from(BUDGET) * 2,
         "{up} client bytes forwarded"
     );
-    assert!(conn.iter().all(|e| e.h.fill == 0), "fill on a plain TCP flow");
+    assert!(
+        conn.iter().all(|e| e.h.fill == 0),
+        "fill on a plain TCP flow"
+    );
     assert!(delta["untracked"] >= 1, "tracking not given up: {delta:?}");
-    assert!(delta["budget"] > 100, "budget counter did not move: {delta:?}");
+    assert!(
+        delta["budget"] > 100,
+        "budget counter did not move: {delta:?}"
+    );
     assert!(conn.iter().any(|e| e.h.tcp_flags & 0x01 != 0), "no FIN");
 }
 
@@ -866,8 +900,15 @@ fn tcp_bytes_sent(sock: &std::net::TcpStream) -> u64 {
         )
     };
     assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    assert!(len as usize >= TCPI_BYTES_SENT + 8, "tcp_info of {len} bytes");
-    u64::from_ne_bytes(info[TCPI_BYTES_SENT..TCPI_BYTES_SENT + 8].try_into().unwrap())
+    assert!(
+        len as usize >= TCPI_BYTES_SENT + 8,
+        "tcp_info of {len} bytes"
+    );
+    u64::from_ne_bytes(
+        info[TCPI_BYTES_SENT..TCPI_BYTES_SENT + 8]
+            .try_into()
+            .unwrap(),
+    )
 }
 
 /// 3 MB of a known pattern over loopback in one write; returns the events,

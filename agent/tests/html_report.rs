@@ -29,7 +29,10 @@ struct Counts {
 
 fn tool_missing(what: &str) -> bool {
     let ci = std::env::var("CI").as_deref() == Ok("true");
-    assert!(!ci, "CI=true but {what} is missing (scripts/install-deps.sh installs it)");
+    assert!(
+        !ci,
+        "CI=true but {what} is missing (scripts/install-deps.sh installs it)"
+    );
     eprintln!("skipping: {what} is missing");
     true
 }
@@ -38,10 +41,15 @@ fn tool_missing(what: &str) -> bool {
 fn report_renders_in_chromium_and_matches_the_records() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let html_dir = root.join("tests/html");
-    if !Path::new("/usr/bin/chromium").exists() && std::env::var_os("CHROMIUM").is_none() && tool_missing("chromium") {
+    if !Path::new("/usr/bin/chromium").exists()
+        && std::env::var_os("CHROMIUM").is_none()
+        && tool_missing("chromium")
+    {
         return;
     }
-    if !html_dir.join("node_modules/playwright-core").exists() && tool_missing("tests/html/node_modules (npm ci)") {
+    if !html_dir.join("node_modules/playwright-core").exists()
+        && tool_missing("tests/html/node_modules (npm ci)")
+    {
         return;
     }
     let artifacts = root.join("test-artifacts");
@@ -53,7 +61,11 @@ fn report_renders_in_chromium_and_matches_the_records() {
         .arg(root.join("pcaps"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Aggregates from the records, computed here.
     let mut by_name: BTreeMap<String, Counts> = BTreeMap::new();
@@ -95,20 +107,42 @@ fn report_renders_in_chromium_and_matches_the_records() {
     assert!(total.connections > 20);
 
     let shot = artifacts.join("html-report.png");
-    let node = Command::new("node").arg(html_dir.join("inspect.mjs")).arg(&report).arg(&shot).output().expect("node");
-    assert!(node.status.success(), "{}", String::from_utf8_lossy(&node.stderr));
+    let node = Command::new("node")
+        .arg(html_dir.join("inspect.mjs"))
+        .arg(&report)
+        .arg(&shot)
+        .output()
+        .expect("node");
+    assert!(
+        node.status.success(),
+        "{}",
+        String::from_utf8_lossy(&node.stderr)
+    );
     let page: Value = serde_json::from_slice(&node.stdout).unwrap();
     assert_eq!(page["errors"], Value::Array(vec![]), "console errors");
-    assert_eq!(page["requests"], Value::Array(vec![]), "the page must fetch nothing");
+    assert_eq!(
+        page["requests"],
+        Value::Array(vec![]),
+        "the page must fetch nothing"
+    );
     let charts = page["charts"].as_array().unwrap();
     assert!(charts.len() >= 7, "{charts:?}");
     for c in charts {
-        assert!(c["drawn"].as_u64().unwrap() > 0 && c["width"].as_f64().unwrap() > 0.0, "blank chart {c}");
+        assert!(
+            c["drawn"].as_u64().unwrap() > 0 && c["width"].as_f64().unwrap() > 0.0,
+            "blank chart {c}"
+        );
     }
-    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "screenshot kept");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "screenshot kept"
+    );
 
     let m = &page["metrics"];
-    let get = |k: &str| m[k].as_str().unwrap_or_else(|| panic!("no metric {k} on the page"));
+    let get = |k: &str| {
+        m[k].as_str()
+            .unwrap_or_else(|| panic!("no metric {k} on the page"))
+    };
     for (name, c) in by_name.iter().chain([(&"TOTAL".to_string(), &total)]) {
         for (k, v) in [
             ("connections", c.connections),
@@ -128,13 +162,22 @@ fn report_renders_in_chromium_and_matches_the_records() {
         let done = c.full + c.resumed_session_id + c.resumed_ticket + c.resumed_psk;
         let rate = format!("{:.1}%", (done - c.full) as f64 / done as f64 * 100.0);
         assert_eq!(get(&format!("{name}/resumption_rate")), rate, "{name}");
-        assert_eq!(get(&format!("{name}/avoidable_ms")), format!("{:.1}", c.avoidable), "{name}");
+        assert_eq!(
+            get(&format!("{name}/avoidable_ms")),
+            format!("{:.1}", c.avoidable),
+            "{name}"
+        );
         // Medians come from ~1%-wide histogram buckets: within 2% of the exact one.
         let mut v = c.handshake_full.clone();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let exact = v[v.len().div_ceil(2) - 1];
-        let shown: f64 = get(&format!("{name}/handshake_full_p50_ms")).parse().unwrap();
-        assert!((shown - exact).abs() <= exact * 0.02 + 0.01, "{name}: median {shown} vs exact {exact}");
+        let shown: f64 = get(&format!("{name}/handshake_full_p50_ms"))
+            .parse()
+            .unwrap();
+        assert!(
+            (shown - exact).abs() <= exact * 0.02 + 0.01,
+            "{name}: median {shown} vs exact {exact}"
+        );
     }
     for (i, n) in round_trips.iter().enumerate() {
         assert_eq!(get(&format!("total/round_trips_{i}")), n.to_string());

@@ -30,8 +30,8 @@ use std::time::Duration;
 use analyzer::record::endpoint;
 use analyzer::wire::{LinkType, Transport};
 use analyzer::{Analyzer, Config};
-use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
 use serde_json::Value;
+use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
 
 /// Largest frame handed to BPF_PROG_TEST_RUN (the kernel takes ~3.5 KB).
 const MAX_FRAME: usize = 3400;
@@ -68,7 +68,12 @@ fn own_captures() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("pcaps"))
         .expect("pcaps/")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("pcap" | "pcapng" | "cap")))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pcap" | "pcapng" | "cap")
+            )
+        })
         .collect();
     files.sort();
     files
@@ -89,8 +94,13 @@ fn corpus_captures() -> Option<Vec<PathBuf>> {
         return None;
     }
     let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("MANIFEST.tsv");
-    let mut files: Vec<PathBuf> =
-        manifest.lines().skip(1).filter_map(|l| l.split('\t').next()).filter(|f| !f.is_empty()).map(|f| dir.join(f)).collect();
+    let mut files: Vec<PathBuf> = manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('\t').next())
+        .filter(|f| !f.is_empty())
+        .map(|f| dir.join(f))
+        .collect();
     files.sort();
     Some(files)
 }
@@ -113,7 +123,11 @@ fn read_capture(path: &Path) -> Result<Capture, String> {
         let ts = p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6;
         frames.push((ts, p.data.to_vec()));
     }
-    let name = path.strip_prefix(repo().join("..")).unwrap_or(path).display().to_string();
+    let name = path
+        .strip_prefix(repo().join(".."))
+        .unwrap_or(path)
+        .display()
+        .to_string();
     Ok(Capture { name, dlt, frames })
 }
 
@@ -137,7 +151,10 @@ fn baseline(cap: &Capture, link: LinkType) -> Vec<Value> {
             // of each direction's first bytes, that note alone is left out
             // here; every other field must still be equal.
             if let Some(notes) = v["notes"].as_array_mut() {
-                notes.retain(|n| !n.as_str().is_some_and(|n| n.ends_with("_conflicting_retransmission")));
+                notes.retain(|n| {
+                    !n.as_str()
+                        .is_some_and(|n| n.ends_with("_conflicting_retransmission"))
+                });
             }
             v
         })
@@ -202,7 +219,9 @@ fn ethernet_frame(framing: Framing, frame: &[u8]) -> Option<Vec<u8>> {
         Framing::RawIp => Some(with_ethernet(ip_ethertype(frame)?, frame)),
         Framing::Family => {
             let fam: [u8; 4] = frame.get(..4)?.try_into().ok()?;
-            let is = |set: &[u32]| set.contains(&u32::from_le_bytes(fam)) || set.contains(&u32::from_be_bytes(fam));
+            let is = |set: &[u32]| {
+                set.contains(&u32::from_le_bytes(fam)) || set.contains(&u32::from_be_bytes(fam))
+            };
             let ethertype = if is(&[2]) {
                 0x0800
             } else if is(&[24, 28, 30]) {
@@ -273,7 +292,11 @@ fn split_tcp(frame: &[u8], piece: usize) -> Option<Vec<Vec<u8>>> {
                 f[l3 + 4..l3 + 6].copy_from_slice(&(ip_len - 40).to_be_bytes());
             }
             // The SYN takes a sequence number before the data.
-            let s = if i == 0 { seq } else { seq.wrapping_add(off as u32).wrapping_add(syn) };
+            let s = if i == 0 {
+                seq
+            } else {
+                seq.wrapping_add(off as u32).wrapping_add(syn)
+            };
             f[l4 + 4..l4 + 8].copy_from_slice(&s.to_be_bytes());
             let mut fl = flags;
             if i > 0 {
@@ -342,8 +365,14 @@ struct KernelView {
 /// flow map) and the analyzer, each event's packets stamped with the
 /// capture time of the frame that caused it.
 fn kernel_view(cap: &Capture, framing: Framing, cut: Cut) -> KernelView {
-    let opts = EbpfOptions { all_ports: true, quic: true, ifaces: vec![], ..Default::default() };
-    let mut bpf = EbpfCapture::load(&opts).unwrap_or_else(|e| panic!("loading the eBPF programs: {e:#}"));
+    let opts = EbpfOptions {
+        all_ports: true,
+        quic: true,
+        ifaces: vec![],
+        ..Default::default()
+    };
+    let mut bpf =
+        EbpfCapture::load(&opts).unwrap_or_else(|e| panic!("loading the eBPF programs: {e:#}"));
     let mut analyzer = Analyzer::new(Config::default());
     let mut view = KernelView::default();
     let mut last_tick = f64::NEG_INFINITY;
@@ -369,12 +398,19 @@ fn kernel_view(cap: &Capture, framing: Framing, cut: Cut) -> KernelView {
         view.cut_up += u64::from(frames.len() > 1);
         for f in frames {
             if let Err(e) = bpf.test_run(&f) {
-                panic!("{}: BPF_PROG_TEST_RUN refused a {}-byte frame: {e:#}", cap.name, f.len());
+                panic!(
+                    "{}: BPF_PROG_TEST_RUN refused a {}-byte frame: {e:#}",
+                    cap.name,
+                    f.len()
+                );
             }
             let seen = &mut view.seen;
             bpf.poll(Duration::ZERO, &mut |ev| {
                 let h = ev.header;
-                seen.insert(tuple(endpoint(h.src(), h.sport), endpoint(h.dst(), h.dport)));
+                seen.insert(tuple(
+                    endpoint(h.src(), h.sport),
+                    endpoint(h.dst(), h.dport),
+                ));
                 for p in ev.datagrams() {
                     analyzer.push_packet(*ts, &p);
                 }
@@ -383,7 +419,11 @@ fn kernel_view(cap: &Capture, framing: Framing, cut: Cut) -> KernelView {
         }
     }
     analyzer.finish();
-    view.records = analyzer.take_records().iter().map(|r| serde_json::to_value(r).expect("record as JSON")).collect();
+    view.records = analyzer
+        .take_records()
+        .iter()
+        .map(|r| serde_json::to_value(r).expect("record as JSON"))
+        .collect();
     for (name, v) in bpf.counters().expect("kernel counters") {
         *view.counters.entry(name).or_default() += v;
     }
@@ -411,7 +451,10 @@ struct Tally {
 
 impl Tally {
     fn print(&self, title: &str) {
-        let counters: Vec<String> = COUNTERS.iter().map(|c| format!("{c} {}", self.counters.get(c).copied().unwrap_or(0))).collect();
+        let counters: Vec<String> = COUNTERS
+            .iter()
+            .map(|c| format!("{c} {}", self.counters.get(c).copied().unwrap_or(0)))
+            .collect();
         eprintln!(
             "{title}: {} files ({} skipped), {} baseline connections, {} compared, {} identical, {} not visible, \
              {} differences, {} with events but no record; frames cut up {}, skipped {:?}; kernel counters: {}",
@@ -480,9 +523,14 @@ fn keyed(records: &[Value]) -> BTreeMap<Key, Value> {
     let mut ranks: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     let mut out = BTreeMap::new();
     for r in sorted {
-        let s = |f: &str| r[f].as_str().map_or_else(|| r[f].to_string(), str::to_owned);
+        let s = |f: &str| {
+            r[f].as_str()
+                .map_or_else(|| r[f].to_string(), str::to_owned)
+        };
         let (client, server, ts) = (s("client"), s("server"), r["ts"].to_string());
-        let rank = ranks.entry((client.clone(), server.clone(), ts.clone())).or_default();
+        let rank = ranks
+            .entry((client.clone(), server.clone(), ts.clone()))
+            .or_default();
         out.insert((client, server, ts, *rank), r.clone());
         *rank += 1;
     }
@@ -490,14 +538,23 @@ fn keyed(records: &[Value]) -> BTreeMap<Key, Value> {
 }
 
 fn describe(file: &str, baseline: Option<&Value>, kernel: &Value) -> String {
-    let conn = format!("{} -> {}", kernel["client"].as_str().unwrap_or("?"), kernel["server"].as_str().unwrap_or("?"));
+    let conn = format!(
+        "{} -> {}",
+        kernel["client"].as_str().unwrap_or("?"),
+        kernel["server"].as_str().unwrap_or("?")
+    );
     match baseline {
         Some(b) => {
             let mut fields = Vec::new();
             common::json::field_differences(b, kernel, "", &mut fields); // replay -> kernel
-            format!("{file}: {conn} differs in\n  {}\n  replay: {b}\n  kernel: {kernel}", fields.join("\n  "))
+            format!(
+                "{file}: {conn} differs in\n  {}\n  replay: {b}\n  kernel: {kernel}",
+                fields.join("\n  ")
+            )
         }
-        None => format!("{file}: {conn} has a kernel record but no replay record\n  kernel: {kernel}"),
+        None => {
+            format!("{file}: {conn} has a kernel record but no replay record\n  kernel: {kernel}")
+        }
     }
 }
 
@@ -523,7 +580,10 @@ fn compare(file: &str, baseline: &[Value], view: &KernelView, t: &mut Tally) {
     // A kernel record under another timestamp: shown against the replay
     // record of the same connection, if there is one.
     for (key, k) in &kernel {
-        match unmatched.iter().position(|(bk, _)| (&bk.0, &bk.1) == (&key.0, &key.1)) {
+        match unmatched
+            .iter()
+            .position(|(bk, _)| (&bk.0, &bk.1) == (&key.0, &key.1))
+        {
             Some(i) => {
                 let (_, b) = unmatched.remove(i);
                 t.compared += 1;
@@ -535,7 +595,9 @@ fn compare(file: &str, baseline: &[Value], view: &KernelView, t: &mut Tally) {
     for (key, b) in unmatched {
         let conn = format!("{file}: {} -> {} ({})", key.0, key.1, b["transport"]);
         if view.seen.contains(&tuple(key.0.clone(), key.1.clone())) {
-            t.no_record.push(format!("{conn}: the kernel sent events but the analyzer made no record\n  replay: {b}"));
+            t.no_record.push(format!(
+                "{conn}: the kernel sent events but the analyzer made no record\n  replay: {b}"
+            ));
         } else {
             t.not_visible.push(conn);
         }
@@ -549,12 +611,15 @@ fn check_files(files: &[PathBuf], cut: Cut, t: &mut Tally) {
         let cap = match read_capture(path) {
             Ok(c) => c,
             Err(e) => {
-                t.skipped_files.push(format!("{}: unreadable: {e}", path.display()));
+                t.skipped_files
+                    .push(format!("{}: unreadable: {e}", path.display()));
                 continue;
             }
         };
-        let (Some(link), Some(framing)) = (LinkType::from_linktype(cap.dlt), Framing::of(cap.dlt)) else {
-            t.skipped_files.push(format!("{}: link type {}", cap.name, cap.dlt));
+        let (Some(link), Some(framing)) = (LinkType::from_linktype(cap.dlt), Framing::of(cap.dlt))
+        else {
+            t.skipped_files
+                .push(format!("{}: link type {}", cap.name, cap.dlt));
             continue;
         };
         t.files += 1;
@@ -626,7 +691,9 @@ fn split_tcp_keeps_the_stream() {
     let mut stream = Vec::new();
     for (i, p) in pieces.iter().enumerate() {
         let pkt = analyzer::wire::decode(LinkType::Ethernet, p).expect("decodes");
-        let Transport::Tcp(h) = pkt.transport else { panic!("tcp") };
+        let Transport::Tcp(h) = pkt.transport else {
+            panic!("tcp")
+        };
         let want_seq = if i == 0 { 1000 } else { 1001 + 97 * i as u32 };
         assert_eq!((h.seq, h.syn, h.fin), (want_seq, i == 0, i == 2));
         assert_eq!(pkt.src, IpAddr::from([0, 0, 0, 0]));

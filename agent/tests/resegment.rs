@@ -30,35 +30,52 @@ fn read(path: &Path) -> (LinkType, Vec<Frame>) {
     let link = LinkType::from_linktype(cap.get_datalink().0).unwrap();
     let mut frames = Vec::new();
     while let Ok(p) = cap.next_packet() {
-        frames.push((p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6, p.data.to_vec()));
+        frames.push((
+            p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6,
+            p.data.to_vec(),
+        ));
     }
     (link, frames)
 }
 
 fn records(a: &mut Analyzer) -> Vec<String> {
     a.finish();
-    let mut r: Vec<String> = a.take_records().iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+    let mut r: Vec<String> = a
+        .take_records()
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
     r.sort();
     r
 }
 
 fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng) -> Vec<String> {
     let mut a = Analyzer::new(Config::default());
-    let packets: Vec<(f64, Packet<'_>)> = frames.iter().filter_map(|(ts, f)| decode(link, f).ok().map(|p| (*ts, p))).collect();
+    let packets: Vec<(f64, Packet<'_>)> = frames
+        .iter()
+        .filter_map(|(ts, f)| decode(link, f).ok().map(|p| (*ts, p)))
+        .collect();
     let mut order: Vec<usize> = (0..packets.len()).collect();
     // Swap adjacent data segments travelling the same way. Only TCP: QUIC
     // datagrams carry no byte sequence to restore, so their order is what
     // the capture says it is (and decides which packet came first).
     for i in 0..order.len().saturating_sub(1) {
         let (p, q) = (&packets[order[i]].1, &packets[order[i + 1]].1);
-        if !matches!((p.transport, q.transport), (Transport::Tcp(_), Transport::Tcp(_))) {
+        if !matches!(
+            (p.transport, q.transport),
+            (Transport::Tcp(_), Transport::Tcp(_))
+        ) {
             continue;
         }
         let port = |p: &Packet<'_>| match p.transport {
             Transport::Tcp(h) => h.src_port,
             Transport::Udp { src_port, .. } => src_port,
         };
-        if (p.src, port(p)) == (q.src, port(q)) && !p.payload.is_empty() && !q.payload.is_empty() && rng.below(3) == 0 {
+        if (p.src, port(p)) == (q.src, port(q))
+            && !p.payload.is_empty()
+            && !q.payload.is_empty()
+            && rng.below(3) == 0
+        {
             order.swap(i, i + 1);
         }
     }
@@ -82,7 +99,11 @@ fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng) -> Vec<String> {
         for k in (1..pieces.len()).rev() {
             pieces.swap(k, rng.below(k as u64 + 1) as usize);
         }
-        let dups: Vec<_> = pieces.iter().filter(|_| rng.below(5) == 0).copied().collect();
+        let dups: Vec<_> = pieces
+            .iter()
+            .filter(|_| rng.below(5) == 0)
+            .copied()
+            .collect();
         pieces.extend(dups);
         let last = pieces.len() - 1;
         for (k, (off, n)) in pieces.into_iter().enumerate() {
@@ -91,7 +112,11 @@ fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng) -> Vec<String> {
             // SYN and FIN travel with the last piece handled.
             h2.syn &= k == last;
             h2.fin &= k == last;
-            let piece = Packet { payload: &p.payload[off..off + n], transport: Transport::Tcp(h2), ..*p };
+            let piece = Packet {
+                payload: &p.payload[off..off + n],
+                transport: Transport::Tcp(h2),
+                ..*p
+            };
             a.push_packet(*ts, &piece);
         }
     }
@@ -115,7 +140,11 @@ fn records_survive_splitting_reordering_and_retransmission() {
         let want = records(&mut a);
         assert!(!want.is_empty(), "{}: no records", path.display());
         for seed in 1..=4u64 {
-            let got = mangle(link, &frames, &mut Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            let got = mangle(
+                link,
+                &frames,
+                &mut Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            );
             assert_eq!(got, want, "{} (seed {seed})", path.display());
             checked += 1;
         }

@@ -45,12 +45,17 @@ fn delayline() -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         // The same profile as the binary under test: target/<dir>/tlsrum,
         // where <dir> is the profile's name ("debug" for the dev profile).
-        let profile = match tlsrum.parent().and_then(Path::file_name).and_then(|d| d.to_str()) {
+        let profile = match tlsrum
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|d| d.to_str())
+        {
             Some("debug") | None => "dev".to_string(),
             Some(dir) => dir.to_string(),
         };
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo()).args(["build", "-p", "delayline", "--profile", &profile]);
+        cmd.current_dir(repo())
+            .args(["build", "-p", "delayline", "--profile", &profile]);
         let status = cmd.status().expect("run cargo build -p delayline");
         assert!(status.success(), "cargo build -p delayline failed");
     }
@@ -94,7 +99,11 @@ fn wan_accuracy_at_20_100_260_ms() {
         .env("DELAYLINE", &dl)
         .status()
         .expect("run accuracy.py");
-    assert!(status.success(), "accuracy.py failed (lab error); logs in {}", work.display());
+    assert!(
+        status.success(),
+        "accuracy.py failed (lab error); logs in {}",
+        work.display()
+    );
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
 
     let mut failures = Vec::new();
@@ -105,10 +114,17 @@ fn wan_accuracy_at_20_100_260_ms() {
         let mut avoidable_live_sum = 0.0;
         let mut avoidable_offers = 0;
         for c in lab["connections"].as_array().unwrap() {
-            let who = format!("rtt {rtt} {} #{} port {}", c["scenario"].as_str().unwrap(), c["index"], c["local_port"]);
+            let who = format!(
+                "rtt {rtt} {} #{} port {}",
+                c["scenario"].as_str().unwrap(),
+                c["index"],
+                c["local_port"]
+            );
             let late = f(&c["line_late_max_us"]).unwrap_or(0.0);
             if late > 500.0 {
-                failures.push(format!("{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"));
+                failures.push(format!(
+                    "{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"
+                ));
             }
             let Some(want_rt) = c["expected_round_trips"].as_u64() else {
                 failures.push(format!("{who}: nginx logged no kind ({})", c["nginx"]));
@@ -130,21 +146,30 @@ fn wan_accuracy_at_20_100_260_ms() {
                 checked += 1;
                 let t = &rec["timing"];
                 if t["round_trips"].as_u64() != Some(want_rt) {
-                    failures.push(format!("{who}: round_trips {} but {} is {want_rt}", t["round_trips"], c["expected_kind"]));
+                    failures.push(format!(
+                        "{who}: round_trips {} but {} is {want_rt}",
+                        t["round_trips"], c["expected_kind"]
+                    ));
                 }
                 match f(&t["tcp_rtt"]) {
                     Some(r) if (r - rtt).abs() <= 1.0 => {}
                     other => failures.push(format!("{who}: tcp_rtt {other:?}, configured {rtt}")),
                 }
-                if let (Some((chs, cttfb)), false) = (client_clock, c["warmup"].as_bool().unwrap_or(false)) {
+                if let (Some((chs, cttfb)), false) =
+                    (client_clock, c["warmup"].as_bool().unwrap_or(false))
+                {
                     let shift = if vantage == "client" { 0.0 } else { rtt };
                     match f(&t["handshake"]) {
                         Some(hs) if (hs - chs).abs() <= tolerance(chs) => {}
-                        other => failures.push(format!("{who}: handshake {other:?} ms, client's clock {chs:.3}")),
+                        other => failures.push(format!(
+                            "{who}: handshake {other:?} ms, client's clock {chs:.3}"
+                        )),
                     }
                     match f(&t["ttfb"]) {
                         Some(ttfb) if (ttfb + shift - cttfb).abs() <= tolerance(cttfb) => {}
-                        other => failures.push(format!("{who}: ttfb {other:?} ms (+{shift}), client's clock {cttfb:.3}")),
+                        other => failures.push(format!(
+                            "{who}: ttfb {other:?} ms (+{shift}), client's clock {cttfb:.3}"
+                        )),
                     }
                 }
                 // Avoidable: full handshakes whose client offered a session.
@@ -154,13 +179,20 @@ fn wan_accuracy_at_20_100_260_ms() {
                 match (full && offered, rec["version"].as_str()) {
                     (true, Some("TLS1.2")) => match avoidable {
                         Some(a) if (a - rtt).abs() <= 1.0 => {}
-                        other => failures.push(format!("{who}: avoidable {other:?}, expected one RTT ({rtt})")),
+                        other => failures.push(format!(
+                            "{who}: avoidable {other:?}, expected one RTT ({rtt})"
+                        )),
                     },
-                    (true, Some("TLS1.3")) if rec["early_data"] == "none" && avoidable != Some(0.0) => {
+                    (true, Some("TLS1.3"))
+                        if rec["early_data"] == "none" && avoidable != Some(0.0) =>
+                    {
                         failures.push(format!("{who}: avoidable {avoidable:?}, expected 0 (TLS 1.3 without early data)"));
                     }
                     (false, _) if avoidable.is_some() => {
-                        failures.push(format!("{who}: avoidable {avoidable:?} on a {} handshake offering {}", rec["handshake"], rec["offered"]));
+                        failures.push(format!(
+                            "{who}: avoidable {avoidable:?} on a {} handshake offering {}",
+                            rec["handshake"], rec["offered"]
+                        ));
                     }
                     _ => {}
                 }
@@ -170,9 +202,18 @@ fn wan_accuracy_at_20_100_260_ms() {
                         avoidable_offers += 1;
                     }
                     let server = &c["tlsrum_server"];
-                    for field in ["handshake", "resumption", "early_data", "offered", "version"] {
+                    for field in [
+                        "handshake",
+                        "resumption",
+                        "early_data",
+                        "offered",
+                        "version",
+                    ] {
                         if rec[field] != server[field] {
-                            failures.push(format!("{who}: live {field} {} but replay {}", rec[field], server[field]));
+                            failures.push(format!(
+                                "{who}: live {field} {} but replay {}",
+                                rec[field], server[field]
+                            ));
                         }
                     }
                     // Two packet sockets (the agent's and dumpcap's) stamp a
@@ -192,7 +233,10 @@ fn wan_accuracy_at_20_100_260_ms() {
         let metrics = lab["metrics"].as_str().unwrap_or("");
         let counter: f64 = metrics
             .lines()
-            .filter(|l| l.starts_with("tls_avoidable_handshake_seconds_total{") && l.contains("server_name=\"tlsrum.test\""))
+            .filter(|l| {
+                l.starts_with("tls_avoidable_handshake_seconds_total{")
+                    && l.contains("server_name=\"tlsrum.test\"")
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
         if metrics.is_empty() {
@@ -221,7 +265,15 @@ fn wan_accuracy_at_20_100_260_ms() {
     for r in doc["reruns"].as_array().into_iter().flatten() {
         eprintln!("rerun at rtt {}: {}", r["rtt"], r["why"]);
     }
-    eprintln!("{checked} records checked in {:.0} s", f(&doc["elapsed"]).unwrap_or(0.0));
-    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+    eprintln!(
+        "{checked} records checked in {:.0} s",
+        f(&doc["elapsed"]).unwrap_or(0.0)
+    );
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -23,7 +23,13 @@ const FLOOR_MS: f64 = 0.001;
 
 impl Histogram {
     pub fn add(&mut self, ms: f64) {
-        let b = if ms <= FLOOR_MS { 0 } else { ((ms / FLOOR_MS).ln() / GROWTH.ln()).ceil().min(u16::MAX as f64) as u16 };
+        let b = if ms <= FLOOR_MS {
+            0
+        } else {
+            ((ms / FLOOR_MS).ln() / GROWTH.ln())
+                .ceil()
+                .min(u16::MAX as f64) as u16
+        };
         *self.counts.entry(b).or_default() += 1;
         self.n += 1;
     }
@@ -42,7 +48,11 @@ impl Histogram {
         for (&b, &c) in &self.counts {
             seen += c;
             if seen >= rank {
-                return Some(if b == 0 { FLOOR_MS } else { FLOOR_MS * GROWTH.powi(b as i32) });
+                return Some(if b == 0 {
+                    FLOOR_MS
+                } else {
+                    FLOOR_MS * GROWTH.powi(b as i32)
+                });
             }
         }
         None
@@ -50,7 +60,16 @@ impl Histogram {
 
     /// (upper edge in ms, count) per non-empty bucket, ascending.
     pub fn buckets(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
-        self.counts.iter().map(|(&b, &c)| (if b == 0 { FLOOR_MS } else { FLOOR_MS * GROWTH.powi(b as i32) }, c))
+        self.counts.iter().map(|(&b, &c)| {
+            (
+                if b == 0 {
+                    FLOOR_MS
+                } else {
+                    FLOOR_MS * GROWTH.powi(b as i32)
+                },
+                c,
+            )
+        })
     }
 
     pub fn merge(&mut self, other: &Histogram) {
@@ -196,15 +215,30 @@ impl Summary {
         if let Some(a) = self.by_name.get_mut(name) {
             return a.add(r);
         }
-        let key = if self.by_name.len() < MAX_NAMES { name } else { OTHER };
+        let key = if self.by_name.len() < MAX_NAMES {
+            name
+        } else {
+            OTHER
+        };
         self.by_name.entry(key.to_string()).or_default().add(r);
     }
 
     /// The `n` (name, transport) pairs with most connections, then the rest folded.
-    pub fn top_by_transport(&self, n: usize) -> (Vec<(&str, Transport, &Aggregate)>, Option<Aggregate>) {
-        let mut rows: Vec<(&str, Transport, &Aggregate)> =
-            self.by_transport_name.iter().flat_map(|(t, m)| m.iter().map(move |(k, v)| (k.as_str(), *t, v))).collect();
-        rows.sort_by(|a, b| b.2.connections.cmp(&a.2.connections).then(a.0.cmp(b.0)).then(a.1.cmp(&b.1)));
+    pub fn top_by_transport(
+        &self,
+        n: usize,
+    ) -> (Vec<(&str, Transport, &Aggregate)>, Option<Aggregate>) {
+        let mut rows: Vec<(&str, Transport, &Aggregate)> = self
+            .by_transport_name
+            .iter()
+            .flat_map(|(t, m)| m.iter().map(move |(k, v)| (k.as_str(), *t, v)))
+            .collect();
+        rows.sort_by(|a, b| {
+            b.2.connections
+                .cmp(&a.2.connections)
+                .then(a.0.cmp(b.0))
+                .then(a.1.cmp(&b.1))
+        });
         if rows.len() <= n {
             return (rows, None);
         }
@@ -218,7 +252,8 @@ impl Summary {
 
     /// The `n` names with most connections (ties by name), then the rest folded.
     pub fn top(&self, n: usize) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
-        let mut names: Vec<(&str, &Aggregate)> = self.by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let mut names: Vec<(&str, &Aggregate)> =
+            self.by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
         names.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(b.0)));
         if names.len() <= n {
             return (names, None);

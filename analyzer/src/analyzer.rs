@@ -20,6 +20,10 @@ use crate::tls::keylog::KeyLog;
 use crate::tls::record::DEFAULT_MAX_HANDSHAKE_MESSAGE;
 use crate::wire::{self, DecodeError, LinkType, Packet, TcpHeader, Transport};
 
+/// Default memory budget of the flow state: a flood of any kind keeps the
+/// whole process within ~400 MiB (README, "Limits").
+pub const DEFAULT_MAX_MEMORY: usize = 256 << 20;
+
 /// Every cap the analyzer enforces; hitting one is counted in [`Stats`].
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -27,6 +31,9 @@ pub struct Config {
     pub max_flows: usize,
     /// Out-of-order bytes buffered per direction of a flow.
     pub max_flow_buffer: usize,
+    /// Bytes all TCP flows and QUIC connections may hold together
+    /// ([`crate::memory`]); beyond it the least recently used are finished.
+    pub max_memory: usize,
     /// Largest handshake message kept for parsing.
     pub max_handshake_message: usize,
     /// A flow with no packet for this long (capture time, seconds) is finished.
@@ -48,6 +55,7 @@ impl Default for Config {
         Config {
             max_flows: 200_000,
             max_flow_buffer: DEFAULT_MAX_BUFFERED,
+            max_memory: DEFAULT_MAX_MEMORY,
             max_handshake_message: DEFAULT_MAX_HANDSHAKE_MESSAGE,
             idle_timeout: 120.0,
             server_ports: Vec::new(),
@@ -60,6 +68,11 @@ impl Default for Config {
 
 /// Leaf certificates whose names are remembered.
 const CERT_CACHE: usize = 4096;
+
+/// Ended TCP connections whose tuple and ISN are remembered, so that a
+/// repeat of one (a capture concatenated with itself, a duplicate in a
+/// merge) is skipped rather than reported twice: ~100 bytes each.
+const RECENT_CONNECTIONS: usize = 65_536;
 
 /// What one trace remembers across connections, bounded: hashes of session
 /// IDs servers issued, and the names of leaf certificates already parsed.
@@ -106,6 +119,8 @@ pub struct Analyzer {
     cfg: Config,
     flows: FlowTable<TcpFlow>,
     memory: IssuedIds,
+    /// Tuple -> client ISN of connections that ended (RECENT_CONNECTIONS).
+    ended: LruCache<FlowKey, u32>,
     out: Vec<ConnectionRecord>,
     /// Flows whose analysis ended (record out, or not TLS) since the last
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
@@ -120,12 +135,17 @@ impl Analyzer {
         let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
-            memory: IssuedIds { ids: LruCache::new(nz(cfg.max_session_ids)), certs: LruCache::new(nz(CERT_CACHE)) },
+            memory: IssuedIds {
+                ids: LruCache::new(nz(cfg.max_session_ids)),
+                certs: LruCache::new(nz(CERT_CACHE)),
+            },
+            ended: LruCache::new(nz(RECENT_CONNECTIONS)),
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
-            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout).with_keylog(cfg.keylog.clone()),
+            quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
+                .with_keylog(cfg.keylog.clone()),
             cfg,
         }
     }
@@ -182,9 +202,47 @@ impl Analyzer {
             Transport::Udp { src_port, dst_port } => {
                 self.stats.udp_packets += 1;
                 if self.wanted(src_port, dst_port) {
-                    self.quic.on_datagram(ts, (p.src, src_port), (p.dst, dst_port), p.payload, &mut self.stats.quic);
+                    self.quic.on_datagram(
+                        ts,
+                        (p.src, src_port),
+                        (p.dst, dst_port),
+                        p.payload,
+                        &mut self.stats.quic,
+                    );
                     self.out.append(&mut self.quic.out);
                 }
+            }
+        }
+        if self.memory_used() > self.cfg.max_memory {
+            self.shed();
+        }
+    }
+
+    /// Bytes the TCP flows and QUIC connections hold, as estimated for the
+    /// memory budget ([`crate::memory`]).
+    pub fn memory_used(&self) -> usize {
+        self.flows.bytes() + self.quic.bytes()
+    }
+
+    /// Over the memory budget: finishes the least recently used flows,
+    /// TCP or QUIC, whichever is older, until it holds again.
+    fn shed(&mut self) {
+        while self.memory_used() > self.cfg.max_memory {
+            let tcp = self.flows.oldest().map(|(_, f)| f.last_ts);
+            let older_tcp = match (tcp, self.quic.oldest_ts()) {
+                (Some(t), Some(q)) => t <= q,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return,
+            };
+            self.stats.memory_evictions += 1;
+            if older_tcp {
+                if let Some((_, flow)) = self.flows.pop_oldest() {
+                    self.finish_flow(flow, Finish::Evicted, false);
+                }
+            } else {
+                self.quic.evict_oldest(&mut self.stats.quic);
+                self.out.append(&mut self.quic.out);
             }
         }
     }
@@ -199,22 +257,52 @@ impl Analyzer {
     /// End of input: every flow still open is finished (as `incomplete` if
     /// its handshake had not ended).
     pub fn finish(&mut self) {
-        while let Some((_, flow)) = self.flows.pop_oldest() {
+        while !self.finish_some(usize::MAX) {}
+    }
+
+    /// [`finish`](Self::finish) in steps: finishes up to `max` flows
+    /// (oldest first, TCP then QUIC) and returns whether none is left. The
+    /// caller takes the records between steps, so that the flows open at
+    /// the end of a flood do not all become records in memory at once.
+    pub fn finish_some(&mut self, max: usize) -> bool {
+        let mut n = 0;
+        while n < max {
+            let Some((_, flow)) = self.flows.pop_oldest() else {
+                break;
+            };
             self.finish_flow(flow, Finish::CaptureEnd, false);
+            n += 1;
         }
-        self.quic.finish_all(&mut self.stats.quic);
+        let done = n < max && self.quic.finish_some(max - n, &mut self.stats.quic);
         self.out.append(&mut self.quic.out);
+        done
     }
 
     fn wanted(&self, src_port: u16, dst_port: u16) -> bool {
-        self.cfg.server_ports.is_empty() || self.cfg.server_ports.contains(&src_port) || self.cfg.server_ports.contains(&dst_port)
+        self.cfg.server_ports.is_empty()
+            || self.cfg.server_ports.contains(&src_port)
+            || self.cfg.server_ports.contains(&dst_port)
     }
 
     fn ctx(&mut self) -> Ctx<'_> {
-        Ctx { mem: &mut self.memory, keylog: self.cfg.keylog.as_deref(), stats: &mut self.stats }
+        Ctx {
+            mem: &mut self.memory,
+            keylog: self.cfg.keylog.as_deref(),
+            stats: &mut self.stats,
+            max_flow_buffer: self.cfg.max_flow_buffer,
+            max_handshake_message: self.cfg.max_handshake_message,
+        }
     }
 
-    fn tcp(&mut self, ts: f64, src: IpAddr, dst: IpAddr, h: &TcpHeader, payload: &[u8], truncated: bool) {
+    fn tcp(
+        &mut self,
+        ts: f64,
+        src: IpAddr,
+        dst: IpAddr,
+        h: &TcpHeader,
+        payload: &[u8],
+        truncated: bool,
+    ) {
         if !self.wanted(h.src_port, h.dst_port) {
             return;
         }
@@ -229,7 +317,13 @@ impl Analyzer {
         if let Some(f) = self.flows.peek_mut(&key) {
             known = true;
             f.last_ts = ts;
-            let reused = new_syn && f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
+            // A SYN with the connection's own ISN is a copy of its SYN;
+            // another ISN after the SYN-ACK (or on a skipped repeat) is a
+            // new connection on the tuple.
+            let answered = f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
+            let repeat = f.status == Status::Done && f.client_isn.is_some();
+            let reused = new_syn && f.client_isn != Some(h.seq) && (answered || repeat);
+            let isn = f.client_isn;
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
                 if reused {
@@ -238,6 +332,7 @@ impl Analyzer {
                 } else {
                     if h.rst || h.fin {
                         self.flows.remove(&key);
+                        self.ended(key, isn);
                     }
                     return;
                 }
@@ -259,24 +354,42 @@ impl Analyzer {
             if !new_syn && payload.is_empty() {
                 return;
             }
+            if new_syn && self.ended.peek(&key) == Some(&h.seq) {
+                // A connection that ended, again: its packets are skipped.
+                self.stats.repeated_connections += 1;
+                self.insert(key, TcpFlow::repeat(ts, from, to, h.seq));
+                return;
+            }
             self.stats.flows_created += 1;
-            let flow = TcpFlow::new(ts, from, to, self.cfg.max_flow_buffer, self.cfg.max_handshake_message);
+            let flow = TcpFlow::new(ts, from, to);
             self.insert(key, flow);
         }
-        let keylog = self.cfg.keylog.as_deref();
-        let Some(flow) = self.flows.get_mut(&key) else { return };
-        let was = flow.status;
-        let mut ctx = Ctx { mem: &mut self.memory, keylog, stats: &mut self.stats };
-        let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
-        if flow.status == Status::NotTls {
+        let mut ctx = Ctx {
+            mem: &mut self.memory,
+            keylog: self.cfg.keylog.as_deref(),
+            stats: &mut self.stats,
+            max_flow_buffer: self.cfg.max_flow_buffer,
+            max_handshake_message: self.cfg.max_handshake_message,
+        };
+        let updated = self.flows.update(&key, |flow| {
+            let was = flow.status;
+            let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
+            (seg, was, flow.status, (flow.a, flow.b))
+        });
+        let Some((seg, was, status, ends)) = updated else {
+            return;
+        };
+        if status == Status::NotTls {
             if was != Status::NotTls {
                 self.stats.non_tls_flows += 1;
                 if self.cfg.report_finished_flows {
-                    self.finished.push((flow.a, flow.b));
+                    self.finished.push(ends);
                 }
             }
             if seg.closed {
-                self.flows.remove(&key);
+                if let Some(f) = self.flows.remove(&key) {
+                    self.ended(key, f.client_isn);
+                }
             }
         } else if seg.closed || seg.timed {
             if let Some(flow) = self.flows.remove(&key) {
@@ -313,9 +426,17 @@ impl Analyzer {
         }
     }
 
+    /// Remembers a connection that left the table, by tuple and ISN.
+    fn ended(&mut self, key: FlowKey, isn: Option<u32>) {
+        if let Some(isn) = isn {
+            self.ended.put(key, isn);
+        }
+    }
+
     /// Emits the flow's record if it is a TLS connection whose record is
     /// not out yet; returns the flow as a tombstone.
     fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) -> TcpFlow {
+        self.ended(FlowKey::new(flow.a, flow.b), flow.client_isn);
         let reported = matches!(flow.status, Status::Done | Status::NotTls);
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
@@ -336,9 +457,37 @@ mod tests {
     use crate::record::HandshakeKind;
 
     /// An IPv4/TCP packet (no options) from 10.0.0.`src`:`sport` to 10.0.0.`dst`:`dport`.
-    fn tcp((src, sport): (u8, u16), (dst, dport): (u8, u16), seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    fn tcp(
+        (src, sport): (u8, u16),
+        (dst, dport): (u8, u16),
+        seq: u32,
+        ack: u32,
+        flags: u8,
+        payload: &[u8],
+    ) -> Vec<u8> {
         let len = 40 + payload.len();
-        let mut p = vec![0x45, 0, (len >> 8) as u8, len as u8, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, src, 10, 0, 0, dst];
+        let mut p = vec![
+            0x45,
+            0,
+            (len >> 8) as u8,
+            len as u8,
+            0,
+            0,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+            10,
+            0,
+            0,
+            src,
+            10,
+            0,
+            0,
+            dst,
+        ];
         p.extend(sport.to_be_bytes());
         p.extend(dport.to_be_bytes());
         p.extend(seq.to_be_bytes());
@@ -369,14 +518,24 @@ mod tests {
     /// finishes what is open.
     #[test]
     fn flows_are_routed_classified_and_finished() {
-        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            report_finished_flows: true,
+            ..Config::default()
+        });
         let ch = client_hello();
         let frames = [
             tcp((1, 40000), (2, 443), 100, 0, SYN, &[]),
             tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[]),
             tcp((1, 40000), (2, 443), 101, 501, ACK, &[]),
             tcp((1, 40000), (2, 443), 101, 501, ACK, &ch),
-            tcp((2, 443), (1, 40000), 501, 101 + ch.len() as u32, RST | ACK, &[]),
+            tcp(
+                (2, 443),
+                (1, 40000),
+                501,
+                101 + ch.len() as u32,
+                RST | ACK,
+                &[],
+            ),
             // Plain text on another flow: 16 segments that are no ClientHello.
             tcp((3, 40001), (2, 80), 1, 0, SYN, &[]),
         ];
@@ -384,19 +543,29 @@ mod tests {
             a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
         }
         for i in 0..16u32 {
-            a.push_frame(2.0, LinkType::RawIp, &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"));
+            a.push_frame(
+                2.0,
+                LinkType::RawIp,
+                &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"),
+            );
         }
         let open = tcp((4, 40002), (2, 443), 1, 0, ACK, &ch);
         a.push_frame(3.0, LinkType::RawIp, &open);
         a.finish();
         let records = a.take_records();
         assert_eq!(records.len(), 2, "{records:?}");
-        assert_eq!((records[0].handshake, records[0].failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
+        assert_eq!(
+            (records[0].handshake, records[0].failure.as_deref()),
+            (HandshakeKind::Failed, Some("reset"))
+        );
         assert_eq!(records[0].timing.tcp_rtt, Some(20.0));
         assert_eq!(records[1].handshake, HandshakeKind::Incomplete);
         assert_eq!(records[1].notes, ["capture_ended", "no_syn"]);
         let s = a.stats();
-        assert_eq!((s.tls_connections, s.non_tls_flows, s.flows_created), (2, 1, 3));
+        assert_eq!(
+            (s.tls_connections, s.non_tls_flows, s.flows_created),
+            (2, 1, 3)
+        );
         assert_eq!(s.unidentified_flows, 0);
         assert_eq!(a.take_finished_flows().len(), 3);
     }
@@ -445,7 +614,13 @@ mod tests {
         let (records, stats) = first_copy_then(&garbage, &real);
         assert_eq!(records.len(), 1, "{stats:?}");
         assert_eq!(records[0].sni.as_deref(), Some("real.example"));
-        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert!(
+            records[0]
+                .notes
+                .contains(&"client_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
         assert_eq!(stats.conflicting_retransmissions, 1);
     }
 
@@ -454,15 +629,80 @@ mod tests {
     /// once the flow is identified, but the record says it is disputed.
     #[test]
     fn forged_first_copy_is_noted() {
-        let (records, stats) = first_copy_then(&client_hello_sni("forged.example"), &client_hello_sni("realreal.test"));
+        let (records, stats) = first_copy_then(
+            &client_hello_sni("forged.example"),
+            &client_hello_sni("realreal.test"),
+        );
         assert_eq!(records[0].sni.as_deref(), Some("forged.example"));
-        assert!(records[0].notes.contains(&"client_conflicting_retransmission"), "{:?}", records[0].notes);
+        assert!(
+            records[0]
+                .notes
+                .contains(&"client_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
         assert_eq!(stats.conflicting_retransmissions, 1);
         // An identical retransmission is no conflict.
         let ch = client_hello_sni("same.example");
         let (records, stats) = first_copy_then(&ch, &ch);
         assert!(!records[0].notes.iter().any(|n| n.contains("conflicting")));
-        assert_eq!((stats.conflicting_retransmissions, stats.retransmitted_bytes), (0, ch.len() as u64));
+        assert_eq!(
+            (stats.conflicting_retransmissions, stats.retransmitted_bytes),
+            (0, ch.len() as u64)
+        );
+    }
+
+    /// A ServerHello record choosing `suite` (TLS 1.2, no extensions).
+    fn server_hello(suite: u16) -> Vec<u8> {
+        let mut body = vec![3, 3];
+        body.extend([9; 32]);
+        body.push(0);
+        body.extend(suite.to_be_bytes());
+        body.extend([0, 0, 0]);
+        let mut msg = vec![2, 0, 0, body.len() as u8];
+        msg.extend(body);
+        let mut rec = vec![22, 3, 3, 0, msg.len() as u8];
+        rec.extend(msg);
+        rec
+    }
+
+    /// Regression (IDS evasion, server side): a forged ServerHello with
+    /// another cipher, sent first, was reported as the truth, silently.
+    #[test]
+    fn forged_server_hello_is_noted() {
+        let mut a = Analyzer::new(Config::default());
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello();
+        let (forged, real) = (server_hello(0xc02f), server_hello(0xc030));
+        a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+        a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+        a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
+        a.push_frame(
+            1.03,
+            LinkType::RawIp,
+            &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &forged),
+        );
+        a.push_frame(
+            1.04,
+            LinkType::RawIp,
+            &tcp(s, c, 501, 101 + ch.len() as u32, ACK, &real),
+        );
+        a.finish();
+        let records = a.take_records();
+        assert_eq!(records.len(), 1);
+        assert_eq!(
+            records[0].cipher.as_deref(),
+            Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+            "the first copy is read"
+        );
+        assert!(
+            records[0]
+                .notes
+                .contains(&"server_conflicting_retransmission"),
+            "{:?}",
+            records[0].notes
+        );
+        assert_eq!(a.stats().conflicting_retransmissions, 1);
     }
 
     /// Regression: flows still being identified were counted nowhere (a
@@ -470,21 +710,52 @@ mod tests {
     /// left `flows_expired` at 0). Every flow created now ends counted once.
     #[test]
     fn every_flow_is_counted_at_the_end_of_its_life() {
-        let mut a = Analyzer::new(Config { idle_timeout: 10.0, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            idle_timeout: 10.0,
+            ..Config::default()
+        });
         // 100 SYN-only flows that expire, one short plain flow the capture
         // ends, one reset before any data, one TLS connection.
         for i in 0..100u16 {
-            a.push_frame(1.0, LinkType::RawIp, &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]));
+            a.push_frame(
+                1.0,
+                LinkType::RawIp,
+                &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]),
+            );
         }
-        a.push_frame(20.0, LinkType::RawIp, &tcp((3, 5000), (2, 80), 1, 0, ACK, b"HELLO"));
-        a.push_frame(20.0, LinkType::RawIp, &tcp((4, 5001), (2, 443), 1, 0, SYN, &[]));
-        a.push_frame(20.1, LinkType::RawIp, &tcp((2, 443), (4, 5001), 9, 2, RST | ACK, &[]));
-        a.push_frame(20.2, LinkType::RawIp, &tcp((5, 5002), (2, 443), 1, 0, ACK, &client_hello()));
+        a.push_frame(
+            20.0,
+            LinkType::RawIp,
+            &tcp((3, 5000), (2, 80), 1, 0, ACK, b"HELLO"),
+        );
+        a.push_frame(
+            20.0,
+            LinkType::RawIp,
+            &tcp((4, 5001), (2, 443), 1, 0, SYN, &[]),
+        );
+        a.push_frame(
+            20.1,
+            LinkType::RawIp,
+            &tcp((2, 443), (4, 5001), 9, 2, RST | ACK, &[]),
+        );
+        a.push_frame(
+            20.2,
+            LinkType::RawIp,
+            &tcp((5, 5002), (2, 443), 1, 0, ACK, &client_hello()),
+        );
         let expired = a.stats().flows_expired;
         a.finish();
         let s = a.stats();
         assert_eq!(expired, 100, "SYN-only flows ended by the idle timeout");
-        assert_eq!((s.flows_created, s.tls_connections, s.non_tls_flows, s.unidentified_flows), (103, 1, 0, 102));
+        assert_eq!(
+            (
+                s.flows_created,
+                s.tls_connections,
+                s.non_tls_flows,
+                s.unidentified_flows
+            ),
+            (103, 1, 0, 102)
+        );
     }
 
     /// Whatever arrives, every flow created is counted once when it ends.
@@ -498,9 +769,16 @@ mod tests {
             seed
         };
         let ch = client_hello();
-        let mut a = Analyzer::new(Config { max_flows: 16, idle_timeout: 2.0, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            max_flows: 16,
+            idle_timeout: 2.0,
+            ..Config::default()
+        });
         for i in 0..5000u32 {
-            let (c, s) = ((1 + (rnd() % 4) as u8, 40000 + (rnd() % 8) as u16), (2, [443, 80][(rnd() % 2) as usize]));
+            let (c, s) = (
+                (1 + (rnd() % 4) as u8, 40000 + (rnd() % 8) as u16),
+                (2, [443, 80][(rnd() % 2) as usize]),
+            );
             let flags = [SYN, SYN | ACK, ACK, RST, ACK | 0x01][(rnd() % 5) as usize];
             let payload: &[u8] = match rnd() % 4 {
                 0 => &ch,
@@ -509,12 +787,194 @@ mod tests {
                 _ => &[],
             };
             let (from, to) = if rnd() % 2 == 0 { (c, s) } else { (s, c) };
-            a.push_frame(f64::from(i) * 0.01, LinkType::RawIp, &tcp(from, to, rnd() as u32 % 4096, rnd() as u32 % 4096, flags, payload));
+            a.push_frame(
+                f64::from(i) * 0.01,
+                LinkType::RawIp,
+                &tcp(
+                    from,
+                    to,
+                    rnd() as u32 % 4096,
+                    rnd() as u32 % 4096,
+                    flags,
+                    payload,
+                ),
+            );
         }
         a.finish();
         let s = a.stats();
         assert!(s.flows_created > 100, "{s:?}");
-        assert_eq!(s.flows_created, s.tls_connections + s.non_tls_flows + s.unidentified_flows, "{s:?}");
+        assert_eq!(
+            s.flows_created,
+            s.tls_connections + s.non_tls_flows + s.unidentified_flows,
+            "{s:?}"
+        );
+    }
+
+    /// Regression (hostile traffic): a SYN-only flow cost ~2.9 KB, the
+    /// handshake state being made with the flow; now it waits for a byte.
+    #[test]
+    fn a_flow_without_payload_is_small() {
+        let mut a = Analyzer::new(Config::default());
+        for i in 0..1000u16 {
+            a.push_frame(
+                1.0,
+                LinkType::RawIp,
+                &tcp((9, 1000 + i), (2, 443), 1, 0, SYN, &[]),
+            );
+        }
+        let per_flow = a.memory_used() / 1000;
+        assert!(per_flow <= 320, "{per_flow} bytes per SYN-only flow");
+        a.push_frame(
+            1.1,
+            LinkType::RawIp,
+            &tcp((9, 1000), (2, 443), 2, 0, ACK, &client_hello()),
+        );
+        assert!(
+            a.memory_used() > 1000 * per_flow + 1000,
+            "a ClientHello makes the handshake state"
+        );
+    }
+
+    /// The memory budget holds after every packet, evicts the least
+    /// recently used first, and every evicted flow still ends counted (a
+    /// TLS one with its record).
+    #[test]
+    fn the_memory_budget_holds_and_evicts_oldest_first() {
+        let budget = 64 * 1024;
+        let mut a = Analyzer::new(Config {
+            max_memory: budget,
+            ..Config::default()
+        });
+        let ch = client_hello_sni("budget.example");
+        for i in 0..500u16 {
+            let ts = 1.0 + f64::from(i) * 0.001;
+            a.push_frame(
+                ts,
+                LinkType::RawIp,
+                &tcp((7, 2000 + i), (2, 443), 1, 0, SYN, &[]),
+            );
+            a.push_frame(
+                ts,
+                LinkType::RawIp,
+                &tcp((7, 2000 + i), (2, 443), 2, 0, ACK, &ch),
+            );
+            assert!(
+                a.memory_used() <= budget,
+                "{} > {budget} after flow {i}",
+                a.memory_used()
+            );
+        }
+        let evicted = a.take_records();
+        assert!(a.stats().memory_evictions > 0 && !evicted.is_empty());
+        assert_eq!(evicted[0].client, "10.0.0.7:2000", "the oldest goes first");
+        assert!(evicted
+            .iter()
+            .all(|r| r.handshake == HandshakeKind::Incomplete
+                && r.sni.as_deref() == Some("budget.example")));
+        a.finish();
+        let s = a.stats();
+        assert_eq!((s.flows_created, s.tls_connections), (500, 500), "{s:?}");
+        assert_eq!(a.memory_used(), 0, "nothing held after the end");
+    }
+
+    /// The connection of `client_hello_sni` with `isn`, reset by the
+    /// server after the hello, from `t`.
+    fn short_connection(a: &mut Analyzer, t: f64, isn: u32) {
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello_sni("twice.example");
+        a.push_frame(t, LinkType::RawIp, &tcp(c, s, isn, 0, SYN, &[]));
+        a.push_frame(
+            t + 0.01,
+            LinkType::RawIp,
+            &tcp(s, c, 500, isn + 1, SYN | ACK, &[]),
+        );
+        a.push_frame(
+            t + 0.02,
+            LinkType::RawIp,
+            &tcp(c, s, isn + 1, 501, ACK, &ch),
+        );
+        a.push_frame(
+            t + 0.03,
+            LinkType::RawIp,
+            &tcp(s, c, 501, isn + 1 + ch.len() as u32, RST | ACK, &[]),
+        );
+    }
+
+    /// Issue 13: the same connection twice in one capture (a capture
+    /// concatenated with itself: the copy goes back in time) gave two
+    /// records; a new connection on the tuple (another ISN) still counts.
+    #[test]
+    fn a_repeated_connection_has_one_record() {
+        let mut a = Analyzer::new(Config::default());
+        short_connection(&mut a, 1.0, 100);
+        short_connection(&mut a, 1.0, 100);
+        short_connection(&mut a, 5.0, 100);
+        assert_eq!(a.take_records().len(), 1);
+        assert_eq!(a.stats().repeated_connections, 2);
+        short_connection(&mut a, 6.0, 9000);
+        a.finish();
+        assert_eq!(a.take_records().len(), 1, "another ISN: another connection");
+        let s = a.stats();
+        assert_eq!((s.flows_created, s.tls_connections), (2, 2), "{s:?}");
+        // The copy's SYN while the first is still open: one connection.
+        let mut a = Analyzer::new(Config::default());
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello_sni("open.example");
+        for _ in 0..2 {
+            a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+            a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+            a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
+        }
+        a.finish();
+        assert_eq!(a.take_records().len(), 1);
+        assert_eq!(a.stats().conflicting_retransmissions, 0);
+    }
+
+    /// Issue 13: a load balancer's PROXY header in front of the
+    /// ClientHello (HAProxy `send-proxy`, in the hello's segment or its
+    /// own) hid the connection; now the record names the original client.
+    #[test]
+    fn a_proxy_protocol_header_names_the_original_client() {
+        let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        v2.extend([
+            0x21, 0x11, 0, 12, 198, 51, 100, 9, 10, 0, 0, 2, 0xdc, 0x05, 1, 0xbb,
+        ]);
+        let v1 = b"PROXY TCP4 198.51.100.7 10.0.0.2 56324 443\r\n".to_vec();
+        for (header, together, want) in [
+            (&v1, true, "198.51.100.7:56324"),
+            (&v2, false, "198.51.100.9:56325"),
+        ] {
+            let mut a = Analyzer::new(Config::default());
+            let (c, s) = ((1, 40000), (2, 443));
+            let ch = client_hello_sni("backend.example");
+            a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+            a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+            if together {
+                let mut seg = header.clone();
+                seg.extend(&ch);
+                a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &seg));
+            } else {
+                a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, header));
+                a.push_frame(
+                    1.03,
+                    LinkType::RawIp,
+                    &tcp(c, s, 101 + header.len() as u32, 501, ACK, &ch),
+                );
+            }
+            a.finish();
+            let r = a.take_records();
+            assert_eq!(r.len(), 1, "{:?}", a.stats());
+            assert_eq!(
+                (r[0].sni.as_deref(), r[0].proxied_client.as_deref()),
+                (Some("backend.example"), Some(want))
+            );
+            assert_eq!(
+                r[0].bytes.client_handshake,
+                ch.len() as u64,
+                "the header is no handshake byte"
+            );
+            assert_eq!(a.stats().proxy_protocol_headers, 1);
+        }
     }
 
     /// Regression (live eBPF, a client port reused within seconds): the old
@@ -523,14 +983,24 @@ mod tests {
     /// connection, whose record came out `failed` or not at all.
     #[test]
     fn a_reused_tuple_is_not_reported_finished() {
-        let mut a = Analyzer::new(Config { report_finished_flows: true, ..Config::default() });
+        let mut a = Analyzer::new(Config {
+            report_finished_flows: true,
+            ..Config::default()
+        });
         let ch = client_hello();
         let (c, s) = ((1, 40000), (2, 443));
         a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
         a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
         a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &ch));
         a.push_frame(2.0, LinkType::RawIp, &tcp(c, s, 9000, 0, SYN, &[]));
-        assert_eq!(a.take_records().len(), 1, "the old connection's record is out");
-        assert!(a.take_finished_flows().is_empty(), "but its tuple is live again");
+        assert_eq!(
+            a.take_records().len(),
+            1,
+            "the old connection's record is out"
+        );
+        assert!(
+            a.take_finished_flows().is_empty(),
+            "but its tuple is live again"
+        );
     }
 }

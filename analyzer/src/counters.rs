@@ -99,15 +99,25 @@ counters! {
         other_transport,
         /// TCP flows created.
         flows_created,
-        /// TCP flows evicted from the full flow table.
+        /// TCP flows evicted from the full flow table (`--max-flows`).
         flows_evicted,
+        /// TCP flows and QUIC connections finished early, least recently
+        /// used first, to keep their state within `--max-memory`.
+        memory_evictions,
         /// TCP flows still being followed (TLS, or not identified yet)
         /// ended by the idle timeout.
         flows_expired,
         /// TCP flows recognised as not TLS.
         non_tls_flows,
+        /// TCP connections seen again after they ended, with the same tuple
+        /// and initial sequence number (a capture concatenated with itself,
+        /// a duplicate in a merged capture): skipped, one record each.
+        repeated_connections,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
+        /// PROXY protocol headers (v1 or v2) read in front of a stream: a
+        /// load balancer's backend; the record's `proxied_client`.
+        proxy_protocol_headers,
         /// TCP flows that ended (closed, evicted, idle, end of capture)
         /// before tlsrum could tell whether they carry TLS: a SYN only, or
         /// too few bytes. Every flow created ends counted once, as
@@ -119,6 +129,9 @@ counters! {
         handshake_parse_errors,
         /// Holes in a TCP stream the capture never filled.
         reassembly_gaps,
+        /// Of those, out-of-order segments past the per-direction limit
+        /// (too many holes at once): the stream is given up there.
+        reassembly_hole_limit,
         /// Payload bytes seen more than once.
         retransmitted_bytes,
         /// Segments whose bytes differ from the copy of the same bytes
@@ -209,7 +222,11 @@ mod tests {
         }
         let json = serde_json::to_value(&total).unwrap();
         for c in &seen {
-            let v = if c.group == QuicStats::GROUP { &json["quic"][c.name] } else { &json[c.name] };
+            let v = if c.group == QuicStats::GROUP {
+                &json["quic"][c.name]
+            } else {
+                &json[c.name]
+            };
             assert_eq!(v, 3, "{}.{} missing from --stats", c.group, c.name);
         }
     }

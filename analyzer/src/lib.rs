@@ -1,11 +1,13 @@
 #![forbid(unsafe_code)]
-mod analyzer;
 pub mod aggregate;
+mod analyzer;
 pub mod caps;
 pub mod counters;
 pub mod flow;
 pub mod handshake;
+pub mod memory;
 pub mod output;
+pub mod proxy_protocol;
 pub mod quic;
 pub mod record;
 pub mod seq;

@@ -153,6 +153,9 @@ pub struct ConnectionRecord {
     /// What limited the view of this connection (lost bytes, caps hit,
     /// heuristics used), e.g. `client_gap`, `no_syn`, `evicted`.
     pub notes: Vec<&'static str>,
+    /// `ip:port` of the original client named by a PROXY protocol header
+    /// in front of the ClientHello (a load balancer's backend), else None.
+    pub proxied_client: Option<String>,
 }
 
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port` (RFC 5952 via
@@ -196,9 +199,18 @@ mod tests {
 
     #[test]
     fn endpoints_match_std() {
-        for (ip, port) in [("10.0.0.1", 443u16), ("0.0.0.0", 0), ("255.255.255.255", 65535), ("2001:db8::1", 8443), ("::ffff:1.2.3.4", 1)] {
+        for (ip, port) in [
+            ("10.0.0.1", 443u16),
+            ("0.0.0.0", 0),
+            ("255.255.255.255", 65535),
+            ("2001:db8::1", 8443),
+            ("::ffff:1.2.3.4", 1),
+        ] {
             let ip: std::net::IpAddr = ip.parse().unwrap();
-            assert_eq!(endpoint(ip, port), std::net::SocketAddr::new(ip, port).to_string());
+            assert_eq!(
+                endpoint(ip, port),
+                std::net::SocketAddr::new(ip, port).to_string()
+            );
         }
     }
 }

@@ -6,8 +6,12 @@
 
 use crate::counters::Stats;
 use crate::flow::reassembly::{Chunk, Reassembler, Segment};
-use crate::flow::table::Endpoint;
-use crate::handshake::{Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView};
+use crate::flow::table::{Endpoint, FlowKey, Footprint};
+use crate::handshake::{
+    Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView,
+};
+use crate::memory::{HeapSize, ENTRY_OVERHEAD};
+use crate::proxy_protocol;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
 use crate::tls::codec::Reader;
@@ -55,6 +59,10 @@ pub struct Ctx<'a> {
     pub mem: &'a mut dyn TraceMemory,
     pub keylog: Option<&'a KeyLog>,
     pub stats: &'a mut Stats,
+    /// Out-of-order bytes buffered per direction ([`Reassembler`]).
+    pub max_flow_buffer: usize,
+    /// Largest handshake message kept ([`RecordStream`]).
+    pub max_handshake_message: usize,
 }
 
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
@@ -129,9 +137,12 @@ struct Upper {
     notes: Vec<&'static str>,
     /// The server's handshake traffic secret, from a key log.
     server_secret: Option<Vec<u8>>,
+    /// The original client a PROXY protocol header named, per direction.
+    proxied: [Option<Endpoint>; 2],
 }
 
-/// One TCP flow.
+/// One TCP flow. Until its first payload byte it is only this struct (a
+/// SYN flood costs no more): the handshake state is made then.
 pub struct TcpFlow {
     /// The endpoint that sent the first packet seen; direction 0 is a -> b.
     pub a: Endpoint,
@@ -140,10 +151,41 @@ pub struct TcpFlow {
     pub last_ts: f64,
     pub tcp: TcpHandshake,
     pub syn_dir: Option<usize>,
+    /// The initial sequence number of the SYN that counts: with the tuple,
+    /// it names the connection (a copy of it later in the capture is the
+    /// same connection, not a new one).
+    pub client_isn: Option<u32>,
     server_isn: Option<u32>,
     fin: [bool; 2],
     pub status: Status,
+    /// Where each direction's byte stream starts (ISN + 1 of its latest
+    /// SYN or SYN-ACK), while there is no reassembler to tell.
+    stream_start: [Option<u32>; 2],
+    /// Made at the first payload byte; dropped once the record is out or
+    /// the flow is not TLS.
     active: Option<Box<Active>>,
+}
+
+impl Footprint for TcpFlow {
+    /// The flow in the table, and its handshake state once it has one.
+    fn footprint(&self) -> usize {
+        std::mem::size_of::<TcpFlow>()
+            + std::mem::size_of::<FlowKey>()
+            + ENTRY_OVERHEAD
+            + self.active.heap_size()
+    }
+}
+
+impl HeapSize for Active {
+    fn heap_size(&self) -> usize {
+        let up = &self.up;
+        self.reasm.iter().map(HeapSize::heap_size).sum::<usize>()
+            + up.stream.iter().map(HeapSize::heap_size).sum::<usize>()
+            + up.probe.iter().map(|p| p.bytes.heap_size()).sum::<usize>()
+            + up.hs.heap_size()
+            + up.notes.heap_size()
+            + up.server_secret.heap_size()
+    }
 }
 
 /// What one segment did to its flow.
@@ -155,9 +197,7 @@ pub struct SegmentOutcome {
 }
 
 impl TcpFlow {
-    pub fn new(ts: f64, from: Endpoint, to: Endpoint, max_flow_buffer: usize, max_handshake_message: usize) -> Self {
-        let reasm = || Reassembler::new(max_flow_buffer);
-        let stream = || RecordStream::new(max_handshake_message);
+    pub fn new(ts: f64, from: Endpoint, to: Endpoint) -> Self {
         TcpFlow {
             a: from,
             b: to,
@@ -165,11 +205,39 @@ impl TcpFlow {
             last_ts: ts,
             tcp: TcpHandshake::default(),
             syn_dir: None,
+            client_isn: None,
             server_isn: None,
             fin: [false; 2],
             status: Status::Detecting,
-            active: Some(Box::new(Active {
-                reasm: [reasm(), reasm()],
+            stream_start: [None; 2],
+            active: None,
+        }
+    }
+
+    /// A flow whose packets are skipped from the start: a repeat of one
+    /// whose record is out (same tuple and ISN).
+    pub fn repeat(ts: f64, from: Endpoint, to: Endpoint, isn: u32) -> Self {
+        TcpFlow {
+            status: Status::Done,
+            client_isn: Some(isn),
+            syn_dir: Some(0),
+            ..TcpFlow::new(ts, from, to)
+        }
+    }
+
+    /// The handshake state, made at the flow's first payload byte.
+    fn activate(start: [Option<u32>; 2], ctx: &Ctx<'_>) -> Box<Active> {
+        {
+            let reasm = |d: usize| {
+                let mut r = Reassembler::new(ctx.max_flow_buffer);
+                if let Some(seq) = start[d] {
+                    r.start_at(seq);
+                }
+                r
+            };
+            let stream = || RecordStream::new(ctx.max_handshake_message);
+            Box::new(Active {
+                reasm: [reasm(0), reasm(1)],
                 up: Upper {
                     stream: [stream(), stream()],
                     probe: [Probe::default(), Probe::default()],
@@ -177,13 +245,22 @@ impl TcpFlow {
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
                     server_secret: None,
+                    proxied: [None; 2],
                 },
-            })),
+            })
         }
     }
 
     /// One segment of this flow, sent by `from`.
-    pub fn segment(&mut self, ts: f64, from: Endpoint, h: &TcpHeader, payload: &[u8], truncated: bool, ctx: &mut Ctx<'_>) -> SegmentOutcome {
+    pub fn segment(
+        &mut self,
+        ts: f64,
+        from: Endpoint,
+        h: &TcpHeader,
+        payload: &[u8],
+        truncated: bool,
+        ctx: &mut Ctx<'_>,
+    ) -> SegmentOutcome {
         let dir = usize::from(from != self.a);
         self.track_tcp_handshake(dir, ts, h);
         self.payload(dir, ts, h, payload, truncated, ctx);
@@ -192,9 +269,15 @@ impl TcpFlow {
         self.fin[dir] |= h.fin;
         let closed = h.rst || self.fin == [true, true];
         if let Some(act) = self.active.as_mut().filter(|_| closed) {
-            act.up.hs.on(Dir::Client, Event::Close(if h.rst { Close::Reset } else { Close::Fin }), ctx.mem);
+            act.up.hs.on(
+                Dir::Client,
+                Event::Close(if h.rst { Close::Reset } else { Close::Fin }),
+                ctx.mem,
+            );
         }
-        let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed());
+        let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
+            (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed()
+        });
         if self.status == Status::NotTls {
             self.active = None;
         }
@@ -202,35 +285,70 @@ impl TcpFlow {
     }
 
     fn track_tcp_handshake(&mut self, dir: usize, ts: f64, h: &TcpHeader) {
-        let Some(act) = self.active.as_deref_mut() else { return };
+        if matches!(self.status, Status::Done | Status::NotTls) {
+            return;
+        }
         if h.syn && !h.ack_flag {
             if self.tcp.syn_ack.is_none() {
                 self.tcp.syn = Some(ts);
                 self.syn_dir = Some(dir);
+                self.client_isn = Some(h.seq);
             }
-            act.reasm[dir].start_at(h.seq.wrapping_add(1));
-            act.reasm[dir].restart_at(h.seq.wrapping_add(1));
+            self.stream_starts_at(dir, h.seq.wrapping_add(1));
         } else if h.syn && h.ack_flag {
             // The last SYN-ACK before the handshake's ACK is the one that counts.
             if self.tcp.ack.is_none() && self.syn_dir == Some(1 - dir) {
                 self.tcp.syn_ack.get_or_insert(ts);
                 self.server_isn = Some(h.seq);
             }
-            act.reasm[dir].start_at(h.seq.wrapping_add(1));
-            act.reasm[dir].restart_at(h.seq.wrapping_add(1));
+            self.stream_starts_at(dir, h.seq.wrapping_add(1));
         } else if h.ack_flag
             && self.tcp.ack.is_none()
             && self.syn_dir == Some(dir)
-            && self.server_isn.is_some_and(|isn| h.ack == isn.wrapping_add(1))
+            && self
+                .server_isn
+                .is_some_and(|isn| h.ack == isn.wrapping_add(1))
         {
             self.tcp.ack = Some(ts);
         }
     }
 
+    /// A SYN or SYN-ACK: the direction's stream starts after it, unless
+    /// bytes were delivered already (a retry with another ISN restarts it).
+    fn stream_starts_at(&mut self, dir: usize, seq: u32) {
+        match self.active.as_deref_mut() {
+            Some(act) => {
+                act.reasm[dir].start_at(seq);
+                act.reasm[dir].restart_at(seq);
+            }
+            None => self.stream_start[dir] = Some(seq),
+        }
+    }
+
     /// Feeds a segment's payload through reassembly, detection and the
     /// record layer.
-    fn payload(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload: &[u8], truncated: bool, ctx: &mut Ctx<'_>) {
-        let Some(act) = self.active.as_deref_mut() else { return };
+    fn payload(
+        &mut self,
+        dir: usize,
+        ts: f64,
+        h: &TcpHeader,
+        payload: &[u8],
+        truncated: bool,
+        ctx: &mut Ctx<'_>,
+    ) {
+        if self.status != Status::Detecting && self.active.is_none() {
+            return;
+        }
+        if self.active.is_none() && payload.is_empty() {
+            // Nothing to follow yet: no handshake state for a bare ACK.
+            return;
+        }
+        if self.active.is_none() {
+            self.active = Some(Self::activate(self.stream_start, ctx));
+        }
+        let Some(act) = self.active.as_deref_mut() else {
+            return;
+        };
         let was = self.status;
         if h.ack_flag {
             act.skip_capture_loss(&mut self.status, 1 - dir, h.ack, ctx);
@@ -247,17 +365,28 @@ impl TcpFlow {
         }
         // Data on a SYN (TCP Fast Open) starts after the SYN's sequence number.
         let seq = if h.syn { h.seq.wrapping_add(1) } else { h.seq };
-        let seg = Segment { seq, data: payload, ts, ack: h.ack_flag.then_some(h.ack) };
+        let seg = Segment {
+            seq,
+            data: payload,
+            ts,
+            ack: h.ack_flag.then_some(h.ack),
+        };
         let Active { reasm, up } = act;
         let status = &mut self.status;
         // Reassembly hands over in-order chunks (borrowing the segment or
         // its own buffer): each is routed right away.
         let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
-        let client_side = up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
+        let client_side =
+            up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
         if out.gap {
             ctx.stats.reassembly_gaps += 1;
-            up.notes.push(if client_side { "client_gap" } else { "server_gap" });
+            ctx.stats.reassembly_hole_limit += u64::from(out.hole_limit);
+            up.notes.push(if client_side {
+                "client_gap"
+            } else {
+                "server_gap"
+            });
         }
         // A retransmission whose bytes differ from the copy already read
         // (corruption, or a forged copy: IDS evasion): counted and noted.
@@ -275,7 +404,11 @@ impl TcpFlow {
             && reasm[dir].rewind(seg.seq);
         if out.conflict.is_some() || replaces {
             ctx.stats.conflicting_retransmissions += 1;
-            up.notes.push(if client_side { "client_conflicting_retransmission" } else { "server_conflicting_retransmission" });
+            up.notes.push(if client_side {
+                "client_conflicting_retransmission"
+            } else {
+                "server_conflicting_retransmission"
+            });
         }
         if replaces {
             up.probe[dir].restart();
@@ -292,10 +425,17 @@ impl TcpFlow {
     /// The flow's record, if it is a TLS connection whose record is not out
     /// yet; the flow stays behind as a tombstone (status `Done`).
     /// `timed`: finished because nothing more was to be learnt.
-    pub fn finish(&mut self, why: Finish, timed: bool, ctx: &mut Ctx<'_>) -> Option<ConnectionRecord> {
+    pub fn finish(
+        &mut self,
+        why: Finish,
+        timed: bool,
+        ctx: &mut Ctx<'_>,
+    ) -> Option<ConnectionRecord> {
         let act = self.active.take();
         let status = std::mem::replace(&mut self.status, Status::Done);
-        let (Status::Tls, Some(act)) = (status, act) else { return None };
+        let (Status::Tls, Some(act)) = (status, act) else {
+            return None;
+        };
         let Active { reasm, up: mut act } = *act;
         act.hs.settle();
         if self.fin.contains(&true) {
@@ -310,7 +450,11 @@ impl TcpFlow {
         // rest of a segment in flight).
         for (d, r) in reasm.iter().enumerate() {
             if !timed && r.buffered() > 0 && !r.has_gap() {
-                act.notes.push(if d == client_dir { "client_gap" } else { "server_gap" });
+                act.notes.push(if d == client_dir {
+                    "client_gap"
+                } else {
+                    "server_gap"
+                });
             }
         }
         if self.tcp.syn.is_none() {
@@ -318,7 +462,11 @@ impl TcpFlow {
         }
         ctx.stats.tls_connections += 1;
         ctx.stats.handshake_parse_errors += u64::from(act.hs.parse_errors());
-        let (client, server) = if client_dir == 0 { (self.a, self.b) } else { (self.b, self.a) };
+        let (client, server) = if client_dir == 0 {
+            (self.a, self.b)
+        } else {
+            (self.b, self.a)
+        };
         let view = TransportView {
             transport: Transport::Tcp,
             first_ts: self.first_ts,
@@ -327,6 +475,7 @@ impl TcpFlow {
             rtt: self.tcp.rtt(),
             bytes: act.hs.record_bytes(),
             notes: act.notes,
+            proxied_client: act.proxied[client_dir],
         };
         Some(act.hs.to_record(view, why))
     }
@@ -340,15 +489,33 @@ impl Active {
             return;
         }
         let mut pending = Vec::new();
-        let Some((_, n)) = self.reasm[dir].acked(ack, &mut |c| pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))) else { return };
+        let Some((_, n)) = self.reasm[dir].acked(ack, &mut |c| {
+            pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))
+        }) else {
+            return;
+        };
         ctx.stats.capture_loss_bytes += n as u64;
         let up = &mut self.up;
-        up.notes.push(if up.client == Some(dir) { "client_capture_loss" } else { "server_capture_loss" });
+        up.notes.push(if up.client == Some(dir) {
+            "client_capture_loss"
+        } else {
+            "server_capture_loss"
+        });
         if up.stream[dir].lost(n).is_err() {
             ctx.stats.stream_errors += 1;
         }
         for (data, seq, ts, ack) in &pending {
-            up.route(status, dir, Chunk { data, seq: *seq, ts: *ts, ack: *ack }, ctx);
+            up.route(
+                status,
+                dir,
+                Chunk {
+                    data,
+                    seq: *seq,
+                    ts: *ts,
+                    ack: *ack,
+                },
+                ctx,
+            );
         }
     }
 }
@@ -357,6 +524,26 @@ impl Upper {
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
+        if *status == Status::Detecting
+            && self.probe[dir].tries == 0
+            && self.probe[dir].start.is_none()
+        {
+            // The first bytes of the direction: a load balancer's PROXY
+            // header names the original client, then the hello follows.
+            if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
+                ctx.stats.proxy_protocol_headers += 1;
+                self.proxied[dir] = client;
+                let rest = Chunk {
+                    data: &c.data[len..],
+                    seq: c.seq.wrapping_add(len as u32),
+                    ..c
+                };
+                if !rest.data.is_empty() {
+                    self.route(status, dir, rest, ctx);
+                }
+                return;
+            }
+        }
         if *status == Status::Detecting {
             match self.probe[dir].feed(&c) {
                 ProbeResult::NeedMore => return,
@@ -374,7 +561,16 @@ impl Upper {
                     // Bytes of the hello that came in earlier chunks.
                     let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.bytes.len());
                     // Replay the probed bytes, then the rest of this chunk.
-                    self.feed_stream(dir, Chunk { data: &p.bytes[..already], seq, ts, ack }, ctx);
+                    self.feed_stream(
+                        dir,
+                        Chunk {
+                            data: &p.bytes[..already],
+                            seq,
+                            ts,
+                            ack,
+                        },
+                        ctx,
+                    );
                     self.feed_stream(dir, c, ctx);
                     return;
                 }
@@ -391,23 +587,78 @@ impl Upper {
         if chunk.data.is_empty() {
             return;
         }
-        let side = if self.client == Some(dir) { Dir::Client } else { Dir::Server };
-        let Upper { stream, hs, server_secret, notes, .. } = self;
+        let side = if self.client == Some(dir) {
+            Dir::Client
+        } else {
+            Dir::Server
+        };
+        let Upper {
+            stream,
+            hs,
+            server_secret,
+            notes,
+            ..
+        } = self;
         let mut ccs_encrypts = false;
         let mem = &mut *ctx.mem;
         let res = stream[dir].push(chunk, &mut |ev| {
             let directive = match ev {
                 StreamEvent::Record(r) => hs.on(side, Event::Record(r), mem),
-                StreamEvent::Handshake { msg_type, body, record, .. } => hs.on(side, Event::Message { msg_type, body, ts: record.ts, record: Some(record) }, mem),
-                StreamEvent::Alert { level, description, .. } => hs.on(side, Event::Alert { level, description }, mem),
-                StreamEvent::Sslv2 { msg_type, body, record } => hs.on(side, Event::Sslv2 { msg_type, body, record }, mem),
+                StreamEvent::Handshake {
+                    msg_type,
+                    body,
+                    record,
+                    ..
+                } => hs.on(
+                    side,
+                    Event::Message {
+                        msg_type,
+                        body,
+                        ts: record.ts,
+                        record: Some(record),
+                    },
+                    mem,
+                ),
+                StreamEvent::Alert {
+                    level, description, ..
+                } => hs.on(side, Event::Alert { level, description }, mem),
+                StreamEvent::Sslv2 {
+                    msg_type,
+                    body,
+                    record,
+                } => hs.on(
+                    side,
+                    Event::Sslv2 {
+                        msg_type,
+                        body,
+                        record,
+                    },
+                    mem,
+                ),
                 // The server's first encrypted TLS 1.3 record, kept whole
                 // because a key log has the secret to open it.
-                StreamEvent::Encrypted { header, payload, record } if side == Dir::Server => {
-                    let opened = server_secret.as_deref().zip(hs.cipher_suite()).and_then(|(secret, suite)| keylog::decrypt_record(suite, secret, 0, &header, payload));
+                StreamEvent::Encrypted {
+                    header,
+                    payload,
+                    record,
+                } if side == Dir::Server => {
+                    let opened = server_secret.as_deref().zip(hs.cipher_suite()).and_then(
+                        |(secret, suite)| {
+                            keylog::decrypt_record(suite, secret, 0, &header, payload)
+                        },
+                    );
                     if let Some((ct::HANDSHAKE, plain)) = opened {
                         if let Some(body) = encrypted_extensions(&plain) {
-                            hs.on(side, Event::Message { msg_type: ht::ENCRYPTED_EXTENSIONS, body: Some(body), ts: record.ts, record: Some(record) }, mem);
+                            hs.on(
+                                side,
+                                Event::Message {
+                                    msg_type: ht::ENCRYPTED_EXTENSIONS,
+                                    body: Some(body),
+                                    ts: record.ts,
+                                    record: Some(record),
+                                },
+                                mem,
+                            );
                         }
                     }
                     None
@@ -419,7 +670,10 @@ impl Upper {
         // With a key log entry for this ClientHello, keep the server's first
         // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
         if side == Dir::Client && server_secret.is_none() {
-            let secret = hs.client_hello().zip(ctx.keylog).and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
+            let secret = hs
+                .client_hello()
+                .zip(ctx.keylog)
+                .and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
             if secret.is_some() {
                 *server_secret = secret;
                 stream[1 - dir].capture_encrypted = true;
@@ -431,7 +685,11 @@ impl Upper {
         }
         if res.is_err() {
             ctx.stats.stream_errors += 1;
-            notes.push(if side == Dir::Client { "client_stream_error" } else { "server_stream_error" });
+            notes.push(if side == Dir::Client {
+                "client_stream_error"
+            } else {
+                "server_stream_error"
+            });
         }
     }
 }

@@ -7,7 +7,6 @@ use std::net::IpAddr;
 
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
 
-
 /// Link types a capture may carry (pcap LINKTYPE_* values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -246,7 +245,10 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
             Some(Packet {
                 src,
                 dst,
-                transport: Transport::Udp { src_port: u16::from_be_bytes([u[0], u[1]]), dst_port },
+                transport: Transport::Udp {
+                    src_port: u16::from_be_bytes([u[0], u[1]]),
+                    dst_port,
+                },
                 payload: l4.get(8..len)?,
                 truncated: false,
             })
@@ -266,11 +268,19 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
     let (src, dst, ip_payload) = match &sliced.net {
         Some(LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
-            (IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), v4.payload())
+            (
+                IpAddr::V4(h.source_addr()),
+                IpAddr::V4(h.destination_addr()),
+                v4.payload(),
+            )
         }
         Some(LaxNetSlice::Ipv6(v6)) => {
             let h = v6.header();
-            (IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), v6.payload())
+            (
+                IpAddr::V6(h.source_addr()),
+                IpAddr::V6(h.destination_addr()),
+                v6.payload(),
+            )
         }
         None if sliced.stop_err.is_some() => return Err(DecodeError::Malformed),
         None => return Err(DecodeError::NotIp),
@@ -311,7 +321,13 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
                     return Ok(inner);
                 }
             }
-            Ok(Packet { src, dst, transport: Transport::Udp { src_port, dst_port }, payload: udp.payload(), truncated })
+            Ok(Packet {
+                src,
+                dst,
+                transport: Transport::Udp { src_port, dst_port },
+                payload: udp.payload(),
+                truncated,
+            })
         }
         Some(_) => Err(DecodeError::OtherTransport),
         None if sliced.stop_err.is_some() => Err(DecodeError::Malformed),
@@ -378,7 +394,11 @@ fn decode_udp_tunnel(dst_port: u16, b: &[u8], depth: u8) -> Option<Packet<'_>> {
                 }
             }
             let inner = b.get(at..)?;
-            let et = if inner.first()? >> 4 == 6 { ETH_IPV6 } else { ETH_IPV4 };
+            let et = if inner.first()? >> 4 == 6 {
+                ETH_IPV6
+            } else {
+                ETH_IPV4
+            };
             decode_net(et, inner, depth).ok()
         }
         _ => None,
@@ -391,8 +411,12 @@ mod tests {
 
     /// IPv4/TCP 10.0.0.1:40000 -> 10.0.0.2:443, SYN, seq 1, with payload "hi".
     fn ipv4_tcp() -> Vec<u8> {
-        let mut ip = vec![0x45, 0, 0, 42, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
-        let tcp = [0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0];
+        let mut ip = vec![
+            0x45, 0, 0, 42, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let tcp = [
+            0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0,
+        ];
         ip.extend(tcp);
         ip.extend(b"hi");
         ip
@@ -426,8 +450,13 @@ mod tests {
             let p = decode(link, &frame).unwrap_or_else(|e| panic!("{link:?}: {e}"));
             assert_eq!(p.payload, b"hi", "{link:?}");
             assert_eq!(p.src.to_string(), "10.0.0.1");
-            let Transport::Tcp(t) = p.transport else { panic!() };
-            assert_eq!((t.src_port, t.dst_port, t.seq, t.syn), (40000, 443, 1, true));
+            let Transport::Tcp(t) = p.transport else {
+                panic!()
+            };
+            assert_eq!(
+                (t.src_port, t.dst_port, t.seq, t.syn),
+                (40000, 443, 1, true)
+            );
         }
         let _ = eth;
     }
@@ -436,12 +465,17 @@ mod tests {
     fn tunnels_are_peeled() {
         let inner = ipv4_tcp();
         // IPv4-in-IPv4 (protocol 4).
-        let mut ipip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 4, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        let mut ipip = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 4, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2,
+        ];
         let total = (ipip.len() + inner.len()) as u16;
         ipip[2..4].copy_from_slice(&total.to_be_bytes());
         ipip.extend(&inner);
         let p = decode(LinkType::RawIp, &ipip).unwrap();
-        assert_eq!((p.src.to_string().as_str(), p.payload), ("10.0.0.1", &b"hi"[..]));
+        assert_eq!(
+            (p.src.to_string().as_str(), p.payload),
+            ("10.0.0.1", &b"hi"[..])
+        );
         // VXLAN: outer IPv4/UDP to 4789, VXLAN header, inner Ethernet.
         let mut eth = vec![0; 12];
         eth.extend([0x08, 0x00]);
@@ -449,14 +483,19 @@ mod tests {
         let mut udp_payload = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
         udp_payload.extend(&eth);
         let udp_len = (8 + udp_payload.len()) as u16;
-        let mut outer = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        let mut outer = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2,
+        ];
         outer[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
         outer.extend([0x30, 0x39, 0x12, 0xb5]);
         outer.extend(udp_len.to_be_bytes());
         outer.extend([0, 0]);
         outer.extend(&udp_payload);
         let p = decode(LinkType::RawIp, &outer).unwrap();
-        assert_eq!((p.dst.to_string().as_str(), p.payload), ("10.0.0.2", &b"hi"[..]));
+        assert_eq!(
+            (p.dst.to_string().as_str(), p.payload),
+            ("10.0.0.2", &b"hi"[..])
+        );
     }
 
     #[test]
@@ -483,10 +522,21 @@ mod tests {
             }
             if let Some(fast) = decode_plain(ETH_IPV4, &f) {
                 let sliced = LaxSlicedPacket::from_ether_type(EtherType(ETH_IPV4), &f);
-                let Some(TransportSlice::Tcp(t)) = sliced.transport else { continue };
+                let Some(TransportSlice::Tcp(t)) = sliced.transport else {
+                    continue;
+                };
                 assert_eq!(fast.payload, t.payload(), "{f:?}");
-                let Transport::Tcp(h) = fast.transport else { panic!() };
-                assert_eq!((h.seq, h.ack, h.src_port), (t.sequence_number(), t.acknowledgment_number(), t.source_port()));
+                let Transport::Tcp(h) = fast.transport else {
+                    panic!()
+                };
+                assert_eq!(
+                    (h.seq, h.ack, h.src_port),
+                    (
+                        t.sequence_number(),
+                        t.acknowledgment_number(),
+                        t.source_port()
+                    )
+                );
             }
         }
     }
@@ -503,7 +553,13 @@ mod tests {
                     seed as u8
                 })
                 .collect();
-            for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2, LinkType::RawIp, LinkType::Null] {
+            for link in [
+                LinkType::Ethernet,
+                LinkType::LinuxSll,
+                LinkType::LinuxSll2,
+                LinkType::RawIp,
+                LinkType::Null,
+            ] {
                 let _ = decode(link, &frame);
             }
         }

@@ -17,7 +17,10 @@ use tlsrum_fuzz::Input;
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let cfg = Config { report_finished_flows: true, ..Config::default() };
+    let cfg = Config {
+        report_finished_flows: true,
+        ..Config::default()
+    };
     let mut a = Analyzer::new(cfg);
     let mut packets = 0u64;
     while !input.is_empty() {
@@ -29,10 +32,17 @@ fuzz_target!(|data: &[u8]| {
         let end = (EVENT_HEADER_LEN + header.len as usize).min(item.len());
         let payload = &item[EVENT_HEADER_LEN..end];
         let ts = header.ts_ns as f64 / 1e9;
-        let ev = Event { ts, header: &header, payload };
+        let ev = Event {
+            ts,
+            header: &header,
+            payload,
+        };
         let _ = header.flow();
         for p in ev.datagrams() {
-            assert!(p.payload.len() <= CHUNK.max(MAX_FILL) + item.len(), "packet larger than an event can carry");
+            assert!(
+                p.payload.len() <= CHUNK.max(MAX_FILL) + item.len(),
+                "packet larger than an event can carry"
+            );
             a.push_packet(ts, &p);
             packets += 1;
         }

@@ -20,17 +20,38 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(text);
     let log = KeyLog::parse(&text);
     let lines = text.lines().count();
-    assert!(log.len() + log.bad_lines <= lines, "more entries than lines");
+    assert!(
+        log.len() + log.bad_lines <= lines,
+        "more entries than lines"
+    );
     // The first well-formed line's random must be found.
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() == 3 && f[0] == "SERVER_HANDSHAKE_TRAFFIC_SECRET" && !line.trim_start().starts_with('#') && f[1].len() == 64 && f[2].len() % 2 == 0 {
-            let random: Option<Vec<u8>> =
-                (0..32).map(|i| f[1].get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
-            let ok_secret = f[2].as_bytes().chunks(2).all(|h| std::str::from_utf8(h).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).is_some());
+        if f.len() == 3
+            && f[0] == "SERVER_HANDSHAKE_TRAFFIC_SECRET"
+            && !line.trim_start().starts_with('#')
+            && f[1].len() == 64
+            && f[2].len().is_multiple_of(2)
+        {
+            let random: Option<Vec<u8>> = (0..32)
+                .map(|i| {
+                    f[1].get(2 * i..2 * i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect();
+            let ok_secret = f[2].as_bytes().chunks(2).all(|h| {
+                std::str::from_utf8(h)
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .is_some()
+            });
             if let (Some(random), true) = (random, ok_secret) {
                 let random: [u8; 32] = random.try_into().unwrap();
-                assert!(log.get(&random).is_some_and(|s| s.server_handshake.is_some()), "a logged secret was not found: {line:?}");
+                assert!(
+                    log.get(&random)
+                        .is_some_and(|s| s.server_handshake.is_some()),
+                    "a logged secret was not found: {line:?}"
+                );
             }
             break;
         }
@@ -53,7 +74,10 @@ fuzz_target!(|data: &[u8]| {
     });
     let payload = input.rest();
     if let Some((_ct, plain)) = decrypt_record(suite, secret, seq, &header, payload) {
-        assert!(plain.len() < payload.len(), "plaintext not shorter than ciphertext");
+        assert!(
+            plain.len() < payload.len(),
+            "plaintext not shorter than ciphertext"
+        );
         let _ = accepts_early_data(&plain);
     }
     let _ = accepts_early_data(payload);

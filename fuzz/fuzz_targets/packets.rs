@@ -4,10 +4,12 @@
 //! Input: byte 0 picks the link type (mod 6); byte 1 switches caps on
 //! (bit 0 `max_flows` 2, bit 1 `max_flow_buffer` 64, bit 2
 //! `max_handshake_message` 64, bit 3 only port 443, bit 4 idle timeout 1 s,
-//! bit 5 report finished flows); then frames, each a time step (1/16 s
+//! bit 5 report finished flows, bit 6 `max_memory` 4 KiB); then frames, each a time step (1/16 s
 //! units), a 16-bit length and the frame's bytes. `finish()` at the end.
-//! Checks: every frame is counted once in `stats().packets`; every record
-//! encodes as one NDJSON line of valid JSON.
+//! Checks: every frame is counted once in `stats().packets`; the flow state
+//! stays within `max_memory` after every frame and is 0 after `finish()`;
+//! every TCP flow created ends counted once; every record encodes as one
+//! NDJSON line of valid JSON.
 #![no_main]
 
 use analyzer::wire::LinkType;
@@ -45,6 +47,10 @@ fuzz_target!(|data: &[u8]| {
         cfg.idle_timeout = 1.0;
     }
     cfg.report_finished_flows = caps & 32 != 0;
+    if caps & 64 != 0 {
+        cfg.max_memory = 4096;
+    }
+    let budget = cfg.max_memory;
     let mut a = Analyzer::new(cfg);
     let mut ts = 1_700_000_000.0;
     let mut frames = 0u64;
@@ -54,14 +60,26 @@ fuzz_target!(|data: &[u8]| {
         let frame = input.prefixed();
         a.push_frame(ts, link, frame);
         frames += 1;
-        if frames % 8 == 0 {
+        assert!(
+            a.memory_used() <= budget,
+            "{} bytes held over a {budget}-byte budget",
+            a.memory_used()
+        );
+        if frames.is_multiple_of(8) {
             records.extend(a.take_records());
             a.take_finished_flows();
         }
     }
     a.finish();
     records.extend(a.take_records());
-    assert_eq!(a.stats().packets, frames, "every frame counted once");
+    let s = a.stats();
+    assert_eq!(s.packets, frames, "every frame counted once");
+    assert_eq!(a.memory_used(), 0, "nothing held after finish()");
+    assert_eq!(
+        s.flows_created,
+        s.tls_connections + s.non_tls_flows + s.unidentified_flows,
+        "every flow ends counted once: {s:?}"
+    );
     let mut out = Vec::new();
     for r in &records {
         out.clear();

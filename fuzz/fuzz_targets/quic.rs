@@ -31,7 +31,13 @@ use analyzer::Endpoint;
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::{crypto_frame, seal_initial, Input, Side};
 
-const VERSIONS: [Version; 5] = [Version::V1, Version::V2, Version::Draft(29), Version::Draft(23), Version::Mvfst(2)];
+const VERSIONS: [Version; 5] = [
+    Version::V1,
+    Version::V2,
+    Version::Draft(29),
+    Version::Draft(23),
+    Version::Mvfst(2),
+];
 
 fn cid<'a>(input: &mut Input<'a>) -> &'a [u8] {
     let n = usize::from(input.u8() % 21);
@@ -65,7 +71,10 @@ fuzz_target!(|data: &[u8]| {
     let server: Endpoint = (IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 443);
     let clients: [Endpoint; 2] = [
         (IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)), 50_000),
-        (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7)), 50_001),
+        (
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7)),
+            50_001,
+        ),
     ];
     // Each client's first DCID: the server's Initial keys come from it.
     let mut first_dcid: [Option<Vec<u8>>; 2] = [None, None];
@@ -76,7 +85,7 @@ fuzz_target!(|data: &[u8]| {
         let op = input.u8();
         ts += f64::from(input.u8()) / 64.0;
         let c = usize::from(op >> 5 & 1);
-        let (src, dst, datagram) = if op % 4 == 0 {
+        let (src, dst, datagram) = if op.is_multiple_of(4) {
             let d = input.prefixed().to_vec();
             if op & 0x10 != 0 {
                 (server, clients[c], d)
@@ -93,7 +102,11 @@ fuzz_target!(|data: &[u8]| {
             let token = input.bytes(token_len);
             let frames = frames(&mut input);
             let pad_to = if op & 0x80 != 0 { 0 } else { 1200 };
-            let side = if op % 4 == 2 { Side::Server } else { Side::Client };
+            let side = if op % 4 == 2 {
+                Side::Server
+            } else {
+                Side::Client
+            };
             // Initial keys come from the client's first DCID of the
             // connection: a client packet with bit 6 of op clear starts a
             // new connection (its DCID becomes the key), one with bit 6 set
@@ -104,7 +117,9 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 first_dcid[c].clone().unwrap_or_else(|| dcid.to_vec())
             };
-            let mut d = seal_initial(version, side, &key, dcid, scid, token, pn, pn_len, &frames, pad_to);
+            let mut d = seal_initial(
+                version, side, &key, dcid, scid, token, pn, pn_len, &frames, pad_to,
+            );
             if op % 4 == 3 {
                 d.extend_from_slice(input.prefixed());
             }
@@ -117,7 +132,7 @@ fuzz_target!(|data: &[u8]| {
         tracker.on_datagram(ts, src, dst, &datagram, &mut stats);
         datagrams += 1;
         records.append(&mut tracker.out);
-        if datagrams % 16 == 0 {
+        if datagrams.is_multiple_of(16) {
             tracker.expire_idle(ts, &mut stats);
             records.append(&mut tracker.out);
         }
@@ -125,11 +140,19 @@ fuzz_target!(|data: &[u8]| {
     tracker.finish_all(&mut stats);
     records.append(&mut tracker.out);
     assert_eq!(stats.datagrams, datagrams, "every datagram counted");
-    assert_eq!(stats.connections, records.len() as u64, "every connection counted is one record");
+    assert_eq!(
+        stats.connections,
+        records.len() as u64,
+        "every connection counted is one record"
+    );
     let mut out = Vec::new();
     for r in &records {
         out.clear();
         analyzer::output::ndjson::encode(&mut out, r);
-        tlsrum_fuzz::check_json(std::str::from_utf8(&out).expect("NDJSON is UTF-8").trim_end());
+        tlsrum_fuzz::check_json(
+            std::str::from_utf8(&out)
+                .expect("NDJSON is UTF-8")
+                .trim_end(),
+        );
     }
 });

@@ -47,7 +47,11 @@ fuzz_target!(|data: &[u8]| {
         }
         if !conflicting {
             for (i, &b) in data.iter().enumerate() {
-                assert_eq!(b, stream(seq.wrapping_add(i as u32)), "delivered byte differs from every copy sent");
+                assert_eq!(
+                    b,
+                    stream(seq.wrapping_add(i as u32)),
+                    "delivered byte differs from every copy sent"
+                );
             }
         }
         *expect = Some(seq.wrapping_add(data.len() as u32));
@@ -68,7 +72,12 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 let truncated = op % 8 == 5;
-                let seg = Segment { seq: at, data: &buf, ts, ack: Some(isn) };
+                let seg = Segment {
+                    seq: at,
+                    data: &buf,
+                    ts,
+                    ack: Some(isn),
+                };
                 r.push(seg, truncated, &mut |c| check(&mut expect, c.seq, c.data));
             }
             6 => {
@@ -96,7 +105,11 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        assert!(r.buffered() <= cap, "buffered {} over the cap {cap}", r.buffered());
+        assert!(
+            r.buffered() <= cap,
+            "buffered {} over the cap {cap}",
+            r.buffered()
+        );
         if let (Some(next), Some(e)) = (r.next_seq(), expect) {
             assert_eq!(next, e, "next_seq disagrees with what was delivered");
         }

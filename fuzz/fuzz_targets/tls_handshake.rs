@@ -7,7 +7,9 @@
 //! borrows from the body and fits in it.
 #![no_main]
 
-use analyzer::tls::handshake::{parse_certificate_list, parse_new_session_ticket12, ClientHello, ServerHello};
+use analyzer::tls::handshake::{
+    parse_certificate_list, parse_new_session_ticket12, ClientHello, ServerHello,
+};
 use analyzer::tls::keylog::{accepts_early_data, early_data_in_extensions};
 use libfuzzer_sys::fuzz_target;
 

@@ -9,14 +9,20 @@
 //! stream stays failed.
 #![no_main]
 
-use analyzer::tls::record::{Chunk, RecordStream, StreamEvent, DEFAULT_MAX_HANDSHAKE_MESSAGE, MAX_RECORD_PAYLOAD};
+use analyzer::tls::record::{
+    Chunk, RecordStream, StreamEvent, DEFAULT_MAX_HANDSHAKE_MESSAGE, MAX_RECORD_PAYLOAD,
+};
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::Input;
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let flags = input.u8();
-    let max_hs = if flags & 4 != 0 { 64 } else { DEFAULT_MAX_HANDSHAKE_MESSAGE };
+    let max_hs = if flags & 4 != 0 {
+        64
+    } else {
+        DEFAULT_MAX_HANDSHAKE_MESSAGE
+    };
     let mut rs = RecordStream::new(max_hs);
     rs.ccs_encrypts = flags & 1 != 0;
     rs.capture_encrypted = flags & 2 != 0;
@@ -36,23 +42,40 @@ fuzz_target!(|data: &[u8]| {
             fed += bytes.len();
             let mut sink = |ev: StreamEvent<'_>| match ev {
                 StreamEvent::Record(r) => {
-                    assert!(usize::from(r.len) <= MAX_RECORD_PAYLOAD, "record over the cap: {r:?}");
+                    assert!(
+                        usize::from(r.len) <= MAX_RECORD_PAYLOAD,
+                        "record over the cap: {r:?}"
+                    );
                 }
                 StreamEvent::Handshake { len, body, .. } => {
                     if let Some(b) = body {
                         assert_eq!(b.len(), len, "handshake body and its length disagree");
-                        assert!(len <= max_hs, "a handshake body over the cap was kept ({len} > {max_hs})");
+                        assert!(
+                            len <= max_hs,
+                            "a handshake body over the cap was kept ({len} > {max_hs})"
+                        );
                     }
                 }
                 StreamEvent::Sslv2 { body, .. } => {
                     assert!(body.len() <= fed, "SSLv2 body longer than the bytes fed");
                 }
                 StreamEvent::Encrypted { payload, .. } => {
-                    assert!(payload.len() <= MAX_RECORD_PAYLOAD, "encrypted record over the cap");
+                    assert!(
+                        payload.len() <= MAX_RECORD_PAYLOAD,
+                        "encrypted record over the cap"
+                    );
                 }
                 StreamEvent::Alert { .. } => {}
             };
-            let _ = rs.push(Chunk { data: bytes, seq, ts, ack: Some(seq ^ 0x5555) }, &mut sink);
+            let _ = rs.push(
+                Chunk {
+                    data: bytes,
+                    seq,
+                    ts,
+                    ack: Some(seq ^ 0x5555),
+                },
+                &mut sink,
+            );
             seq = seq.wrapping_add(bytes.len() as u32);
         }
         if was_failed {

@@ -105,7 +105,11 @@ pub fn seal_initial(
     // byte: packet number, payload and tag together are at least 20 bytes.
     let min_payload = 4 - pn_len;
     let fixed = header.len() + 2 + pn_len + 16;
-    let want = pad_to.min(16_000).saturating_sub(fixed).max(min_payload).max(payload.len());
+    let want = pad_to
+        .min(16_000)
+        .saturating_sub(fixed)
+        .max(min_payload)
+        .max(payload.len());
     payload.resize(want, 0);
     let length = pn_len + payload.len() + 16;
     header.extend([0x40 | (length >> 8) as u8, length as u8]);

@@ -70,7 +70,12 @@ impl KernelCounter {
 
     /// This counter with a value, as exporters take it.
     pub fn counter(&self, value: u64) -> Counter {
-        Counter { group: Self::GROUP, name: self.name, help: self.help, value }
+        Counter {
+            group: Self::GROUP,
+            name: self.name,
+            help: self.help,
+            value,
+        }
     }
 }
 
@@ -222,7 +227,11 @@ impl EventHeader {
     /// The last event of its segment (no more bytes of it will come).
     pub fn is_last_chunk(&self) -> bool {
         self.flags & EV_CUT != 0
-            || self.offset.saturating_add(self.len).saturating_add(self.fill) >= self.payload_len
+            || self
+                .offset
+                .saturating_add(self.len)
+                .saturating_add(self.fill)
+                >= self.payload_len
     }
 
     /// The flow this event belongs to, as [`EbpfCapture::mark_done`] takes it.
@@ -236,7 +245,6 @@ impl EventHeader {
         }
     }
 }
-
 
 /// A flow as user space names it, in either direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -435,8 +443,12 @@ pub(crate) mod tests {
         assert!(h.contains(&format!("#define TLSRUM_MAX_CHUNKS\t{MAX_CHUNKS}")));
         assert!(h.contains(&format!("TLSRUM_CNT_MAX == {}", COUNTER_NAMES.len())));
         assert!(h.contains(&format!("#define TLSRUM_MAX_RECORD\t{MAX_FILL}")));
-        assert!(h.contains(&format!("#define TLSRUM_RECORDS_PER_DIR\t{RECORDS_PER_DIR}")));
-        assert!(h.contains(&format!("#define TLSRUM_QUIC_SHORT_KEEP\t{QUIC_SHORT_KEEP}")));
+        assert!(h.contains(&format!(
+            "#define TLSRUM_RECORDS_PER_DIR\t{RECORDS_PER_DIR}"
+        )));
+        assert!(h.contains(&format!(
+            "#define TLSRUM_QUIC_SHORT_KEEP\t{QUIC_SHORT_KEEP}"
+        )));
         assert!(h.contains("TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);"));
         assert!(h.contains("TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);"));
         // The kernel fills no more than the analyzer's record layer takes.
@@ -450,7 +462,9 @@ pub(crate) mod tests {
     #[test]
     fn counters_are_the_c_enum_in_order() {
         let h = include_str!("../../../bpf/tlsrum.h");
-        let body = &h[h.find("enum tlsrum_counter {").expect("enum tlsrum_counter")..];
+        let body = &h[h
+            .find("enum tlsrum_counter {")
+            .expect("enum tlsrum_counter")..];
         let body = &body[..body.find("};").expect("end of enum tlsrum_counter")];
         let in_c: Vec<String> = body
             .split_whitespace()

@@ -6,7 +6,6 @@ use analyzer::wire::{Packet, TcpHeader, Transport};
 
 use super::abi::{EventHeader, EV_CUT, MAX_FILL};
 
-
 /// One ring-buffer record.
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'a> {
@@ -77,7 +76,11 @@ impl<'a> Event<'a> {
         }
         let syn = h.tcp_flags & 0x02 != 0;
         let at = h.offset.wrapping_add(h.len);
-        let seq = if at == 0 { h.seq } else { h.seq.wrapping_add(at).wrapping_add(u32::from(syn)) };
+        let seq = if at == 0 {
+            h.seq
+        } else {
+            h.seq.wrapping_add(at).wrapping_add(u32::from(syn))
+        };
         let last = h.is_last_chunk();
         Some(Packet {
             src: h.src(),
@@ -147,14 +150,20 @@ impl<'a> Iterator for Datagrams<'a> {
         let seg_pos = h.offset as usize + self.pos;
         let dgram_start = seg_pos - seg_pos % gso;
         let dgram_end = (dgram_start + gso).min(h.payload_len as usize);
-        let end_here = dgram_end.saturating_sub(h.offset as usize).min(payload.len());
+        let end_here = dgram_end
+            .saturating_sub(h.offset as usize)
+            .min(payload.len());
         if end_here <= self.pos {
             // Bytes past the segment's declared length (an inconsistent
             // event): the rest goes as one piece marked truncated, and the
             // iterator ends (it used to yield empty pieces forever).
             let piece = &payload[self.pos..];
             self.pos = payload.len();
-            return Some(Packet { payload: piece, truncated: true, ..self.base });
+            return Some(Packet {
+                payload: piece,
+                truncated: true,
+                ..self.base
+            });
         }
         let piece = &payload[self.pos..end_here];
         let whole = dgram_start == seg_pos && h.offset as usize + end_here == dgram_end;
@@ -179,7 +188,11 @@ mod tests {
         let mut h = header(0, 0x11, 1000, 1448, 100, 5);
         h.fill = 16401;
         let bytes = [23u8, 3, 3, 0x40, 0x11];
-        let ev = Event { ts: 1.0, header: &h, payload: &bytes };
+        let ev = Event {
+            ts: 1.0,
+            header: &h,
+            payload: &bytes,
+        };
         let got: Vec<Packet<'_>> = ev.datagrams().collect();
         assert_eq!(got.len(), 2);
         let tcp = |p: &Packet<'_>| match p.transport {
@@ -200,7 +213,11 @@ mod tests {
         // empty packet, not truncated, after the segment's bytes.
         let mut h = header(EV_SEEN, 0x10, 5000, 1448, 1448, 0);
         h.fill = 0;
-        let ev = Event { ts: 1.0, header: &h, payload: &[] };
+        let ev = Event {
+            ts: 1.0,
+            header: &h,
+            payload: &[],
+        };
         let got: Vec<Packet<'_>> = ev.datagrams().collect();
         assert_eq!(got.len(), 1);
         assert!(got[0].payload.is_empty() && !got[0].truncated);
@@ -299,11 +316,18 @@ mod tests {
             h.l4_proto = 17;
             h.gso_size = 800;
             h.payload_len = payload_len;
-            let ev = Event { ts: 0.0, header: &h, payload: &data };
+            let ev = Event {
+                ts: 0.0,
+                header: &h,
+                payload: &data,
+            };
             let d: Vec<_> = ev.datagrams().take(100).collect();
             assert!(d.len() < 100, "{payload_len} {offset}: endless");
-            assert_eq!(d.iter().map(|p| p.payload.len()).sum::<usize>(), 3000, "every byte once");
+            assert_eq!(
+                d.iter().map(|p| p.payload.len()).sum::<usize>(),
+                3000,
+                "every byte once"
+            );
         }
     }
-
 }

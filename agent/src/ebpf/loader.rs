@@ -269,7 +269,11 @@ impl EbpfCapture {
                     {
                         tries += 1
                     }
-                    r => break r.map_err(|e| explain(e, &format!("the kernel refused eBPF program {name}")))?,
+                    r => {
+                        break r.map_err(|e| {
+                            explain(e, &format!("the kernel refused eBPF program {name}"))
+                        })?
+                    }
                 }
             }
             verified_insns.push((

@@ -72,9 +72,8 @@ impl Socket {
         let mut counted = 0;
         loop {
             // SAFETY: buf is valid for writes of its length.
-            let r = unsafe {
-                libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
-            };
+            let r =
+                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if r < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -127,7 +126,7 @@ fn request(
     m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&1u32.to_ne_bytes()); // seq
     m.extend_from_slice(&0u32.to_ne_bytes()); // pid
-    // struct tcmsg
+                                              // struct tcmsg
     m.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
     m.extend_from_slice(&ifindex.to_ne_bytes());
     m.extend_from_slice(&handle.to_ne_bytes());

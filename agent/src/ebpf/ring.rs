@@ -26,14 +26,21 @@ pub(crate) struct EventRing {
 
 impl EventRing {
     pub(crate) fn new(events: RingBuf<MapData>) -> Self {
-        Self { events, boot_to_epoch_ns: boot_to_epoch_ns() }
+        Self {
+            events,
+            boot_to_epoch_ns: boot_to_epoch_ns(),
+        }
     }
 
     /// Waits up to `timeout` for events, then hands every available one to
     /// `f`. Returns the number of events. The kernel wakes this up early
     /// only when 1/[`WAKEUP_FRACTION`] of the ring buffer is pending, so
     /// fewer events wait out the timeout: keep it short (100 ms).
-    pub(crate) fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
+    pub(crate) fn poll(
+        &mut self,
+        timeout: Duration,
+        f: &mut dyn FnMut(Event<'_>),
+    ) -> Result<usize> {
         self.boot_to_epoch_ns = boot_to_epoch_ns();
         let mut n = self.drain(f);
         if n == 0 {

@@ -20,7 +20,11 @@ pub enum Labelled {
 }
 
 impl Labelled {
-    const ALL: [Labelled; 3] = [Labelled::Drops, Labelled::ParseErrors, Labelled::KernelPackets];
+    const ALL: [Labelled; 3] = [
+        Labelled::Drops,
+        Labelled::ParseErrors,
+        Labelled::KernelPackets,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -90,10 +94,16 @@ pub fn series(c: &Counter) -> Series {
         ("kernel", "bytes_sent") => own("tlsrum_ringbuf_payload_bytes"),
         ("kernel", "bytes_lost") => own("tlsrum_kernel_bytes_lost"),
         ("kernel", "filled") => own("tlsrum_kernel_filled_bytes"),
-        ("kernel", "done" | "opaque" | "new_flows" | "record_limit" | "handshake_over" | "untracked" | "pulled") => {
-            Series::In(Labelled::KernelPackets, c.name)
-        }
-        ("kernel", "ringbuf_full" | "payload_truncated" | "budget" | "parse_error" | "fragment" | "load_error" | "flow_map_error")
+        (
+            "kernel",
+            "done" | "opaque" | "new_flows" | "record_limit" | "handshake_over" | "untracked"
+            | "pulled",
+        ) => Series::In(Labelled::KernelPackets, c.name),
+        (
+            "kernel",
+            "ringbuf_full" | "payload_truncated" | "budget" | "parse_error" | "fragment"
+            | "load_error" | "flow_map_error",
+        )
         | ("pcap", _) => Series::In(Labelled::Drops, c.name),
         (group, name) => Series::Own(format!("tlsrum_{group}_{name}")),
     }
@@ -123,16 +133,25 @@ impl Health {
             let members: Vec<String> = known
                 .iter()
                 .filter_map(|c| match series(c) {
-                    Series::In(g, value) if g == f => Some(format!("{value} = {}", c.help.trim_end_matches('.'))),
+                    Series::In(g, value) if g == f => {
+                        Some(format!("{value} = {}", c.help.trim_end_matches('.')))
+                    }
                     _ => None,
                 })
                 .collect();
-            let help = if members.is_empty() { f.intro().to_string() } else { format!("{}: {}", f.intro(), members.join("; ")) };
+            let help = if members.is_empty() {
+                f.intro().to_string()
+            } else {
+                format!("{}: {}", f.intro(), members.join("; "))
+            };
             let family = Family::<Labels, PromCounter>::default();
             registry.register(f.name(), help, family.clone());
             families.push(family);
         }
-        let mut health = Health { families, slots: HashMap::new() };
+        let mut health = Health {
+            families,
+            slots: HashMap::new(),
+        };
         for c in known {
             health.slot(registry, c);
         }
@@ -150,7 +169,10 @@ impl Health {
                     counter
                 }
                 Series::In(f, value) => {
-                    let i = Labelled::ALL.iter().position(|x| *x == f).expect("every family is registered");
+                    let i = Labelled::ALL
+                        .iter()
+                        .position(|x| *x == f)
+                        .expect("every family is registered");
                     (*families[i].get_or_create(&[(f.label(), value)])).clone()
                 }
             };

@@ -53,7 +53,11 @@ pub struct ServerNames {
 
 impl ServerNames {
     pub fn new(top: usize, salt: Option<String>) -> Self {
-        ServerNames { top, salt, admitted: HashSet::new() }
+        ServerNames {
+            top,
+            salt,
+            admitted: HashSet::new(),
+        }
     }
 
     /// The label value for a record's server name.
@@ -62,7 +66,10 @@ impl ServerNames {
             None => return "none".into(),
             Some(n) => match &self.salt {
                 Some(salt) => {
-                    let digest = Sha256::new().chain_update(salt.as_bytes()).chain_update(n.as_bytes()).finalize();
+                    let digest = Sha256::new()
+                        .chain_update(salt.as_bytes())
+                        .chain_update(n.as_bytes())
+                        .finalize();
                     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
                 }
                 None => n.to_string(),
@@ -94,6 +101,9 @@ mod tests {
         let mut h = ServerNames::new(5, Some("pepper".into()));
         let x = h.label(Some("example.com"));
         assert_eq!(x.len(), 16);
-        assert_ne!(x, ServerNames::new(5, Some("salt".into())).label(Some("example.com")));
+        assert_ne!(
+            x,
+            ServerNames::new(5, Some("salt".into())).label(Some("example.com"))
+        );
     }
 }

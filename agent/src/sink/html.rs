@@ -18,7 +18,11 @@ pub struct HtmlSink {
 
 impl HtmlSink {
     pub fn new(path: PathBuf, top: usize) -> Self {
-        HtmlSink { path, summary: Box::default(), top }
+        HtmlSink {
+            path,
+            summary: Box::default(),
+            top,
+        }
     }
 }
 
@@ -29,7 +33,10 @@ impl RecordSink for HtmlSink {
     }
 
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<()> {
-        std::fs::write(&self.path, analyzer::output::html::render(&self.summary, end.title, self.top))
-            .with_context(|| format!("writing {}", self.path.display()))
+        std::fs::write(
+            &self.path,
+            analyzer::output::html::render(&self.summary, end.title, self.top),
+        )
+        .with_context(|| format!("writing {}", self.path.display()))
     }
 }

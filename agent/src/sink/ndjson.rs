@@ -18,7 +18,10 @@ pub struct NdjsonSink<W: Write> {
 impl<W: Write> NdjsonSink<W> {
     /// Records go to `w`, which should be buffered.
     pub fn new(w: W) -> Self {
-        NdjsonSink { w, encoder: NdjsonWriter::default() }
+        NdjsonSink {
+            w,
+            encoder: NdjsonWriter::default(),
+        }
     }
 
     /// The writer back (flush first).

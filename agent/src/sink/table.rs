@@ -19,7 +19,10 @@ pub struct TableSink {
 
 impl TableSink {
     pub fn new(top: usize) -> Self {
-        TableSink { summary: Box::default(), top }
+        TableSink {
+            summary: Box::default(),
+            top,
+        }
     }
 }
 

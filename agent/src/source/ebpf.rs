@@ -37,6 +37,11 @@ type RecentMap = HashMap<FlowKey, u32, foldhash::fast::RandomState>;
 
 /// How long a finished flow is remembered in case it sends more events.
 const RECENT_FOR: Duration = Duration::from_secs(10);
+/// Finished flows remembered at most (the kernel's flow map size): a flood
+/// finishes a million flows in seconds, and remembering them all cost the
+/// agent ~100 MiB. Past this, the older generation is forgotten early; a
+/// flow forgotten only goes on costing its events, not a wrong result.
+const RECENT_MAX: usize = 65_536;
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
@@ -77,7 +82,10 @@ impl Source for EbpfSource {
             // sends even for done flows): tell the kernel to stop it.
             if !recent.is_empty() {
                 let h = ev.header;
-                let key = FlowKey::new(&FlowTuple { proto: 0, ..h.flow() });
+                let key = FlowKey::new(&FlowTuple {
+                    proto: 0,
+                    ..h.flow()
+                });
                 if h.tcp_flags & 0x07 == 0 {
                     if recent.remove(&key).is_some() {
                         stragglers.push(h.flow());
@@ -111,7 +119,22 @@ impl Source for EbpfSource {
     /// them, with the event's own protocol.
     fn finished(&mut self, flows: &[(Endpoint, Endpoint)]) {
         for &(a, b) in flows {
-            let t = FlowTuple { src: a.0, dst: b.0, src_port: a.1, dst_port: b.1, proto: 0 };
+            let t = FlowTuple {
+                src: a.0,
+                dst: b.0,
+                src_port: a.1,
+                dst_port: b.1,
+                proto: 0,
+            };
+            if self.recent.len() >= RECENT_MAX {
+                let g = self.generation;
+                self.recent.retain(|_, finished| *finished == g);
+                self.generation = g.wrapping_add(1);
+                self.recent_since = Instant::now();
+                if self.recent.len() >= RECENT_MAX {
+                    continue;
+                }
+            }
             self.recent.insert(FlowKey::new(&t), self.generation);
         }
     }
@@ -121,7 +144,11 @@ impl Source for EbpfSource {
             Some(cap) => self.counters_of(cap),
             None => self.carried,
         };
-        COUNTERS.iter().zip(values).map(|(k, v)| k.counter(v)).collect()
+        COUNTERS
+            .iter()
+            .zip(values)
+            .map(|(k, v)| k.counter(v))
+            .collect()
     }
 
     fn link_types(&self) -> Vec<LinkType> {
@@ -141,7 +168,10 @@ impl Source for EbpfSource {
         }
         if let Some(cap) = self.cap.take() {
             self.carried = self.counters_of(&cap);
-            eprintln!("tlsrum: an interface of {} changed; re-attaching when it is back", self.opts.ifaces.join(", "));
+            eprintln!(
+                "tlsrum: an interface of {} changed; re-attaching when it is back",
+                self.opts.ifaces.join(", ")
+            );
             let _ = cap.detach();
         }
         if now.iter().all(|i| i.is_some()) {

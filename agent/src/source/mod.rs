@@ -17,8 +17,15 @@ use anyhow::Result;
 
 /// One captured unit: a frame (pcap) or a decoded packet (eBPF).
 pub enum Captured<'a> {
-    Frame { ts: f64, link: LinkType, data: &'a [u8] },
-    Packet { ts: f64, packet: Packet<'a> },
+    Frame {
+        ts: f64,
+        link: LinkType,
+        data: &'a [u8],
+    },
+    Packet {
+        ts: f64,
+        packet: Packet<'a>,
+    },
 }
 
 impl Captured<'_> {

@@ -26,7 +26,8 @@ impl PcapFile {
     /// expression, as tcpdump takes).
     pub fn open(path: &Path, filter: Option<&str>) -> Result<Self> {
         let name = path.display();
-        let mut cap = pcap::Capture::from_file(path).with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
+        let mut cap = pcap::Capture::from_file(path)
+            .with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
         let dlt = cap.get_datalink();
         let Some(link) = LinkType::from_linktype(dlt.0) else {
             bail!(
@@ -36,9 +37,15 @@ impl PcapFile {
             );
         };
         if let Some(f) = filter {
-            cap.filter(f, true).with_context(|| format!("{name}: bad --filter expression {f:?}"))?;
+            cap.filter(f, true)
+                .with_context(|| format!("{name}: bad --filter expression {f:?}"))?;
         }
-        Ok(PcapFile { name: name.to_string(), cap, link, packets: 0 })
+        Ok(PcapFile {
+            name: name.to_string(),
+            cap,
+            link,
+            packets: 0,
+        })
     }
 
     /// The file's name as given.
@@ -60,13 +67,21 @@ impl Source for PcapFile {
                 Ok(pkt) => {
                     self.packets += 1;
                     let ts = pkt.header.ts.tv_sec as f64 + pkt.header.ts.tv_usec as f64 * 1e-6;
-                    f(Captured::Frame { ts, link: self.link, data: pkt.data });
+                    f(Captured::Frame {
+                        ts,
+                        link: self.link,
+                        data: pkt.data,
+                    });
                     if self.packets.is_multiple_of(BATCH) {
                         return Ok(Status::Open);
                     }
                 }
                 Err(pcap::Error::NoMorePackets) => return Ok(Status::Ended),
-                Err(e) => bail!("{}: capture is truncated or corrupt after packet {}: {e}", self.name, self.packets),
+                Err(e) => bail!(
+                    "{}: capture is truncated or corrupt after packet {}: {e}",
+                    self.name,
+                    self.packets
+                ),
             }
         }
     }

@@ -12,8 +12,14 @@ use super::{Captured, Source, Status};
 /// The backend's counters: `ps_drop` and `ps_ifdrop` of pcap_stats,
 /// summed over the interfaces (names as in `tlsrum_drops_total{reason}`).
 pub const COUNTERS: [(&str, &str); 2] = [
-    ("pcap_dropped", "Packets the kernel dropped because its capture buffer was full (tlsrum read too slowly)."),
-    ("pcap_ifdropped", "Packets the interface or its driver dropped before capture."),
+    (
+        "pcap_dropped",
+        "Packets the kernel dropped because its capture buffer was full (tlsrum read too slowly).",
+    ),
+    (
+        "pcap_ifdropped",
+        "Packets the interface or its driver dropped before capture.",
+    ),
 ];
 
 /// The group of [`COUNTERS`] (see [`Counter::group`]).
@@ -32,7 +38,8 @@ struct Iface {
 /// ps_drop (the kernel's capture buffer was full: we read too slowly) and
 /// ps_ifdrop (the interface dropped them) of one handle.
 fn drops(cap: &mut pcap::Capture<pcap::Active>) -> [u64; 2] {
-    cap.stats().map_or([0, 0], |s| [u64::from(s.dropped), u64::from(s.if_dropped)])
+    cap.stats()
+        .map_or([0, 0], |s| [u64::from(s.dropped), u64::from(s.if_dropped)])
 }
 
 pub struct PcapLive {
@@ -67,13 +74,18 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
         .buffer_size(PCAP_BUFFER_BYTES)
         .open()
         .map_err(|e| match e {
-            pcap::Error::PcapError(m) if m.contains("permission") || m.contains("Operation not permitted") => {
+            pcap::Error::PcapError(m)
+                if m.contains("permission") || m.contains("Operation not permitted") =>
+            {
                 anyhow::anyhow!("cannot capture on {name}: {m} (run as root or grant CAP_NET_RAW)")
             }
             e => anyhow::anyhow!("cannot capture on {name}: {e}"),
         })?;
-    cap.filter(filter, true).with_context(|| format!("setting filter {filter:?} on {name}"))?;
-    let cap = cap.setnonblock().with_context(|| format!("non-blocking mode on {name}"))?;
+    cap.filter(filter, true)
+        .with_context(|| format!("setting filter {filter:?} on {name}"))?;
+    let cap = cap
+        .setnonblock()
+        .with_context(|| format!("non-blocking mode on {name}"))?;
     let dlt = cap.get_datalink();
     let Some(link) = LinkType::from_linktype(dlt.0) else {
         bail!("{name}: link type {} is not supported", dlt.0);
@@ -87,7 +99,13 @@ impl PcapLive {
         let mut ifaces = Vec::new();
         for name in names {
             let (cap, link) = open_iface(name, &filter)?;
-            ifaces.push(Iface { name: name.clone(), cap: Some(cap), link, last_try: Instant::now(), closed_drops: [0, 0] });
+            ifaces.push(Iface {
+                name: name.clone(),
+                cap: Some(cap),
+                link,
+                last_try: Instant::now(),
+                closed_drops: [0, 0],
+            });
         }
         Ok(PcapLive { ifaces, filter })
     }
@@ -99,18 +117,27 @@ impl Source for PcapLive {
         loop {
             let mut got = 0;
             for iface in self.ifaces.iter_mut() {
-                let Some(cap) = iface.cap.as_mut() else { continue };
+                let Some(cap) = iface.cap.as_mut() else {
+                    continue;
+                };
                 // Bounded batch per interface so one busy link cannot starve the others.
                 for _ in 0..1024 {
                     match cap.next_packet() {
                         Ok(p) => {
                             got += 1;
                             let ts = p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6;
-                            f(Captured::Frame { ts, link: iface.link, data: p.data });
+                            f(Captured::Frame {
+                                ts,
+                                link: iface.link,
+                                data: p.data,
+                            });
                         }
                         Err(pcap::Error::TimeoutExpired) | Err(pcap::Error::NoMorePackets) => break,
                         Err(e) => {
-                            eprintln!("tlsrum: capture on {} stopped ({e}); will reopen when it is back", iface.name);
+                            eprintln!(
+                                "tlsrum: capture on {} stopped ({e}); will reopen when it is back",
+                                iface.name
+                            );
                             let d = drops(cap);
                             iface.closed_drops[0] += d[0];
                             iface.closed_drops[1] += d[1];
@@ -140,7 +167,12 @@ impl Source for PcapLive {
         COUNTERS
             .iter()
             .zip(total)
-            .map(|(&(name, help), value)| Counter { group: GROUP, name, help, value })
+            .map(|(&(name, help), value)| Counter {
+                group: GROUP,
+                name,
+                help,
+                value,
+            })
             .collect()
     }
 

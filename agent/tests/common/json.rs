@@ -30,4 +30,3 @@ pub fn field_differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>
         _ => {}
     }
 }
-

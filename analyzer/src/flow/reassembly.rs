@@ -4,10 +4,17 @@
 //! cap is hit, or a segment arrives cut short by the capture, the stream has
 //! a gap that TLS cannot resynchronise across, and the caller is told.
 
+use crate::memory::{HeapSize, ALLOC_OVERHEAD};
 pub use crate::seq::seq_diff;
 
 /// Default cap on out-of-order bytes held per direction.
 pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024;
+
+/// Out-of-order segments held per direction at most: holes cost a
+/// bookkeeping entry each and are searched on every delivery, so their
+/// number is bounded like smoltcp's `Assembler` contigs, not only their
+/// bytes. A TLS flight rarely leaves more than a few holes.
+pub const MAX_PENDING_SEGMENTS: usize = 64;
 
 /// Bytes kept of each direction's stream once its flow is identified as
 /// TLS (from the ClientHello's segment on: where the hellos are), to compare
@@ -40,6 +47,8 @@ pub struct PushOutcome {
     pub queued: bool,
     /// The stream now has a hole it will never fill.
     pub gap: bool,
+    /// ... because [`MAX_PENDING_SEGMENTS`] were waiting already.
+    pub hole_limit: bool,
     /// Sequence number of the first byte of this push that arrived again
     /// with other contents than the copy already delivered (within the
     /// kept prefix): a corrupted or forged copy, one of them.
@@ -74,9 +83,29 @@ pub struct Reassembler {
     delivered: bool,
 }
 
+impl HeapSize for Reassembler {
+    fn heap_size(&self) -> usize {
+        // Queued segments: each its own allocation.
+        let queued = self.buffered + self.pending.len() * ALLOC_OVERHEAD;
+        self.kept.heap_size() + queued + self.pending.capacity() * std::mem::size_of::<Pending>()
+    }
+}
+
 impl Reassembler {
     pub fn new(max_buffered: usize) -> Self {
-        Reassembler { first: None, keep: false, kept_at: None, kept: Vec::new(), kept_cap: KEPT_PREFIX, next: None, pending: Vec::new(), buffered: 0, max_buffered, gap: false, delivered: false }
+        Reassembler {
+            first: None,
+            keep: false,
+            kept_at: None,
+            kept: Vec::new(),
+            kept_cap: KEPT_PREFIX,
+            next: None,
+            pending: Vec::new(),
+            buffered: 0,
+            max_buffered,
+            gap: false,
+            delivered: false,
+        }
     }
 
     /// Sets the first sequence number of the byte stream (ISN + 1 from a SYN).
@@ -108,7 +137,12 @@ impl Reassembler {
     }
 
     /// Adds a segment; calls `out` with every run of bytes that became contiguous.
-    pub fn push(&mut self, seg: Segment<'_>, truncated: bool, out: &mut dyn FnMut(Chunk<'_>)) -> PushOutcome {
+    pub fn push(
+        &mut self,
+        seg: Segment<'_>,
+        truncated: bool,
+        out: &mut dyn FnMut(Chunk<'_>),
+    ) -> PushOutcome {
         let mut outcome = PushOutcome::default();
         if self.gap || seg.data.is_empty() {
             return outcome;
@@ -122,15 +156,31 @@ impl Reassembler {
                 outcome.gap = true;
                 return outcome;
             }
-            if self.buffered + seg.data.len() > self.max_buffered {
+            if self
+                .pending
+                .iter()
+                .any(|p| p.seq == seg.seq && p.data.len() >= seg.data.len())
+            {
+                // A copy of a segment already waiting.
+                outcome.duplicate_bytes = seg.data.len();
+                return outcome;
+            }
+            let too_many = self.pending.len() >= MAX_PENDING_SEGMENTS;
+            if too_many || self.buffered + seg.data.len() > self.max_buffered {
                 self.gap = true;
                 outcome.gap = true;
+                outcome.hole_limit = too_many;
                 self.pending = Vec::new();
                 self.buffered = 0;
                 return outcome;
             }
             self.buffered += seg.data.len();
-            self.pending.push(Pending { seq: seg.seq, data: seg.data.to_vec(), ts: seg.ts, ack: seg.ack });
+            self.pending.push(Pending {
+                seq: seg.seq,
+                data: seg.data.to_vec(),
+                ts: seg.ts,
+                ack: seg.ack,
+            });
             outcome.queued = true;
             return outcome;
         }
@@ -144,7 +194,15 @@ impl Reassembler {
         }
         outcome.duplicate_bytes = skip;
         let fresh = &seg.data[skip..];
-        self.deliver(Chunk { data: fresh, seq: next, ts: seg.ts, ack: seg.ack }, out);
+        self.deliver(
+            Chunk {
+                data: fresh,
+                seq: next,
+                ts: seg.ts,
+                ack: seg.ack,
+            },
+            out,
+        );
         if truncated {
             self.gap = true;
             outcome.gap = true;
@@ -205,7 +263,15 @@ impl Reassembler {
             }
             outcome.duplicate_bytes += skip;
             let fresh = &p.data[skip..];
-            self.deliver(Chunk { data: fresh, seq: next, ts: p.ts, ack: p.ack }, out);
+            self.deliver(
+                Chunk {
+                    data: fresh,
+                    seq: next,
+                    ts: p.ts,
+                    ack: p.ack,
+                },
+                out,
+            );
         }
     }
 
@@ -227,7 +293,9 @@ impl Reassembler {
             // with a TLS record header: the fields a forged copy would change
             // are there, and the rest of a flight is not worth the copying.
             self.kept_cap = match data {
-                [22, 3, _, hi, lo, ..] => (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).min(KEPT_PREFIX),
+                [22, 3, _, hi, lo, ..] => {
+                    (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).min(KEPT_PREFIX)
+                }
                 _ => KEPT_PREFIX,
             };
         }
@@ -247,7 +315,9 @@ impl Reassembler {
             return;
         }
         self.keep = true;
-        let Some(next) = self.next.filter(|_| self.delivered) else { return };
+        let Some(next) = self.next.filter(|_| self.delivered) else {
+            return;
+        };
         let delivered = seq_diff(next, seq).clamp(0, data.len() as i64) as usize;
         if delivered > 0 {
             self.kept_at = Some(seq);
@@ -260,7 +330,11 @@ impl Reassembler {
     fn differs(&self, seq: u32, data: &[u8]) -> Option<u32> {
         let first = self.kept_at?;
         let at = seq_diff(seq, first);
-        let (start, data) = if at < 0 { (0, data.get((-at) as usize..)?) } else { (at as usize, data) };
+        let (start, data) = if at < 0 {
+            (0, data.get((-at) as usize..)?)
+        } else {
+            (at as usize, data)
+        };
         let kept = self.kept.get(start..)?;
         let i = kept.iter().zip(data).position(|(a, b)| a != b)?;
         Some(first.wrapping_add((start + i) as u32))
@@ -270,7 +344,9 @@ impl Reassembler {
     /// delivers those bytes again: a copy that conflicted with them
     /// replaces them. False if `seq` is not within what was delivered.
     pub fn rewind(&mut self, seq: u32) -> bool {
-        let (Some(first), Some(next)) = (self.first, self.next) else { return false };
+        let (Some(first), Some(next)) = (self.first, self.next) else {
+            return false;
+        };
         let seq = if seq_diff(seq, first) < 0 { first } else { seq };
         if seq_diff(seq, next) > 0 {
             return false;
@@ -293,9 +369,16 @@ mod tests {
         r.start_at(start);
         let mut got = Vec::new();
         for (i, (seq, data)) in segs.iter().enumerate() {
-            r.push(Segment { seq: *seq, data, ts: i as f64, ack: None }, false, &mut |c| {
-                got.extend_from_slice(c.data)
-            });
+            r.push(
+                Segment {
+                    seq: *seq,
+                    data,
+                    ts: i as f64,
+                    ack: None,
+                },
+                false,
+                &mut |c| got.extend_from_slice(c.data),
+            );
         }
         (got, r.has_gap())
     }
@@ -304,7 +387,8 @@ mod tests {
     fn reorder_retransmit_overlap() {
         let want = b"hello world".to_vec();
         // Every permutation-ish ordering of overlapping pieces gives the same bytes.
-        let pieces: [(u32, &[u8]); 4] = [(100, b"hel"), (102, b"llo w"), (106, b"wor"), (108, b"rld")];
+        let pieces: [(u32, &[u8]); 4] =
+            [(100, b"hel"), (102, b"llo w"), (106, b"wor"), (108, b"rld")];
         for rot in 0..4 {
             let mut v = pieces.to_vec();
             v.rotate_left(rot);
@@ -327,9 +411,30 @@ mod tests {
         let mut r = Reassembler::new(1024);
         r.start_at(0);
         let mut got = Vec::new();
-        r.push(Segment { seq: 0, data: b"ab", ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data));
-        r.push(Segment { seq: 5, data: b"fg", ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data));
-        assert_eq!(r.acked(7, &mut |c| got.extend_from_slice(c.data)), Some((2, 3)));
+        r.push(
+            Segment {
+                seq: 0,
+                data: b"ab",
+                ts: 0.0,
+                ack: None,
+            },
+            false,
+            &mut |c| got.extend_from_slice(c.data),
+        );
+        r.push(
+            Segment {
+                seq: 5,
+                data: b"fg",
+                ts: 0.0,
+                ack: None,
+            },
+            false,
+            &mut |c| got.extend_from_slice(c.data),
+        );
+        assert_eq!(
+            r.acked(7, &mut |c| got.extend_from_slice(c.data)),
+            Some((2, 3))
+        );
         assert_eq!(got, b"abfg");
         assert_eq!(r.acked(7, &mut |_| {}), None, "nothing more is missing");
     }
@@ -349,12 +454,30 @@ mod tests {
     fn ack_of_a_fin_is_not_loss() {
         let mut r = Reassembler::new(1024);
         r.start_at(0);
-        r.push(Segment { seq: 0, data: b"ab", ts: 0.0, ack: None }, false, &mut |_| {});
+        r.push(
+            Segment {
+                seq: 0,
+                data: b"ab",
+                ts: 0.0,
+                ack: None,
+            },
+            false,
+            &mut |_| {},
+        );
         assert_eq!(r.acked(3, &mut |_| {}), None);
     }
 
     fn push(r: &mut Reassembler, seq: u32, data: &[u8], got: &mut Vec<u8>) -> PushOutcome {
-        r.push(Segment { seq, data, ts: 0.0, ack: None }, false, &mut |c| got.extend_from_slice(c.data))
+        r.push(
+            Segment {
+                seq,
+                data,
+                ts: 0.0,
+                ack: None,
+            },
+            false,
+            &mut |c| got.extend_from_slice(c.data),
+        )
     }
 
     #[test]
@@ -363,13 +486,29 @@ mod tests {
         r.start_at(100);
         let mut got = Vec::new();
         assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None);
-        assert_eq!(push(&mut r, 100, b"HELLO", &mut got).conflict, None, "nothing kept before keep_from");
+        assert_eq!(
+            push(&mut r, 100, b"HELLO", &mut got).conflict,
+            None,
+            "nothing kept before keep_from"
+        );
         r.keep_from(100, b"hello");
-        assert_eq!(push(&mut r, 100, b"hello", &mut got).conflict, None, "an identical copy");
-        assert_eq!(push(&mut r, 102, b"lXo w", &mut got).conflict, Some(103), "first differing byte");
+        assert_eq!(
+            push(&mut r, 100, b"hello", &mut got).conflict,
+            None,
+            "an identical copy"
+        );
+        assert_eq!(
+            push(&mut r, 102, b"lXo w", &mut got).conflict,
+            Some(103),
+            "first differing byte"
+        );
         // Queued out of order, overlapping what is delivered once drained.
         assert_eq!(push(&mut r, 110, b"D", &mut got).conflict, None);
-        assert_eq!(push(&mut r, 105, b" worlD", &mut got).conflict, None, "the queued copy agrees");
+        assert_eq!(
+            push(&mut r, 105, b" worlD", &mut got).conflict,
+            None,
+            "the queued copy agrees"
+        );
         assert_eq!(got, b"hello worlD");
         let out = push(&mut r, 107, b"orld!", &mut got);
         assert_eq!((out.conflict, out.duplicate_bytes), (Some(110), 4));
@@ -384,11 +523,41 @@ mod tests {
         assert!(!r.rewind(5000), "beyond what was delivered");
     }
 
+    /// Regression (hostile traffic): one-byte segments ahead of a hole were
+    /// all queued (256 Ki entries, each searched on every delivery).
+    #[test]
+    fn holes_are_bounded_in_number() {
+        let mut r = Reassembler::new(1 << 20);
+        r.start_at(0);
+        let mut got = Vec::new();
+        for i in 0..MAX_PENDING_SEGMENTS as u32 {
+            let out = push(&mut r, 2 + 2 * i, b"x", &mut got);
+            assert!(out.queued && !out.gap, "segment {i}");
+        }
+        assert_eq!(
+            push(&mut r, 2, b"x", &mut got).duplicate_bytes,
+            1,
+            "a copy of a waiting segment is not queued"
+        );
+        let out = push(&mut r, 1000, b"x", &mut got);
+        assert!(out.gap && out.hole_limit && r.has_gap());
+        assert_eq!(r.buffered(), 0);
+    }
+
     #[test]
     fn buffer_cap_makes_a_gap() {
         let mut r = Reassembler::new(4);
         r.start_at(0);
-        let out = r.push(Segment { seq: 10, data: b"abcdef", ts: 0.0, ack: None }, false, &mut |_| {});
+        let out = r.push(
+            Segment {
+                seq: 10,
+                data: b"abcdef",
+                ts: 0.0,
+                ack: None,
+            },
+            false,
+            &mut |_| {},
+        );
         assert!(out.gap && r.has_gap());
         assert_eq!(r.buffered(), 0);
     }

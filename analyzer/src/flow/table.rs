@@ -28,20 +28,46 @@ impl FlowKey {
     pub fn new(a: Endpoint, b: Endpoint) -> Self {
         let (a, b) = ((as_u128(a.0), a.1), (as_u128(b.0), b.1));
         let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-        FlowKey { lo_addr: lo.0, hi_addr: hi.0, ports: (u32::from(lo.1) << 16) | u32::from(hi.1) }
+        FlowKey {
+            lo_addr: lo.0,
+            hi_addr: hi.0,
+            ports: (u32::from(lo.1) << 16) | u32::from(hi.1),
+        }
     }
 }
 
-/// An LRU map with a hard capacity; inserting into a full table hands back
-/// the least recently used entry so the caller can finish it.
-pub struct FlowTable<V> {
-    map: LruCache<FlowKey, V>,
+/// What a table value costs in memory (see [`crate::memory`]).
+pub trait Footprint {
+    fn footprint(&self) -> usize;
 }
 
-impl<V> FlowTable<V> {
+struct Entry<V> {
+    value: V,
+    /// What the value cost when last measured (it counts in `bytes`).
+    charged: u32,
+}
+
+/// An LRU map with a hard capacity; inserting into a full table hands back
+/// the least recently used entry so the caller can finish it. It keeps the
+/// sum of its values' footprints, measured on insert and on
+/// [`update`](Self::update), for the memory budget.
+pub struct FlowTable<V> {
+    map: LruCache<FlowKey, Entry<V>>,
+    bytes: usize,
+}
+
+fn charge<V: Footprint>(v: &V) -> u32 {
+    u32::try_from(v.footprint()).unwrap_or(u32::MAX)
+}
+
+impl<V: Footprint> FlowTable<V> {
     pub fn new(capacity: usize) -> Self {
-        let cap = std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
-        FlowTable { map: LruCache::new(cap) }
+        let cap =
+            std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        FlowTable {
+            map: LruCache::new(cap),
+            bytes: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -52,35 +78,56 @@ impl<V> FlowTable<V> {
         self.map.is_empty()
     }
 
-    /// Looks up a flow and marks it most recently used.
-    pub fn get_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
-        self.map.get_mut(key)
+    /// Bytes the flows in the table hold, as last measured.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Looks up a flow, marks it most recently used, lets `f` change it and
+    /// measures it again.
+    pub fn update<R>(&mut self, key: &FlowKey, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        let e = self.map.get_mut(key)?;
+        let r = f(&mut e.value);
+        let now = charge(&e.value);
+        self.bytes = self.bytes - e.charged as usize + now as usize;
+        e.charged = now;
+        Some(r)
     }
 
     /// Inserts a flow; returns the entry evicted to make room, if any.
     pub fn insert(&mut self, key: FlowKey, value: V) -> Option<(FlowKey, V)> {
-        match self.map.push(key, value) {
-            Some((k, v)) if k != key => Some((k, v)),
-            _ => None,
+        let charged = charge(&value);
+        self.bytes += charged as usize;
+        match self.map.push(key, Entry { value, charged }) {
+            Some((k, e)) => {
+                self.bytes -= e.charged as usize;
+                (k != key).then_some((k, e.value))
+            }
+            None => None,
         }
     }
 
     /// Looks up a flow without marking it used (for flows already finished,
-    /// whose packets should cost as little as possible).
+    /// whose packets should cost as little as possible). The caller must
+    /// not grow it: it is not measured again.
     pub fn peek_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
-        self.map.peek_mut(key)
+        self.map.peek_mut(key).map(|e| &mut e.value)
     }
 
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
-        self.map.pop(key)
+        let e = self.map.pop(key)?;
+        self.bytes -= e.charged as usize;
+        Some(e.value)
     }
 
     /// The least recently used flow, without promoting it.
     pub fn oldest(&self) -> Option<(&FlowKey, &V)> {
-        self.map.peek_lru()
+        self.map.peek_lru().map(|(k, e)| (k, &e.value))
     }
 
     pub fn pop_oldest(&mut self) -> Option<(FlowKey, V)> {
-        self.map.pop_lru()
+        let (k, e) = self.map.pop_lru()?;
+        self.bytes -= e.charged as usize;
+        Some((k, e.value))
     }
 }

@@ -43,9 +43,18 @@ pub enum Event<'a> {
     /// CRYPTO frames, or decrypted with a key log. `body` is None when it
     /// was larger than the cap. `record` is the TLS record that carried
     /// its first byte (TCP only).
-    Message { msg_type: u8, body: Option<&'a [u8]>, ts: f64, record: Option<RecordInfo> },
+    Message {
+        msg_type: u8,
+        body: Option<&'a [u8]>,
+        ts: f64,
+        record: Option<RecordInfo>,
+    },
     /// An SSL 2.0 message (the first record of a direction in SSLv2 format).
-    Sslv2 { msg_type: u8, body: &'a [u8], record: RecordInfo },
+    Sslv2 {
+        msg_type: u8,
+        body: &'a [u8],
+        record: RecordInfo,
+    },
     /// A plaintext alert.
     Alert { level: u8, description: u8 },
     /// A TCP segment's acknowledgement number.

@@ -6,6 +6,7 @@
 
 use super::event::{Close, Dir, Directive, Event, Space};
 use crate::caps::MAX_RECORDS_PER_DIR;
+use crate::memory::HeapSize;
 use crate::record::{Certs, Transport};
 use crate::seq::Seq;
 use crate::tls::enums::{content_type as ct, handshake_type as ht, ProtocolVersion};
@@ -79,9 +80,9 @@ pub struct Handshake {
     pub(super) state: State,
     /// The first ClientHello, kept only when a HelloRetryRequest or a
     /// Retry brought a second.
-    pub(super) first_client_hello: Option<ClientHello>,
+    pub(super) first_client_hello: Option<Box<ClientHello>>,
     /// The latest ClientHello.
-    pub(super) client_hello: Option<ClientHello>,
+    pub(super) client_hello: Option<Box<ClientHello>>,
     pub(super) server_hello: Option<ServerHello>,
     /// When the handshake began: the ClientHello's first record (TCP), the
     /// client's first Initial (QUIC).
@@ -135,6 +136,21 @@ pub struct Handshake {
     pub(super) parse_errors: u32,
 }
 
+impl HeapSize for Handshake {
+    fn heap_size(&self) -> usize {
+        let certs = self.certs.as_ref().map_or(0, |c| {
+            c.leaf_subject.heap_size() + c.leaf_issuer.heap_size()
+        });
+        self.first_client_hello.heap_size()
+            + self.client_hello.heap_size()
+            + self.server_hello.heap_size()
+            + certs
+            + self.failure.heap_size()
+            + self.records[0].heap_size()
+            + self.records[1].heap_size()
+    }
+}
+
 impl Handshake {
     pub fn new(transport: Transport) -> Self {
         Handshake {
@@ -186,60 +202,142 @@ impl Handshake {
             (_, Server, Event::Ack { .. }) => {}
 
             // The hellos.
-            (S::Start | S::HelloRetry, Client, Event::Message { msg_type: ht::CLIENT_HELLO, body, ts, .. }) => {
+            (
+                S::Start | S::HelloRetry,
+                Client,
+                Event::Message {
+                    msg_type: ht::CLIENT_HELLO,
+                    body,
+                    ts,
+                    ..
+                },
+            ) => {
                 if let Some(ch) = body.and_then(|b| self.parsed(ClientHello::parse(b))) {
                     self.accept_client_hello(ch, ts, mem);
                 }
             }
             // A ServerHello answering a ClientHello whose body the capture
             // lost still tells the version, the suite and what was resumed.
-            (S::Start, Server, ev @ Event::Message { msg_type: ht::SERVER_HELLO, .. }) if self.started.is_some() => {
+            (
+                S::Start,
+                Server,
+                ev @ Event::Message {
+                    msg_type: ht::SERVER_HELLO,
+                    ..
+                },
+            ) if self.started.is_some() => {
                 self.client_hello_lost = true;
                 self.state = S::ClientHello;
                 return self.on(dir, ev, mem);
             }
-            (S::ClientHello, Server, Event::Message { msg_type: ht::SERVER_HELLO, body, record, .. }) => {
+            (
+                S::ClientHello,
+                Server,
+                Event::Message {
+                    msg_type: ht::SERVER_HELLO,
+                    body,
+                    record,
+                    ..
+                },
+            ) => {
                 return self.accept_server_hello(body, record, mem);
             }
-            (S::ServerHello12, Server, Event::Message { msg_type: ht::CERTIFICATE, body, .. }) => self.accept_certificate(body, mem),
-            (S::ServerHello12, Server, Event::Message { msg_type: ht::SERVER_HELLO_DONE, .. }) => self.state = S::ServerDone12,
+            (
+                S::ServerHello12,
+                Server,
+                Event::Message {
+                    msg_type: ht::CERTIFICATE,
+                    body,
+                    ..
+                },
+            ) => self.accept_certificate(body, mem),
+            (
+                S::ServerHello12,
+                Server,
+                Event::Message {
+                    msg_type: ht::SERVER_HELLO_DONE,
+                    ..
+                },
+            ) => self.state = S::ServerDone12,
             // Decrypted with a key log (TLS 1.3 over TCP, QUIC Handshake packets).
-            (S::ServerHello13 | S::Complete, Server, Event::Message { msg_type: ht::ENCRYPTED_EXTENSIONS, body, .. }) => {
+            (
+                S::ServerHello13 | S::Complete,
+                Server,
+                Event::Message {
+                    msg_type: ht::ENCRYPTED_EXTENSIONS,
+                    body,
+                    ..
+                },
+            ) => {
                 if self.early_data_accepted.is_none() {
-                    self.early_data_accepted = body.and_then(crate::tls::keylog::early_data_in_extensions);
+                    self.early_data_accepted =
+                        body.and_then(crate::tls::keylog::early_data_in_extensions);
                 }
             }
             (_, _, Event::Message { .. }) => {}
 
             // SSL 2.0: the client's next record after SERVER-HELLO
             // (CLIENT-MASTER-KEY or, resumed, CLIENT-FINISHED) completes it.
-            (S::Start, Client, Event::Sslv2 { msg_type: 1, body, record }) => {
+            (
+                S::Start,
+                Client,
+                Event::Sslv2 {
+                    msg_type: 1,
+                    body,
+                    record,
+                },
+            ) => {
                 if let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) {
                     self.started = Some(record.ts);
-                    self.client_hello = Some(ch);
+                    self.client_hello = Some(Box::new(ch));
                     self.state = S::ClientHello;
                 }
             }
-            (S::ClientHello, Server, Event::Sslv2 { msg_type: 4, body, .. }) => {
+            (
+                S::ClientHello,
+                Server,
+                Event::Sslv2 {
+                    msg_type: 4, body, ..
+                },
+            ) => {
                 self.sslv2 = true;
                 self.sslv2_session_hit = body.first().is_some_and(|&hit| hit != 0);
                 self.state = S::Sslv2ServerHello;
             }
-            (S::Sslv2ServerHello, Client, Event::Sslv2 { record, .. }) => self.complete(record.ts, Some(record)),
+            (S::Sslv2ServerHello, Client, Event::Sslv2 { record, .. }) => {
+                self.complete(record.ts, Some(record))
+            }
             (_, _, Event::Sslv2 { .. }) => {}
 
             (S::Start | S::Complete | S::Failed, _, Event::Alert { .. }) => {}
             (_, _, Event::Alert { level, description }) => {
                 if level == 2 {
-                    self.fail(format!("alert:{}", crate::tls::enums::alert_name(description)));
+                    self.fail(format!(
+                        "alert:{}",
+                        crate::tls::enums::alert_name(description)
+                    ));
                 }
             }
 
             // QUIC: the client's first 1-RTT packet proves it has the
             // server's Finished; the server's first one after that is its
             // first application data.
-            (S::ServerHello13, Client, Event::Packet { space: Space::OneRtt, ts }) => self.complete(ts, None),
-            (S::Complete, Server, Event::Packet { space: Space::OneRtt, ts }) => {
+            (
+                S::ServerHello13,
+                Client,
+                Event::Packet {
+                    space: Space::OneRtt,
+                    ts,
+                },
+            ) => self.complete(ts, None),
+            (
+                S::Complete,
+                Server,
+                Event::Packet {
+                    space: Space::OneRtt,
+                    ts,
+                },
+            ) => {
                 self.server_data.get_or_insert(ts);
             }
             (_, _, Event::Packet { .. }) => {}
@@ -282,7 +380,9 @@ impl Handshake {
             // 0-RTT data written before the client read the server's flight
             // (the ACK only says the kernel had the ServerHello): then the
             // Finished is found by its size.
-            (State::ServerHello13, Dir::Client, ct::APPLICATION_DATA) if self.acks_server_hello(&rec) => {
+            (State::ServerHello13, Dir::Client, ct::APPLICATION_DATA)
+                if self.acks_server_hello(&rec) =>
+            {
                 if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
                     self.fail("encrypted_alert".into());
                 } else if self.client_hello.as_ref().is_some_and(|ch| ch.early_data) {
@@ -292,7 +392,9 @@ impl Handshake {
                     self.complete(rec.ts, Some(rec));
                 }
             }
-            (State::ServerDone12 | State::ClientCcs12, Dir::Client, ct::APPLICATION_DATA) => self.false_start = true,
+            (State::ServerDone12 | State::ClientCcs12, Dir::Client, ct::APPLICATION_DATA) => {
+                self.false_start = true
+            }
             _ => {}
         }
     }
@@ -355,7 +457,11 @@ impl Handshake {
     /// For when the client received the server's Finished (TLS <= 1.2 full
     /// handshakes whose client sends no data).
     fn on_client_ack(&mut self, ts: f64, ack: u32) {
-        if self.client_acked_finished.is_none() && self.server_finished_end.is_some_and(|end| Seq(ack) >= Seq(end)) {
+        if self.client_acked_finished.is_none()
+            && self
+                .server_finished_end
+                .is_some_and(|end| Seq(ack) >= Seq(end))
+        {
             self.client_acked_finished = Some(ts);
         }
     }
@@ -371,8 +477,12 @@ impl Handshake {
             }
             // The client's CCS before the server's is a full handshake, even
             // when the ServerHelloDone was lost to a capture gap.
-            (State::ServerDone12 | State::ServerHello12, Dir::Client) => self.state = State::ClientCcs12,
-            (State::ClientCcs12, Dir::Server) | (State::ServerCcsResumed12, Dir::Client) => self.complete(rec.ts, Some(rec)),
+            (State::ServerDone12 | State::ServerHello12, Dir::Client) => {
+                self.state = State::ClientCcs12
+            }
+            (State::ClientCcs12, Dir::Server) | (State::ServerCcsResumed12, Dir::Client) => {
+                self.complete(rec.ts, Some(rec))
+            }
             _ => {}
         }
     }
@@ -380,18 +490,25 @@ impl Handshake {
     fn accept_client_hello(&mut self, ch: ClientHello, ts: f64, mem: &mut dyn TraceMemory) {
         // A TLS 1.3 client's legacy session ID is random (compatibility
         // mode) unless a server handed it out earlier in the trace.
-        if !ch.session_id.is_empty() && (!ch.offers_tls13() || mem.was_issued(ch.session_id.as_bytes())) {
+        if !ch.session_id.is_empty()
+            && (!ch.offers_tls13() || mem.was_issued(ch.session_id.as_bytes()))
+        {
             self.session_id_offered = true;
         }
         self.started.get_or_insert(ts);
         // Keep the first hello only when a second one (after HRR) replaces it.
-        if let Some(first) = self.client_hello.replace(ch) {
+        if let Some(first) = self.client_hello.replace(Box::new(ch)) {
             self.first_client_hello.get_or_insert(first);
         }
         self.state = State::ClientHello;
     }
 
-    fn accept_server_hello(&mut self, body: Option<&[u8]>, record: Option<RecordInfo>, mem: &mut dyn TraceMemory) -> Option<Directive> {
+    fn accept_server_hello(
+        &mut self,
+        body: Option<&[u8]>,
+        record: Option<RecordInfo>,
+        mem: &mut dyn TraceMemory,
+    ) -> Option<Directive> {
         let sh = body.and_then(|b| self.parsed(ServerHello::parse(b)))?;
         self.server_hello_end = record.map(|r| r.end);
         let mut directive = None;
@@ -415,15 +532,26 @@ impl Handshake {
         self.certs = Some(match body {
             Some(b) => match parse_certificate_list(b) {
                 Ok(list) => {
-                    let (leaf_subject, leaf_issuer) = list.first().map_or((None, None), |der| mem.leaf_names(der));
-                    Certs { count: list.len(), bytes: list.iter().map(|c| c.len()).sum(), leaf_subject, leaf_issuer }
+                    let (leaf_subject, leaf_issuer) =
+                        list.first().map_or((None, None), |der| mem.leaf_names(der));
+                    Certs {
+                        count: list.len(),
+                        bytes: list.iter().map(|c| c.len()).sum(),
+                        leaf_subject,
+                        leaf_issuer,
+                    }
                 }
                 Err(_) => {
                     self.parse_errors += 1;
                     return;
                 }
             },
-            None => Certs { count: 0, bytes: 0, leaf_subject: None, leaf_issuer: None },
+            None => Certs {
+                count: 0,
+                bytes: 0,
+                leaf_subject: None,
+                leaf_issuer: None,
+            },
         });
     }
 
@@ -471,7 +599,10 @@ impl Handshake {
         if self.sslv2 {
             return Some(ProtocolVersion::SSL2);
         }
-        self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.version())
+        self.server_hello
+            .as_ref()
+            .filter(|sh| !sh.is_hrr)
+            .map(|sh| sh.version())
     }
 
     pub fn is_tls13(&self) -> bool {
@@ -480,12 +611,15 @@ impl Handshake {
 
     /// The latest ClientHello.
     pub fn client_hello(&self) -> Option<&ClientHello> {
-        self.client_hello.as_ref()
+        self.client_hello.as_deref()
     }
 
     /// The negotiated suite's code point (not a HelloRetryRequest's).
     pub fn cipher_suite(&self) -> Option<u16> {
-        self.server_hello.as_ref().filter(|sh| !sh.is_hrr).map(|sh| sh.cipher_suite)
+        self.server_hello
+            .as_ref()
+            .filter(|sh| !sh.is_hrr)
+            .map(|sh| sh.cipher_suite)
     }
 
     /// The connection hit the per-direction record cap.
@@ -504,7 +638,10 @@ impl Handshake {
     /// adds 1 byte of inner content type and the AEAD tag (RFC 8446 §4.5,
     /// §4.4.4, §5.2).
     pub(super) fn eoed_and_finished_lens(&self) -> Option<(u16, u16)> {
-        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr && sh.version().is_tls13())?;
+        let sh = self
+            .server_hello
+            .as_ref()
+            .filter(|sh| !sh.is_hrr && sh.version().is_tls13())?;
         let suite = crate::tls::suites::Tls13Suite::get(sh.cipher_suite)?;
         let (hash, tag) = (suite.hash_len as u16, suite.tag_len()? as u16);
         Some((4 + 1 + tag, 4 + hash + 1 + tag))

@@ -32,6 +32,8 @@ pub struct TransportView {
     pub bytes: HandshakeBytes,
     /// What limited the transport's view (gaps, losses, decryption).
     pub notes: Vec<&'static str>,
+    /// The original client a PROXY protocol header named.
+    pub proxied_client: Option<Endpoint>,
 }
 
 impl Handshake {
@@ -62,7 +64,7 @@ impl Handshake {
         }
         notes.sort_unstable();
         notes.dedup();
-        let ch = self.client_hello.as_ref();
+        let ch = self.client_hello.as_deref();
         ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
@@ -74,7 +76,9 @@ impl Handshake {
             alpn: ch.map(|c| c.alpn.clone()).unwrap_or_default(),
             handshake: self.kind(),
             offered: self.offered(),
-            resumption: self.resumption().filter(|_| self.state() == super::machine::State::Complete),
+            resumption: self
+                .resumption()
+                .filter(|_| self.state() == super::machine::State::Complete),
             early_data: self.early_data(),
             hrr: self.hrr,
             retry: self.retry,
@@ -83,6 +87,7 @@ impl Handshake {
             certs: self.certs.clone(),
             failure: self.failure.clone(),
             notes,
+            proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
         }
     }
 }

@@ -30,18 +30,35 @@ impl Handshake {
         }
         // RFC 5077 §3.4: a server accepting a ticket echoes the client's
         // session ID, so a non-empty ticket wins over the echoed ID.
-        let ticket = self.client_hello.as_ref().and_then(|ch| ch.session_ticket_len).unwrap_or(0) > 0;
-        Some(if ticket { Resumption::Ticket } else { Resumption::SessionId })
+        let ticket = self
+            .client_hello
+            .as_ref()
+            .and_then(|ch| ch.session_ticket_len)
+            .unwrap_or(0)
+            > 0;
+        Some(if ticket {
+            Resumption::Ticket
+        } else {
+            Resumption::SessionId
+        })
     }
 
     /// Resumption methods the client offered (over both ClientHellos).
     pub fn offered(&self) -> Vec<Resumption> {
-        let hellos = [self.first_client_hello.as_ref(), self.client_hello.as_ref()];
+        let hellos = [
+            self.first_client_hello.as_deref(),
+            self.client_hello.as_deref(),
+        ];
         let mut out = Vec::new();
         if self.session_id_offered || self.resumption() == Some(Resumption::SessionId) {
             out.push(Resumption::SessionId);
         }
-        if hellos.iter().flatten().any(|ch| ch.session_ticket_len.unwrap_or(0) > 0) || self.resumption() == Some(Resumption::Ticket) {
+        if hellos
+            .iter()
+            .flatten()
+            .any(|ch| ch.session_ticket_len.unwrap_or(0) > 0)
+            || self.resumption() == Some(Resumption::Ticket)
+        {
             out.push(Resumption::Ticket);
         }
         if hellos.iter().flatten().any(|ch| ch.psk.is_some()) {
@@ -51,7 +68,10 @@ impl Handshake {
     }
 
     pub fn early_data(&self) -> EarlyData {
-        let first = self.first_client_hello.as_ref().or(self.client_hello.as_ref());
+        let first = self
+            .first_client_hello
+            .as_deref()
+            .or(self.client_hello.as_deref());
         if !first.is_some_and(|ch| ch.early_data) {
             return EarlyData::None;
         }
@@ -59,7 +79,9 @@ impl Handshake {
             return EarlyData::Rejected; // RFC 8446 §4.2.10: HRR rejects 0-RTT.
         }
         match self.server_hello.as_ref() {
-            Some(sh) if !sh.version().is_tls13() || sh.psk_selected.is_none() => EarlyData::Rejected,
+            Some(sh) if !sh.version().is_tls13() || sh.psk_selected.is_none() => {
+                EarlyData::Rejected
+            }
             // PSK accepted: whether early data was too is in the encrypted
             // EncryptedExtensions, readable only with a key log -- or shown
             // by the client's EndOfEarlyData (heuristic eoed_before_finished).
@@ -109,7 +131,11 @@ impl Handshake {
         let took = self.base_round_trips()?;
         // What the resumed handshake would have taken: TLS 1.2 one round
         // trip, TLS 1.3 one, or none with early data (if the client offered it).
-        let resumed = if self.is_tls13() && self.early_data() != EarlyData::None { 0 } else { 1 };
+        let resumed = if self.is_tls13() && self.early_data() != EarlyData::None {
+            0
+        } else {
+            1
+        };
         Some(took.saturating_sub(resumed))
     }
 

@@ -7,15 +7,31 @@ use crate::tls::enums::{content_type as ct, handshake_type as ht};
 use crate::tls::record::RecordInfo;
 
 fn record(hs: &mut Handshake, dir: Dir, r: RecordInfo) {
-hs.on(dir, Event::Record(r), &mut NoMemory);
+    hs.on(dir, Event::Record(r), &mut NoMemory);
 }
 
 fn message(hs: &mut Handshake, dir: Dir, msg_type: u8, body: &[u8], r: RecordInfo) {
-hs.on(dir, Event::Message { msg_type, body: Some(body), ts: r.ts, record: Some(r) }, &mut NoMemory);
+    hs.on(
+        dir,
+        Event::Message {
+            msg_type,
+            body: Some(body),
+            ts: r.ts,
+            record: Some(r),
+        },
+        &mut NoMemory,
+    );
 }
 
 fn rec(ts: f64, content_type: u8, seq: u32, len: u16, ack: u32) -> RecordInfo {
-    RecordInfo { ts, content_type, len, seq, end: seq + 5 + len as u32, ack: Some(ack) }
+    RecordInfo {
+        ts,
+        content_type,
+        len,
+        seq,
+        end: seq + 5 + len as u32,
+        ack: Some(ack),
+    }
 }
 
 /// A TLS 1.2-only ClientHello with an empty session ID and no extensions.
@@ -45,11 +61,23 @@ fn full12(false_start: bool) -> Handshake {
     record(&mut hs, s, sh);
     message(&mut hs, s, ht::SERVER_HELLO, &server_hello12(), sh);
     message(&mut hs, s, ht::SERVER_HELLO_DONE, &[], sh);
-    record(&mut hs, c, rec(0.2, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sh.end));
+    record(
+        &mut hs,
+        c,
+        rec(0.2, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sh.end),
+    );
     if false_start {
-        record(&mut hs, c, rec(0.2, ct::APPLICATION_DATA, ch.end + 6, 100, sh.end));
+        record(
+            &mut hs,
+            c,
+            rec(0.2, ct::APPLICATION_DATA, ch.end + 6, 100, sh.end),
+        );
     }
-    record(&mut hs, s, rec(0.3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end + 200));
+    record(
+        &mut hs,
+        s,
+        rec(0.3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end + 200),
+    );
     hs
 }
 
@@ -81,12 +109,15 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
     let (c, s) = (Dir::Client, Dir::Server);
     let ch = rec(0.0, ct::HANDSHAKE, 1000, 578, 5000);
     record(&mut hs, c, ch);
-    hs.client_hello = Some(ClientHello {
+    hs.client_hello = Some(Box::new(ClientHello {
         supported_versions: vec![0x0304],
-        psk: Some(PskOffer { identities: 1, first_identity_len: 192 }),
+        psk: Some(PskOffer {
+            identities: 1,
+            first_identity_len: 192,
+        }),
         early_data: true,
         ..Default::default()
-    });
+    }));
     hs.state = State::ClientHello;
     let early = rec(0.0, ct::APPLICATION_DATA, ch.end, 54, 5000);
     record(&mut hs, c, early);
@@ -101,7 +132,11 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
     });
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
-    record(&mut hs, s, rec(0.1, ct::CHANGE_CIPHER_SPEC, sh.end, 1, early.end));
+    record(
+        &mut hs,
+        s,
+        rec(0.1, ct::CHANGE_CIPHER_SPEC, sh.end, 1, early.end),
+    );
     let ee = rec(0.1, ct::APPLICATION_DATA, sh.end + 6, 46, early.end);
     let fin = rec(0.1, ct::APPLICATION_DATA, ee.end, 69, early.end);
     let response = rec(0.1002, ct::APPLICATION_DATA, fin.end, 162, early.end);
@@ -146,7 +181,12 @@ fn zero_rtt_ttfb_was_null() {
 fn early_data_without_end_of_early_data_stays_attempted() {
     // Rejected (only a Finished), a record that is no EndOfEarlyData, or
     // one not followed by a Finished-sized record.
-    for tail in [&[(69, false)][..], &[(22, false), (69, true)], &[(21, false), (53, true)], &[(21, false), (300, false), (69, false)]] {
+    for tail in [
+        &[(69, false)][..],
+        &[(22, false), (69, true)],
+        &[(21, false), (53, true)],
+        &[(21, false), (300, false), (69, false)],
+    ] {
         let hs = resumed13_early(tail);
         assert_eq!(hs.early_data(), EarlyData::Attempted, "{tail:?}");
         assert_eq!(hs.round_trips(), None);
@@ -167,7 +207,11 @@ fn late_zero_rtt_data_is_not_the_finished() {
     ] {
         let hs = resumed13_early(tail);
         assert_eq!(hs.kind(), HandshakeKind::Resumed, "{tail:?}");
-        let want = if accepted { EarlyData::Accepted } else { EarlyData::Attempted };
+        let want = if accepted {
+            EarlyData::Accepted
+        } else {
+            EarlyData::Attempted
+        };
         assert_eq!(hs.early_data(), want, "{tail:?}");
         let fin = hs.completed_by.unwrap();
         assert_eq!(fin.len, 69, "{tail:?}: completed by the Finished");
@@ -181,12 +225,57 @@ fn late_zero_rtt_data_is_not_the_finished() {
     let mut hs = resumed13_early(&[(566, false), (120, false)]);
     assert_eq!(hs.kind(), HandshakeKind::Incomplete);
     hs.on(Dir::Client, Event::Close(Close::Fin), &mut NoMemory);
-    assert_eq!((hs.kind(), hs.completed_by.map(|r| r.len)), (HandshakeKind::Resumed, Some(566)));
+    assert_eq!(
+        (hs.kind(), hs.completed_by.map(|r| r.len)),
+        (HandshakeKind::Resumed, Some(566))
+    );
     assert_eq!(hs.early_data(), EarlyData::Attempted);
     // gnutls-cli sent its EndOfEarlyData, never its Finished, and was
     // reset: nothing that could be a Finished, so the handshake failed.
     let mut hs = resumed13_early(&[(21, false)]);
     hs.on(Dir::Client, Event::Close(Close::Reset), &mut NoMemory);
-    assert_eq!((hs.kind(), hs.failure.as_deref()), (HandshakeKind::Failed, Some("reset")));
+    assert_eq!(
+        (hs.kind(), hs.failure.as_deref()),
+        (HandshakeKind::Failed, Some("reset"))
+    );
 }
 
+/// Regression (issue 13): a server answering in a TLS 1.3 experiment
+/// version (0x7e02) echoes the client's compatibility-mode session ID; that
+/// echo was read as TLS 1.2 session-ID resumption.
+#[test]
+fn experiment_versions_have_tls13_semantics() {
+    for version in [0x7e02u16, 0x7f17, 0xfb17, 0x0304] {
+        let sv = version.to_be_bytes();
+        let mut ch = vec![3, 3];
+        ch.extend([7; 32]);
+        ch.push(32);
+        ch.extend([5; 32]);
+        ch.extend([0, 2, 0x13, 0x01, 1, 0]);
+        let exts = [0, 0x2b, 0, 3, 2, sv[0], sv[1]];
+        ch.extend((exts.len() as u16).to_be_bytes());
+        ch.extend(exts);
+        let mut sh = vec![3, 3];
+        sh.extend([9; 32]);
+        sh.push(32);
+        sh.extend([5; 32]);
+        sh.extend([0x13, 0x01, 0]);
+        let exts = [0, 0x2b, 0, 2, sv[0], sv[1]];
+        sh.extend((exts.len() as u16).to_be_bytes());
+        sh.extend(exts);
+        let mut hs = Handshake::new(Transport::Tcp);
+        let chr = rec(0.0, ct::HANDSHAKE, 1000, ch.len() as u16 + 4, 5000);
+        record(&mut hs, Dir::Client, chr);
+        message(&mut hs, Dir::Client, ht::CLIENT_HELLO, &ch, chr);
+        let shr = rec(0.1, ct::HANDSHAKE, 5000, sh.len() as u16 + 4, chr.end);
+        record(&mut hs, Dir::Server, shr);
+        message(&mut hs, Dir::Server, ht::SERVER_HELLO, &sh, shr);
+        record(
+            &mut hs,
+            Dir::Server,
+            rec(0.1, ct::CHANGE_CIPHER_SPEC, shr.end, 1, chr.end),
+        );
+        assert_eq!(hs.resumption(), None, "{version:#06x}");
+        assert!(hs.is_tls13(), "{version:#06x}");
+    }
+}

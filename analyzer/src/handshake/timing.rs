@@ -36,7 +36,10 @@ impl Handshake {
         }
         // The client's first application data, or — for a client that sends
         // none — its acknowledgement of the server's Finished, whichever came first.
-        let data = self.records[Dir::Client as usize].iter().find(is_data).map(|r| r.ts);
+        let data = self.records[Dir::Client as usize]
+            .iter()
+            .find(is_data)
+            .map(|r| r.ts);
         match (data, self.client_acked_finished) {
             (Some(d), Some(a)) => Some(d.min(a)),
             (d, a) => d.or(a),
@@ -54,15 +57,22 @@ impl Handshake {
         }
         let mut server = self.records[Dir::Server as usize].iter().filter(is_data);
         if !self.is_tls13() {
-            return server.next().filter(|_| self.state == State::Complete && !self.sslv2).map(|r| r.ts);
+            return server
+                .next()
+                .filter(|_| self.state == State::Complete && !self.sslv2)
+                .map(|r| r.ts);
         }
-        let fin = self.completed_by.filter(|_| self.state == State::Complete)?;
+        let fin = self
+            .completed_by
+            .filter(|_| self.state == State::Complete)?;
         if self.early_data() == EarlyData::Accepted {
             if let Some(r) = self.half_rtt_data() {
                 return Some(r.ts);
             }
         }
-        let request = self.records[Dir::Client as usize].iter().find(|r| is_data(r) && Seq(r.seq) >= Seq(fin.end));
+        let request = self.records[Dir::Client as usize]
+            .iter()
+            .find(|r| is_data(r) && Seq(r.seq) >= Seq(fin.end));
         let threshold = request.map_or(fin.end, |r| r.end);
         server.find(|r| acked(r, threshold)).map(|r| r.ts)
     }
@@ -120,7 +130,9 @@ impl Handshake {
                     && self.first_server_data().is_some()
                     && (self.is_tls13()
                         || self.abbreviated
-                        || self.records[Dir::Client as usize].iter().any(|r| is_data(&r))
+                        || self.records[Dir::Client as usize]
+                            .iter()
+                            .any(|r| is_data(&r))
                         || self.client_acked_finished.is_some())
             }
             _ => false,
@@ -139,7 +151,10 @@ impl Handshake {
             handshake: since_start(self.handshake_end()),
             ttfb: since_start(self.first_server_data()),
             round_trips: self.round_trips(),
-            avoidable: self.avoidable_round_trips().zip(rtt).map(|(n, rtt)| ms(f64::from(n) * rtt)),
+            avoidable: self
+                .avoidable_round_trips()
+                .zip(rtt)
+                .map(|(n, rtt)| ms(f64::from(n) * rtt)),
         }
     }
 
@@ -152,9 +167,17 @@ impl Handshake {
     /// before it is not handshake).
     pub fn record_bytes(&self) -> HandshakeBytes {
         let size = |r: &RecordInfo| 5 + u64::from(r.len);
-        let before_data = |log: &[RecordInfo]| -> u64 { log.iter().take_while(|r| r.content_type != ct::APPLICATION_DATA).map(size).sum() };
+        let before_data = |log: &[RecordInfo]| -> u64 {
+            log.iter()
+                .take_while(|r| r.content_type != ct::APPLICATION_DATA)
+                .map(size)
+                .sum()
+        };
         let [client, server] = &self.records;
-        let mut out = HandshakeBytes { client_handshake: before_data(client), server_handshake: before_data(server) };
+        let mut out = HandshakeBytes {
+            client_handshake: before_data(client),
+            server_handshake: before_data(server),
+        };
         if self.is_tls13() {
             let fin = self.completed_by;
             let start = self.client_flight_start;
@@ -165,7 +188,12 @@ impl Handshake {
                 .filter(|r| fin.is_some_and(|f| Seq(r.seq) <= Seq(f.seq)))
                 .map(size)
                 .sum::<u64>();
-            out.server_handshake += server.iter().filter(is_data).filter(|r| fin.is_none_or(|f| !acked(r, f.end))).map(size).sum::<u64>();
+            out.server_handshake += server
+                .iter()
+                .filter(is_data)
+                .filter(|r| fin.is_none_or(|f| !acked(r, f.end)))
+                .map(size)
+                .sum::<u64>();
         }
         out
     }

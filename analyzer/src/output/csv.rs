@@ -4,10 +4,33 @@ use std::io::Write;
 use crate::record::{ConnectionRecord, TimingValue};
 
 /// Columns before the timing fields, and after them.
-const BEFORE_TIMING: [&str; 14] =
-    ["ts", "transport", "client", "server", "sni", "version", "cipher", "alpn", "handshake", "offered", "resumption", "early_data", "hrr", "retry"];
-const AFTER_TIMING: [&str; 8] =
-    ["client_handshake_bytes", "server_handshake_bytes", "cert_count", "cert_bytes", "leaf_subject", "leaf_issuer", "failure", "notes"];
+const BEFORE_TIMING: [&str; 14] = [
+    "ts",
+    "transport",
+    "client",
+    "server",
+    "sni",
+    "version",
+    "cipher",
+    "alpn",
+    "handshake",
+    "offered",
+    "resumption",
+    "early_data",
+    "hrr",
+    "retry",
+];
+const AFTER_TIMING: [&str; 9] = [
+    "client_handshake_bytes",
+    "server_handshake_bytes",
+    "cert_count",
+    "cert_bytes",
+    "leaf_subject",
+    "leaf_issuer",
+    "failure",
+    "notes",
+    "proxied_client",
+];
 
 /// The header row: timing columns come from [`Timing::each`](crate::record::Timing::each)
 /// (`<name>_ms` for milliseconds).
@@ -50,7 +73,11 @@ impl<W: Write> CsvWriter<W> {
             opt(&r.cipher),
             r.alpn.join(";"),
             r.handshake.as_str().into(),
-            r.offered.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(";"),
+            r.offered
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(";"),
             opt(&r.resumption.map(|m| m.as_str())),
             r.early_data.as_str().into(),
             r.hrr.to_string(),
@@ -71,6 +98,7 @@ impl<W: Write> CsvWriter<W> {
             opt(&certs.and_then(|c| c.leaf_issuer.clone())),
             opt(&r.failure),
             r.notes.join(";"),
+            opt(&r.proxied_client),
         ]);
         self.w.write_record(row)
     }

@@ -8,10 +8,15 @@ use std::fmt::Write;
 
 use crate::aggregate::{Aggregate, Histogram, Summary};
 
-const COLORS: [&str; 6] = ["#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759", "#bab0ac"];
+const COLORS: [&str; 6] = [
+    "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759", "#bab0ac",
+];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -24,20 +29,36 @@ fn cell(metric: &str, value: &str) -> String {
 }
 
 /// Horizontal stacked bars: one row per label, one segment per series.
-fn stacked_bars(id: &str, title: &str, series: &[&str], rows: &[(String, Vec<f64>)], unit: &str) -> String {
+fn stacked_bars(
+    id: &str,
+    title: &str,
+    series: &[&str],
+    rows: &[(String, Vec<f64>)],
+    unit: &str,
+) -> String {
     let row_h = 22.0;
     let left = 220.0;
     let width = 900.0;
     let plot_w = width - left - 80.0;
     let height = 40.0 + row_h * rows.len().max(1) as f64 + 30.0;
-    let max = rows.iter().map(|(_, v)| v.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9);
+    let max = rows
+        .iter()
+        .map(|(_, v)| v.iter().sum::<f64>())
+        .fold(0.0, f64::max)
+        .max(1e-9);
     let mut svg = format!(
         "<figure><figcaption>{}</figcaption><svg id=\"{id}\" class=\"chart\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" role=\"img\">",
         esc(title)
     );
     for (i, (label, values)) in rows.iter().enumerate() {
         let y = 30.0 + i as f64 * row_h;
-        let _ = write!(svg, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"label\">{}</text>", left - 8.0, y + 14.0, esc(label));
+        let _ = write!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"label\">{}</text>",
+            left - 8.0,
+            y + 14.0,
+            esc(label)
+        );
         let mut x = left;
         for (j, v) in values.iter().enumerate() {
             let w = v / max * plot_w;
@@ -55,7 +76,13 @@ fn stacked_bars(id: &str, title: &str, series: &[&str], rows: &[(String, Vec<f64
             x += w;
         }
         let total: f64 = values.iter().sum();
-        let _ = write!(svg, "<text x=\"{:.1}\" y=\"{}\" class=\"value\">{}</text>", x + 4.0, y + 14.0, trim(total));
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" class=\"value\">{}</text>",
+            x + 4.0,
+            y + 14.0,
+            trim(total)
+        );
     }
     let mut lx = left;
     for (j, s) in series.iter().enumerate() {
@@ -83,20 +110,37 @@ fn trim(v: f64) -> String {
 /// Cumulative distribution lines of histograms (log-scaled milliseconds).
 fn cdf(id: &str, title: &str, lines: &[(&str, &Histogram)]) -> String {
     let (width, height, left, bottom) = (900.0, 300.0, 60.0, 40.0);
-    let lo = lines.iter().filter_map(|(_, h)| h.buckets().next().map(|b| b.0)).fold(f64::MAX, f64::min);
-    let hi = lines.iter().filter_map(|(_, h)| h.buckets().last().map(|b| b.0)).fold(0.0, f64::max);
+    let lo = lines
+        .iter()
+        .filter_map(|(_, h)| h.buckets().next().map(|b| b.0))
+        .fold(f64::MAX, f64::min);
+    let hi = lines
+        .iter()
+        .filter_map(|(_, h)| h.buckets().last().map(|b| b.0))
+        .fold(0.0, f64::max);
     let mut svg = format!(
         "<figure><figcaption>{}</figcaption><svg id=\"{id}\" class=\"chart\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" role=\"img\">",
         esc(title)
     );
     let (plot_w, plot_h) = (width - left - 20.0, height - bottom - 20.0);
-    let _ = write!(svg, "<rect x=\"{left}\" y=\"20\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/>");
+    let _ = write!(
+        svg,
+        "<rect x=\"{left}\" y=\"20\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/>"
+    );
     if hi <= 0.0 || lo == f64::MAX {
-        let _ = write!(svg, "<text x=\"{}\" y=\"{}\" class=\"label\">no data</text>", left + 10.0, height / 2.0);
+        let _ = write!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" class=\"label\">no data</text>",
+            left + 10.0,
+            height / 2.0
+        );
         svg.push_str("</svg></figure>");
         return svg;
     }
-    let (llo, lhi) = ((lo * 0.9).log10(), (hi * 1.1).log10().max((lo * 0.9).log10() + 0.1));
+    let (llo, lhi) = (
+        (lo * 0.9).log10(),
+        (hi * 1.1).log10().max((lo * 0.9).log10() + 0.1),
+    );
     let x_of = |v: f64| left + (v.log10() - llo) / (lhi - llo) * plot_w;
     for exp in (llo.floor() as i32)..=(lhi.ceil() as i32) {
         let v = 10f64.powi(exp);
@@ -124,7 +168,10 @@ fn cdf(id: &str, title: &str, lines: &[(&str, &Histogram)]) -> String {
             let _ = write!(pts, " {:.1},{:.1}", x_of(edge), y);
         }
         let color = COLORS[j % COLORS.len()];
-        let _ = write!(svg, "<polyline points=\"{pts}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>");
+        let _ = write!(
+            svg,
+            "<polyline points=\"{pts}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>"
+        );
         let _ = write!(
             svg,
             "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\" class=\"legend\">{} (n={})</text>",
@@ -158,9 +205,20 @@ fn summary_row(name: &str, a: &Aggregate) -> String {
     ] {
         row.push_str(&cell(&k(m), &v.to_string()));
     }
-    row.push_str(&cell(&k("resumption_rate"), &a.resumption_rate().map(|r| format!("{:.1}%", r * 100.0)).unwrap_or("-".into())));
-    row.push_str(&cell(&k("handshake_full_p50_ms"), &ms(a.handshake_full_ms.quantile(0.5))));
-    row.push_str(&cell(&k("handshake_resumed_p50_ms"), &ms(a.handshake_resumed_ms.quantile(0.5))));
+    row.push_str(&cell(
+        &k("resumption_rate"),
+        &a.resumption_rate()
+            .map(|r| format!("{:.1}%", r * 100.0))
+            .unwrap_or("-".into()),
+    ));
+    row.push_str(&cell(
+        &k("handshake_full_p50_ms"),
+        &ms(a.handshake_full_ms.quantile(0.5)),
+    ));
+    row.push_str(&cell(
+        &k("handshake_resumed_p50_ms"),
+        &ms(a.handshake_resumed_ms.quantile(0.5)),
+    ));
     row.push_str(&cell(&k("ttfb_p50_ms"), &ms(a.ttfb_ms.quantile(0.5))));
     row.push_str(&cell(&k("avoidable_ms"), &format!("{:.1}", a.avoidable_ms)));
     row.push_str("</tr>");
@@ -177,7 +235,8 @@ th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}
 /// Renders the whole report.
 pub fn render(summary: &Summary, title: &str, top: usize) -> String {
     let (names, rest) = summary.top(top);
-    let mut rows: Vec<(String, &Aggregate)> = names.iter().map(|(n, a)| (n.to_string(), *a)).collect();
+    let mut rows: Vec<(String, &Aggregate)> =
+        names.iter().map(|(n, a)| (n.to_string(), *a)).collect();
     let rest_holder;
     if let Some(r) = rest {
         rest_holder = r;
@@ -210,28 +269,78 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
     let kinds: Vec<(String, Vec<f64>)> = rows
         .iter()
         .map(|(n, a)| {
-            (n.clone(), vec![a.full as f64, a.resumed_session_id as f64, a.resumed_ticket as f64, a.resumed_psk as f64, a.failed as f64, a.incomplete as f64])
+            (
+                n.clone(),
+                vec![
+                    a.full as f64,
+                    a.resumed_session_id as f64,
+                    a.resumed_ticket as f64,
+                    a.resumed_psk as f64,
+                    a.failed as f64,
+                    a.incomplete as f64,
+                ],
+            )
         })
         .collect();
-    h.push_str(&stacked_bars("kinds", "Handshakes by kind", &["full", "resumed: session ID", "resumed: ticket", "resumed: PSK", "failed", "incomplete"], &kinds, "connections"));
-    let offers: Vec<(String, Vec<f64>)> = rows.iter().map(|(n, a)| (n.clone(), vec![a.resumed() as f64, a.declined as f64])).collect();
-    h.push_str(&stacked_bars("offers", "Resumption offers: accepted vs declined", &["accepted", "declined"], &offers, "offers"));
+    h.push_str(&stacked_bars(
+        "kinds",
+        "Handshakes by kind",
+        &[
+            "full",
+            "resumed: session ID",
+            "resumed: ticket",
+            "resumed: PSK",
+            "failed",
+            "incomplete",
+        ],
+        &kinds,
+        "connections",
+    ));
+    let offers: Vec<(String, Vec<f64>)> = rows
+        .iter()
+        .map(|(n, a)| (n.clone(), vec![a.resumed() as f64, a.declined as f64]))
+        .collect();
+    h.push_str(&stacked_bars(
+        "offers",
+        "Resumption offers: accepted vs declined",
+        &["accepted", "declined"],
+        &offers,
+        "offers",
+    ));
     let early: Vec<(String, Vec<f64>)> = rows
         .iter()
-        .map(|(n, a)| (n.clone(), vec![a.early_attempted as f64, a.early_accepted as f64, a.early_rejected as f64]))
-        .collect();
-    h.push_str(&stacked_bars("early-data", "0-RTT: attempted (outcome encrypted), accepted, rejected", &["attempted", "accepted", "rejected"], &early, "connections"));
-
-    h.push_str("<h2>What handshakes cost</h2>");
-    let waterfall: Vec<(String, Vec<f64>)> = [("full", &t.handshake_full_ms, &t.ttfb_full_ms), ("resumed", &t.handshake_resumed_ms, &t.ttfb_resumed_ms)]
-        .iter()
-        .map(|(kind, hs, ttfb)| {
-            let rtt = t.tcp_rtt_ms.quantile(0.5).unwrap_or(0.0);
-            let hs50 = hs.quantile(0.5).unwrap_or(0.0);
-            let tt50 = ttfb.quantile(0.5).unwrap_or(0.0);
-            (kind.to_string(), vec![rtt, hs50, (tt50 - hs50).max(0.0)])
+        .map(|(n, a)| {
+            (
+                n.clone(),
+                vec![
+                    a.early_attempted as f64,
+                    a.early_accepted as f64,
+                    a.early_rejected as f64,
+                ],
+            )
         })
         .collect();
+    h.push_str(&stacked_bars(
+        "early-data",
+        "0-RTT: attempted (outcome encrypted), accepted, rejected",
+        &["attempted", "accepted", "rejected"],
+        &early,
+        "connections",
+    ));
+
+    h.push_str("<h2>What handshakes cost</h2>");
+    let waterfall: Vec<(String, Vec<f64>)> = [
+        ("full", &t.handshake_full_ms, &t.ttfb_full_ms),
+        ("resumed", &t.handshake_resumed_ms, &t.ttfb_resumed_ms),
+    ]
+    .iter()
+    .map(|(kind, hs, ttfb)| {
+        let rtt = t.tcp_rtt_ms.quantile(0.5).unwrap_or(0.0);
+        let hs50 = hs.quantile(0.5).unwrap_or(0.0);
+        let tt50 = ttfb.quantile(0.5).unwrap_or(0.0);
+        (kind.to_string(), vec![rtt, hs50, (tt50 - hs50).max(0.0)])
+    })
+    .collect();
     h.push_str(&stacked_bars(
         "waterfall",
         "Median time line by kind, as curl reports it: TCP connect, TLS handshake, then to first byte (ms)",
@@ -239,10 +348,31 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
         &waterfall,
         "ms",
     ));
-    h.push_str(&cdf("handshake-cdf", "Handshake time, cumulative share of connections", &[("full", &t.handshake_full_ms), ("resumed", &t.handshake_resumed_ms)]));
-    h.push_str(&cdf("ttfb-cdf", "Time to first byte, cumulative share of connections", &[("full", &t.ttfb_full_ms), ("resumed", &t.ttfb_resumed_ms)]));
-    let rt: Vec<(String, Vec<f64>)> = ["0", "1", "2", "3", "4+"].iter().zip(t.round_trips).map(|(l, c)| (format!("{l} round trips"), vec![c as f64])).collect();
-    h.push_str(&stacked_bars("round-trips", "Handshake round trips before the client could send data", &["connections"], &rt, "connections"));
+    h.push_str(&cdf(
+        "handshake-cdf",
+        "Handshake time, cumulative share of connections",
+        &[
+            ("full", &t.handshake_full_ms),
+            ("resumed", &t.handshake_resumed_ms),
+        ],
+    ));
+    h.push_str(&cdf(
+        "ttfb-cdf",
+        "Time to first byte, cumulative share of connections",
+        &[("full", &t.ttfb_full_ms), ("resumed", &t.ttfb_resumed_ms)],
+    ));
+    let rt: Vec<(String, Vec<f64>)> = ["0", "1", "2", "3", "4+"]
+        .iter()
+        .zip(t.round_trips)
+        .map(|(l, c)| (format!("{l} round trips"), vec![c as f64]))
+        .collect();
+    h.push_str(&stacked_bars(
+        "round-trips",
+        "Handshake round trips before the client could send data",
+        &["connections"],
+        &rt,
+        "connections",
+    ));
     h.push_str("<table id=\"round-trips-table\"><tr>");
     for (i, c) in t.round_trips.iter().enumerate() {
         h.push_str(&cell(&format!("total/round_trips_{i}"), &c.to_string()));
@@ -250,8 +380,18 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
     h.push_str("</tr></table>");
 
     h.push_str("<h2>Avoidable latency</h2><p>Full handshakes whose client offered resumption: the round trips a resumed handshake would have saved, times the measured RTT.</p>");
-    let avoid: Vec<(String, Vec<f64>)> = rows.iter().filter(|(_, a)| a.avoidable_ms > 0.0).map(|(n, a)| (n.clone(), vec![a.avoidable_ms])).collect();
-    h.push_str(&stacked_bars("avoidable", "Avoidable handshake time by server name (ms)", &["avoidable ms"], &avoid, "ms"));
+    let avoid: Vec<(String, Vec<f64>)> = rows
+        .iter()
+        .filter(|(_, a)| a.avoidable_ms > 0.0)
+        .map(|(n, a)| (n.clone(), vec![a.avoidable_ms]))
+        .collect();
+    h.push_str(&stacked_bars(
+        "avoidable",
+        "Avoidable handshake time by server name (ms)",
+        &["avoidable ms"],
+        &avoid,
+        "ms",
+    ));
 
     h.push_str("<h2>Busiest servers</h2><table id=\"busiest\"><thead><tr><th>server name</th><th>conns</th><th>resumed</th><th>hs full p50</th></tr></thead><tbody>");
     for (n, a) in rows.iter().take(10) {
@@ -259,22 +399,45 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
             h,
             "<tr><th>{}</th>{}{}{}</tr>",
             esc(n),
-            cell(&format!("busiest/{n}/connections"), &a.connections.to_string()),
+            cell(
+                &format!("busiest/{n}/connections"),
+                &a.connections.to_string()
+            ),
             cell(&format!("busiest/{n}/resumed"), &a.resumed().to_string()),
-            cell(&format!("busiest/{n}/handshake_full_p50_ms"), &ms(a.handshake_full_ms.quantile(0.5)))
+            cell(
+                &format!("busiest/{n}/handshake_full_p50_ms"),
+                &ms(a.handshake_full_ms.quantile(0.5))
+            )
         );
     }
     h.push_str("</tbody></table><h2>Slowest servers (median full handshake)</h2><table id=\"slowest\"><thead><tr><th>server name</th><th>hs full p50</th><th>hs full p90</th><th>conns</th></tr></thead><tbody>");
-    let mut slow: Vec<&(String, &Aggregate)> = rows.iter().filter(|(_, a)| a.handshake_full_ms.count() > 0).collect();
-    slow.sort_by(|a, b| b.1.handshake_full_ms.quantile(0.5).partial_cmp(&a.1.handshake_full_ms.quantile(0.5)).unwrap_or(std::cmp::Ordering::Equal));
+    let mut slow: Vec<&(String, &Aggregate)> = rows
+        .iter()
+        .filter(|(_, a)| a.handshake_full_ms.count() > 0)
+        .collect();
+    slow.sort_by(|a, b| {
+        b.1.handshake_full_ms
+            .quantile(0.5)
+            .partial_cmp(&a.1.handshake_full_ms.quantile(0.5))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     for (n, a) in slow.iter().take(10) {
         let _ = write!(
             h,
             "<tr><th>{}</th>{}{}{}</tr>",
             esc(n),
-            cell(&format!("slowest/{n}/handshake_full_p50_ms"), &ms(a.handshake_full_ms.quantile(0.5))),
-            cell(&format!("slowest/{n}/handshake_full_p90_ms"), &ms(a.handshake_full_ms.quantile(0.9))),
-            cell(&format!("slowest/{n}/connections"), &a.connections.to_string())
+            cell(
+                &format!("slowest/{n}/handshake_full_p50_ms"),
+                &ms(a.handshake_full_ms.quantile(0.5))
+            ),
+            cell(
+                &format!("slowest/{n}/handshake_full_p90_ms"),
+                &ms(a.handshake_full_ms.quantile(0.9))
+            ),
+            cell(
+                &format!("slowest/{n}/connections"),
+                &a.connections.to_string()
+            )
         );
     }
     h.push_str("</tbody></table><p class=\"note\">Generated by tlsrum from passive observation; timings are at the capture point.</p></body></html>\n");

@@ -33,7 +33,14 @@ fn str_(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(&bytes[start..i]);
         if esc.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]);
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xf) as usize],
+            ]);
         } else {
             out.extend_from_slice(esc);
         }
@@ -125,8 +132,16 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     out.push(b',');
     key(out, "early_data");
     str_(out, r.early_data.as_str());
-    out.extend_from_slice(if r.hrr { b",\"hrr\":true" } else { b",\"hrr\":false" });
-    out.extend_from_slice(if r.retry { b",\"retry\":true" } else { b",\"retry\":false" });
+    out.extend_from_slice(if r.hrr {
+        b",\"hrr\":true"
+    } else {
+        b",\"hrr\":false"
+    });
+    out.extend_from_slice(if r.retry {
+        b",\"retry\":true"
+    } else {
+        b",\"retry\":false"
+    });
     out.extend_from_slice(b",\"timing\":{");
     let mut first = true;
     r.timing.each(|name, v| {
@@ -172,6 +187,9 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     out.push(b',');
     key(out, "notes");
     list(out, r.notes.iter().copied());
+    out.push(b',');
+    key(out, "proxied_client");
+    opt_str(out, r.proxied_client.as_deref());
     out.push(b'}');
 }
 
@@ -196,17 +214,31 @@ mod tests {
     fn sample(text: &str, n: u32) -> ConnectionRecord {
         ConnectionRecord {
             ts: 1_700_000_000.123_456 + n as f64 * 0.000_001,
-            transport: if n.is_multiple_of(2) { Transport::Tcp } else { Transport::Quic },
+            transport: if n.is_multiple_of(2) {
+                Transport::Tcp
+            } else {
+                Transport::Quic
+            },
             client: format!("10.0.0.{n}:4{n}"),
             server: "[2001:db8::1]:443".into(),
             sni: (!n.is_multiple_of(3)).then(|| text.to_string()),
             version: Some("TLS1.3"),
             cipher: (n.is_multiple_of(2)).then(|| "TLS_AES_128_GCM_SHA256".into()),
             alpn: vec![text.to_string(), "h2".into()],
-            handshake: [HandshakeKind::Full, HandshakeKind::Resumed, HandshakeKind::Failed, HandshakeKind::Incomplete][n as usize % 4],
+            handshake: [
+                HandshakeKind::Full,
+                HandshakeKind::Resumed,
+                HandshakeKind::Failed,
+                HandshakeKind::Incomplete,
+            ][n as usize % 4],
             offered: vec![Resumption::SessionId, Resumption::Psk][..(n as usize % 3)].to_vec(),
             resumption: (n % 2 == 1).then_some(Resumption::Ticket),
-            early_data: [EarlyData::None, EarlyData::Accepted, EarlyData::Rejected, EarlyData::Attempted][n as usize % 4],
+            early_data: [
+                EarlyData::None,
+                EarlyData::Accepted,
+                EarlyData::Rejected,
+                EarlyData::Attempted,
+            ][n as usize % 4],
             hrr: n.is_multiple_of(5),
             retry: n.is_multiple_of(7),
             timing: Timing {
@@ -216,7 +248,10 @@ mod tests {
                 round_trips: (!n.is_multiple_of(3)).then_some((n % 4) as u8),
                 avoidable: (n.is_multiple_of(4)).then_some(100.0),
             },
-            bytes: HandshakeBytes { client_handshake: n as u64 * 517, server_handshake: u64::MAX - n as u64 },
+            bytes: HandshakeBytes {
+                client_handshake: n as u64 * 517,
+                server_handshake: u64::MAX - n as u64,
+            },
             certs: (n.is_multiple_of(2)).then(|| Certs {
                 count: n as usize,
                 bytes: 1234,
@@ -224,19 +259,36 @@ mod tests {
                 leaf_issuer: None,
             }),
             failure: (n.is_multiple_of(3)).then(|| "alert:handshake_failure".into()),
-            notes: if n.is_multiple_of(2) { vec!["no_syn", "capture_ended"] } else { vec![] },
+            notes: if n.is_multiple_of(2) {
+                vec!["no_syn", "capture_ended"]
+            } else {
+                vec![]
+            },
+            proxied_client: n
+                .is_multiple_of(3)
+                .then(|| format!("[2001:db8::{n}]:{text}")),
         }
     }
 
     #[test]
     fn identical_to_serde_json() {
-        let texts = ["example.com", "", "quote\" back\\slash", "ctl\u{1}\u{1f}\n\r\t\u{8}\u{c}", "üñï¢ødé ✓", "\u{7f}del"];
+        let texts = [
+            "example.com",
+            "",
+            "quote\" back\\slash",
+            "ctl\u{1}\u{1f}\n\r\t\u{8}\u{c}",
+            "üñï¢ødé ✓",
+            "\u{7f}del",
+        ];
         for (i, t) in texts.iter().enumerate() {
             for n in 0..24 {
                 let r = sample(t, n + i as u32 * 24);
                 let mut mine = Vec::new();
                 encode(&mut mine, &r);
-                assert_eq!(String::from_utf8(mine).unwrap(), serde_json::to_string(&r).unwrap());
+                assert_eq!(
+                    String::from_utf8(mine).unwrap(),
+                    serde_json::to_string(&r).unwrap()
+                );
             }
         }
     }

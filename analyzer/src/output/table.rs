@@ -6,11 +6,19 @@ use crate::aggregate::{Aggregate, Summary};
 use crate::record::Transport;
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|v| if v < 10.0 { format!("{v:.2}") } else { format!("{v:.1}") }).unwrap_or_else(|| "-".into())
+    v.map(|v| {
+        if v < 10.0 {
+            format!("{v:.2}")
+        } else {
+            format!("{v:.1}")
+        }
+    })
+    .unwrap_or_else(|| "-".into())
 }
 
 fn pct(v: Option<f64>) -> String {
-    v.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into())
+    v.map(|v| format!("{:.0}%", v * 100.0))
+        .unwrap_or_else(|| "-".into())
 }
 
 fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
@@ -23,7 +31,12 @@ fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
         a.resumed_ticket.to_string(),
         a.resumed_psk.to_string(),
         a.declined.to_string(),
-        format!("{}/{}/{}", a.early_attempted + a.early_accepted, a.early_accepted, a.early_rejected),
+        format!(
+            "{}/{}/{}",
+            a.early_attempted + a.early_accepted,
+            a.early_accepted,
+            a.early_rejected
+        ),
         a.failed.to_string(),
         a.incomplete.to_string(),
         pct(a.resumption_rate()),
@@ -35,8 +48,22 @@ fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
 }
 
 const HEAD: [&str; 16] = [
-    "server_name", "transport", "conns", "full", "res:id", "res:ticket", "res:psk", "declined", "0rtt:try/ok/rej",
-    "failed", "incompl", "resumed%", "hs_full_p50", "hs_resumed_p50", "ttfb_p50", "avoidable_ms",
+    "server_name",
+    "transport",
+    "conns",
+    "full",
+    "res:id",
+    "res:ticket",
+    "res:psk",
+    "declined",
+    "0rtt:try/ok/rej",
+    "failed",
+    "incompl",
+    "resumed%",
+    "hs_full_p50",
+    "hs_resumed_p50",
+    "ttfb_p50",
+    "avoidable_ms",
 ];
 
 fn transport_name(t: Transport) -> &'static str {
@@ -57,18 +84,38 @@ pub fn write_table(w: &mut impl Write, s: &Summary, top: usize) -> io::Result<()
     }
     let body = rows.len();
     if s.by_transport.len() > 1 {
-        rows.extend(s.by_transport.iter().map(|(t, a)| row("TOTAL", transport_name(*t), a)));
+        rows.extend(
+            s.by_transport
+                .iter()
+                .map(|(t, a)| row("TOTAL", transport_name(*t), a)),
+        );
     }
     rows.push(row("TOTAL", "all", &s.total));
-    let widths: Vec<usize> = (0..HEAD.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..HEAD.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
     for (i, r) in rows.iter().enumerate() {
         if i == body {
-            writeln!(w, "{}", widths.iter().map(|&n| "-".repeat(n)).collect::<Vec<_>>().join("  "))?;
+            writeln!(
+                w,
+                "{}",
+                widths
+                    .iter()
+                    .map(|&n| "-".repeat(n))
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            )?;
         }
         let cells: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(c, v)| if c <= 1 { format!("{v:<w$}", w = widths[c]) } else { format!("{v:>w$}", w = widths[c]) })
+            .map(|(c, v)| {
+                if c <= 1 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
             .collect();
         writeln!(w, "{}", cells.join("  ").trim_end())?;
     }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::memory::{HeapSize, ALLOC_OVERHEAD};
+
 /// Initial CRYPTO stream offsets kept (ClientHellos with post-quantum key
 /// shares are a few KB; twice a generous 16 KB message is plenty).
 pub const MAX_STREAM: u64 = 32 * 1024;
@@ -26,6 +28,14 @@ pub struct CryptoStream {
     pub highest: u64,
     /// A cap was hit: some bytes were dropped.
     pub capped: bool,
+}
+
+impl HeapSize for CryptoStream {
+    fn heap_size(&self) -> usize {
+        // A B-tree node holds up to 11 fragments; each fragment is its own allocation.
+        let nodes = self.pending.len().div_ceil(11) * (11 * 32 + 2 * ALLOC_OVERHEAD);
+        self.buf.heap_size() + self.pending_bytes + self.pending.len() * ALLOC_OVERHEAD + nodes
+    }
 }
 
 impl CryptoStream {
@@ -53,7 +63,9 @@ impl CryptoStream {
             self.buf.extend_from_slice(&data[skip..]);
             self.delivered = end;
             self.drain_pending();
-        } else if self.pending_bytes + data.len() <= MAX_PENDING && self.pending.len() < MAX_FRAGMENTS {
+        } else if self.pending_bytes + data.len() <= MAX_PENDING
+            && self.pending.len() < MAX_FRAGMENTS
+        {
             // Keep the longer of two fragments at the same offset.
             let old = self.pending.get(&offset).map_or(0, Vec::len);
             if data.len() > old {
@@ -70,11 +82,14 @@ impl CryptoStream {
             if off > self.delivered {
                 break;
             }
-            let Some((_, frag)) = self.pending.pop_first() else { break };
+            let Some((_, frag)) = self.pending.pop_first() else {
+                break;
+            };
             self.pending_bytes -= frag.len();
             let end = off + frag.len() as u64;
             if end > self.delivered {
-                self.buf.extend_from_slice(&frag[(self.delivered - off) as usize..]);
+                self.buf
+                    .extend_from_slice(&frag[(self.delivered - off) as usize..]);
                 self.delivered = end;
             }
         }
@@ -93,6 +108,10 @@ impl CryptoStream {
         let typ = h[0];
         let body = self.buf.get(4..4 + len)?.to_vec();
         self.buf.drain(..4 + len);
+        if self.buf.is_empty() {
+            // Nothing waits: the buffer (a ClientHello's size) goes.
+            self.buf = Vec::new();
+        }
         self.base += 4 + len as u64;
         Some((typ, body))
     }

@@ -33,7 +33,9 @@ pub enum HeaderError {
 impl From<InvalidMessage> for HeaderError {
     fn from(e: InvalidMessage) -> Self {
         match e {
-            InvalidMessage::Truncated(w) | InvalidMessage::TrailingData(w) | InvalidMessage::Invalid(w) => HeaderError::Bad(w),
+            InvalidMessage::Truncated(w)
+            | InvalidMessage::TrailingData(w)
+            | InvalidMessage::Invalid(w) => HeaderError::Bad(w),
             #[allow(unreachable_patterns)]
             _ => HeaderError::Bad("header"),
         }
@@ -128,11 +130,21 @@ pub struct LongPacket<'a> {
 pub enum Packet<'a> {
     Long(LongPacket<'a>),
     /// Version Negotiation (version 0, RFC 9000 §17.2.1): the rest of the datagram.
-    VersionNegotiation { dcid: &'a [u8], scid: &'a [u8], versions: &'a [u8] },
+    VersionNegotiation {
+        dcid: &'a [u8],
+        scid: &'a [u8],
+        versions: &'a [u8],
+    },
     /// A long header of a version tlsrum does not know: the rest of the datagram.
-    UnknownVersion { version: u32, dcid: &'a [u8], scid: &'a [u8] },
+    UnknownVersion {
+        version: u32,
+        dcid: &'a [u8],
+        scid: &'a [u8],
+    },
     /// A short (1-RTT) header: the rest of the datagram, connection ID unknown in length.
-    Short { bytes: &'a [u8] },
+    Short {
+        bytes: &'a [u8],
+    },
 }
 
 /// Reads the packet at the front of `datagram`; returns it and the bytes it
@@ -154,10 +166,24 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
         if versions.is_empty() || versions.len() & 3 != 0 {
             return Err(HeaderError::Bad("version list"));
         }
-        return Ok((Packet::VersionNegotiation { dcid, scid, versions }, datagram.len()));
+        return Ok((
+            Packet::VersionNegotiation {
+                dcid,
+                scid,
+                versions,
+            },
+            datagram.len(),
+        ));
     }
     let Some(v) = Version::from_wire(version) else {
-        return Ok((Packet::UnknownVersion { version, dcid, scid }, datagram.len()));
+        return Ok((
+            Packet::UnknownVersion {
+                version,
+                dcid,
+                scid,
+            },
+            datagram.len(),
+        ));
     };
     if dcid.len() > MAX_CID_LEN || scid.len() > MAX_CID_LEN {
         return Err(HeaderError::CidLen);
@@ -170,12 +196,28 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
         // Drafts before 25 put the original DCID here and had no tag; only
         // the Retry's Source Connection ID matters to an observer.
         let rest = r.rest();
-        token = rest.get(..rest.len().saturating_sub(16)).unwrap_or_default();
-        return Ok((Packet::Long(LongPacket { version: v, ty, dcid, scid, token, bytes: datagram, pn_offset: 0 }), datagram.len()));
+        token = rest
+            .get(..rest.len().saturating_sub(16))
+            .unwrap_or_default();
+        return Ok((
+            Packet::Long(LongPacket {
+                version: v,
+                ty,
+                dcid,
+                scid,
+                token,
+                bytes: datagram,
+                pn_offset: 0,
+            }),
+            datagram.len(),
+        ));
     }
     if ty == LongType::Initial {
         let n = varint(&mut r, "token length")?;
-        token = r.take(usize::try_from(n).map_err(|_| HeaderError::Bad("token length"))?, "token")?;
+        token = r.take(
+            usize::try_from(n).map_err(|_| HeaderError::Bad("token length"))?,
+            "token",
+        )?;
     }
     let len = varint(&mut r, "length")?;
     let pn_offset = datagram.len() - r.left();
@@ -186,7 +228,18 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
     }
     r.take(len, "packet payload")?;
     let end = pn_offset + len;
-    Ok((Packet::Long(LongPacket { version: v, ty, dcid, scid, token, bytes: &datagram[..end], pn_offset }), end))
+    Ok((
+        Packet::Long(LongPacket {
+            version: v,
+            ty,
+            dcid,
+            scid,
+            token,
+            bytes: &datagram[..end],
+            pn_offset,
+        }),
+        end,
+    ))
 }
 
 /// Cheap test of a UDP payload: could this be a QUIC long-header packet of
@@ -205,7 +258,10 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]
@@ -229,13 +285,21 @@ mod tests {
     fn v1_and_v2_retry_vectors_parse_as_retry() {
         // RFC 9001 A.4 and RFC 9369 A.4: Retry with token "token".
         for (pkt, v) in [
-            ("ff000000010008f067a5502a4262b5746f6b656e04a265ba2eff4d829058fb3f0f2496ba", Version::V1),
-            ("cf6b3343cf0008f067a5502a4262b5746f6b656ec8646ce8bfe33952d955543665dcc7b6", Version::V2),
+            (
+                "ff000000010008f067a5502a4262b5746f6b656e04a265ba2eff4d829058fb3f0f2496ba",
+                Version::V1,
+            ),
+            (
+                "cf6b3343cf0008f067a5502a4262b5746f6b656ec8646ce8bfe33952d955543665dcc7b6",
+                Version::V2,
+            ),
         ] {
             let b = hex(pkt);
             let (p, used) = parse(&b).unwrap();
             assert_eq!(used, b.len());
-            let Packet::Long(l) = p else { panic!("not long") };
+            let Packet::Long(l) = p else {
+                panic!("not long")
+            };
             assert_eq!((l.version, l.ty), (v, LongType::Retry));
             assert_eq!(l.token, b"token");
             assert_eq!(l.scid, hex("f067a5502a4262b5"));
@@ -249,7 +313,13 @@ mod tests {
         let (p, _) = parse(&vn).unwrap();
         assert!(matches!(p, Packet::VersionNegotiation { versions, .. } if versions.len() == 8));
         let unknown = hex("c0 babababa 01 aa 00 00");
-        assert!(matches!(parse(&unknown).unwrap().0, Packet::UnknownVersion { version: 0xbabababa, .. }));
+        assert!(matches!(
+            parse(&unknown).unwrap().0,
+            Packet::UnknownVersion {
+                version: 0xbabababa,
+                ..
+            }
+        ));
         // Unknown versions may carry up to 255-byte CIDs; known ones at most 20.
         let mut long_cid = hex("c0 00000001 15");
         long_cid.extend([0; 21]);
@@ -264,6 +334,9 @@ mod tests {
         for cut in 0..b.len() {
             let _ = parse(&b[..cut]);
         }
-        assert!(parse(&b).is_err(), "length 0x449e overruns the 32 bytes here");
+        assert!(
+            parse(&b).is_err(),
+            "length 0x449e overruns the 32 bytes here"
+        );
     }
 }

@@ -79,7 +79,11 @@ pub struct DirKeys {
 impl DirKeys {
     /// AES-128-GCM keys (the Initial level's suite).
     pub(crate) fn aes128(key: [u8; 16], iv: [u8; 12], hp: [u8; 16]) -> Self {
-        DirKeys { aead: Aead::Aes128(Aes128Gcm::new(&key.into())), iv, hp: HeaderKey::Aes128(Aes128::new(&hp.into())) }
+        DirKeys {
+            aead: Aead::Aes128(Aes128Gcm::new(&key.into())),
+            iv,
+            hp: HeaderKey::Aes128(Aes128::new(&hp.into())),
+        }
     }
 
     /// Keys from a TLS 1.3 traffic secret (as a key log gives it) for the
@@ -91,9 +95,18 @@ impl DirKeys {
         let iv: [u8; 12] = expand(sha384, secret, il, 12)?.try_into().ok()?;
         let hp = expand(sha384, secret, hl, key_len)?;
         let (aead, hp) = match (Tls13Suite::get(suite)?.aead, key_len) {
-            (SuiteAead::AesGcm, 16) => (Aead::Aes128(Aes128Gcm::new_from_slice(&key).ok()?), HeaderKey::Aes128(Aes128::new_from_slice(&hp).ok()?)),
-            (SuiteAead::AesGcm, _) => (Aead::Aes256(Box::new(Aes256Gcm::new_from_slice(&key).ok()?)), HeaderKey::Aes256(Box::new(Aes256::new_from_slice(&hp).ok()?))),
-            _ => (Aead::ChaCha(ChaCha20Poly1305::new_from_slice(&key).ok()?), HeaderKey::ChaCha(hp.try_into().ok()?)),
+            (SuiteAead::AesGcm, 16) => (
+                Aead::Aes128(Aes128Gcm::new_from_slice(&key).ok()?),
+                HeaderKey::Aes128(Aes128::new_from_slice(&hp).ok()?),
+            ),
+            (SuiteAead::AesGcm, _) => (
+                Aead::Aes256(Box::new(Aes256Gcm::new_from_slice(&key).ok()?)),
+                HeaderKey::Aes256(Box::new(Aes256::new_from_slice(&hp).ok()?)),
+            ),
+            _ => (
+                Aead::ChaCha(ChaCha20Poly1305::new_from_slice(&key).ok()?),
+                HeaderKey::ChaCha(hp.try_into().ok()?),
+            ),
         };
         Some(DirKeys { aead, iv, hp })
     }
@@ -111,9 +124,16 @@ impl DirKeys {
     /// Returns the full packet number and the plaintext's range in `pkt`.
     /// `largest` is the largest packet number opened so far in this
     /// direction and space, to expand the truncated number (RFC 9000 §A.3).
-    pub fn open(&self, pkt: &mut [u8], pn_offset: usize, largest: Option<u64>) -> Result<(u64, std::ops::Range<usize>), DecryptError> {
+    pub fn open(
+        &self,
+        pkt: &mut [u8],
+        pn_offset: usize,
+        largest: Option<u64>,
+    ) -> Result<(u64, std::ops::Range<usize>), DecryptError> {
         let sample_at = pn_offset + 4;
-        let sample = pkt.get(sample_at..sample_at + 16).ok_or(DecryptError::Short)?;
+        let sample = pkt
+            .get(sample_at..sample_at + 16)
+            .ok_or(DecryptError::Short)?;
         let mask = self.hp.mask(sample);
         // Long headers protect 4 bits of the first byte, short headers 5.
         pkt[0] ^= mask[0] & if pkt[0] & 0x80 != 0 { 0x0f } else { 0x1f };
@@ -144,11 +164,10 @@ impl DirKeys {
     }
 }
 
-#[cfg(test)]
 impl DirKeys {
-    /// Protects a packet (tests build traffic with it): `header` ends with
-    /// the `pn_len`-byte packet number.
-    pub(crate) fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
+    /// Protects a packet (tests and the flood generator build traffic with
+    /// it): `header` ends with the `pn_len`-byte packet number.
+    pub fn seal(&self, header: &[u8], pn_len: usize, pn: u64, payload: &[u8]) -> Vec<u8> {
         let nonce = self.nonce(pn);
         let nonce = Nonce::from_slice(&nonce);
         let mut body = payload.to_vec();
@@ -194,7 +213,10 @@ mod tests {
 
     #[test]
     fn packet_numbers_expand_as_rfc9000_a3() {
-        assert_eq!(decode_packet_number(Some(0xa82f30ea), 0x9b32, 16), 0xa82f9b32);
+        assert_eq!(
+            decode_packet_number(Some(0xa82f30ea), 0x9b32, 16),
+            0xa82f9b32
+        );
         assert_eq!(decode_packet_number(None, 2, 32), 2);
         assert_eq!(decode_packet_number(Some(255), 1, 8), 257);
     }
@@ -229,8 +251,14 @@ mod tests {
             assert_eq!((pn, &pkt[range]), (5, &[6u8; 30][..]), "suite {suite:04x}");
             let other = DirKeys::from_traffic_secret(Version::V1, suite, &vec![8u8; len]).unwrap();
             let mut pkt = sealed.clone();
-            assert!(other.open(&mut pkt, 9, None).is_err(), "suite {suite:04x}: wrong key opened");
+            assert!(
+                other.open(&mut pkt, 9, None).is_err(),
+                "suite {suite:04x}: wrong key opened"
+            );
         }
-        assert!(DirKeys::from_traffic_secret(Version::V1, 0x1304, &[7; 32]).is_none(), "CCM");
+        assert!(
+            DirKeys::from_traffic_secret(Version::V1, 0x1304, &[7; 32]).is_none(),
+            "CCM"
+        );
     }
 }

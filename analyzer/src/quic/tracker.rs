@@ -17,18 +17,22 @@
 //!   accepted; without one an accepted PSK leaves it `attempted`.
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use lru::LruCache;
 pub use crate::counters::QuicStats;
+use lru::LruCache;
 
 use super::crypto_stream::CryptoStream;
 use super::initial::InitialKeys;
+use super::packet::{
+    self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN,
+};
 use super::protection::DirKeys;
-use super::packet::{self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN};
 use crate::flow::table::{Endpoint, FlowKey};
 use crate::handshake::{Close, Dir, Event, Finish, Handshake, NoMemory, Space, TransportView};
+use crate::memory::{HeapSize, ALLOC_OVERHEAD, ENTRY_OVERHEAD};
 use crate::record::{ConnectionRecord, HandshakeBytes, Transport};
 use crate::tls::codec::Reader;
 use crate::tls::enums::{alert_name, handshake_type as ht};
@@ -65,7 +69,10 @@ impl Cid {
         let n = b.len().min(MAX_CID_LEN);
         let mut bytes = [0; MAX_CID_LEN];
         bytes[..n].copy_from_slice(&b[..n]);
-        Cid { len: n as u8, bytes }
+        Cid {
+            len: n as u8,
+            bytes,
+        }
     }
     fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
@@ -155,8 +162,48 @@ struct Conn {
     tuples: Vec<FlowKey>,
     /// None once the record is out (a tombstone that swallows stragglers).
     active: Option<Box<Active>>,
+    /// Its footprint when last measured (counted in the tracker's `bytes`).
+    charged: usize,
 }
 
+impl Conn {
+    /// Bytes the connection holds: itself, its IDs and tuples in the
+    /// indexes, and its handshake state (see [`crate::memory`]).
+    fn footprint(&self) -> usize {
+        let index = size_of::<Cid>() + size_of::<u64>() + 16;
+        let tuple = size_of::<FlowKey>() + size_of::<u64>() + 16;
+        size_of::<Conn>()
+            + size_of::<u64>()
+            + ENTRY_OVERHEAD
+            + self.cids.capacity() * size_of::<(Cid, Side)>()
+            + self.cids.len() * index
+            + self.tuples.capacity() * size_of::<FlowKey>()
+            + self.tuples.len() * tuple
+            + 2 * ALLOC_OVERHEAD
+            + self.active.as_ref().map_or(0, HeapSize::heap_size)
+    }
+}
+
+impl HeapSize for Active {
+    fn heap_size(&self) -> usize {
+        let level = self.handshake_level.as_ref().map_or(0, |l| {
+            size_of::<HandshakeLevel>()
+                + ALLOC_OVERHEAD
+                + l.crypto.iter().map(HeapSize::heap_size).sum::<usize>()
+        });
+        let pre_retry = self
+            .pre_retry
+            .as_ref()
+            .map_or(0, |_| size_of::<InitialKeys>() + ALLOC_OVERHEAD);
+        self.retry_cids.heap_size()
+            + pre_retry
+            + self.crypto.iter().map(HeapSize::heap_size).sum::<usize>()
+            + self.hs.heap_size()
+            + self.close.heap_size()
+            + level
+            + self.notes.heap_size()
+    }
+}
 
 /// Follows QUIC connections and emits one record per connection.
 pub struct QuicTracker {
@@ -168,6 +215,8 @@ pub struct QuicTracker {
     idle_timeout: f64,
     scratch: Vec<u8>,
     keylog: Option<Arc<KeyLog>>,
+    /// Bytes the connections hold, as last measured ([`Conn::footprint`]).
+    bytes: usize,
     /// Records finished, in order; the analyzer drains them.
     pub out: Vec<ConnectionRecord>,
 }
@@ -184,6 +233,7 @@ impl QuicTracker {
             idle_timeout,
             scratch: Vec::with_capacity(1500),
             keylog: None,
+            bytes: 0,
             out: Vec::new(),
         }
     }
@@ -198,8 +248,41 @@ impl QuicTracker {
         self.conns.len()
     }
 
+    /// Bytes the connections in the table hold (for the memory budget).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// When the least recently used connection last saw a packet.
+    pub fn oldest_ts(&self) -> Option<f64> {
+        self.conns.peek_lru().map(|(_, c)| c.last_ts)
+    }
+
+    /// Finishes the least recently used connection (memory budget).
+    pub fn evict_oldest(&mut self, stats: &mut QuicStats) {
+        if let Some((id, conn)) = self.conns.pop_lru() {
+            self.emit(id, conn, Finish::Evicted, stats);
+        }
+    }
+
+    /// Measures a connection again after a packet changed it.
+    fn recharge(&mut self, id: u64) {
+        if let Some(c) = self.conns.peek_mut(&id) {
+            let now = c.footprint();
+            self.bytes = self.bytes - c.charged + now;
+            c.charged = now;
+        }
+    }
+
     /// One UDP datagram (`src` -> `dst`).
-    pub fn on_datagram(&mut self, ts: f64, src: Endpoint, dst: Endpoint, d: &[u8], stats: &mut QuicStats) {
+    pub fn on_datagram(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        d: &[u8],
+        stats: &mut QuicStats,
+    ) {
         stats.datagrams += 1;
         let Some(&first) = d.first() else {
             stats.not_quic += 1;
@@ -212,7 +295,10 @@ impl QuicTracker {
                 return;
             }
             match self.by_tuple.get(&FlowKey::new(src, dst)).copied() {
-                Some(id) => self.short(id, ts, src, d, stats),
+                Some(id) => {
+                    let id = self.short(id, ts, src, d, stats);
+                    self.recharge(id);
+                }
                 None => stats.not_quic += 1,
             }
             return;
@@ -229,7 +315,8 @@ impl QuicTracker {
                 // A short-header packet ends a datagram; zero bytes are padding.
                 if b != 0 {
                     if let Some(id) = conn_of_datagram {
-                        self.short(id, ts, src, rest, stats);
+                        let id = self.short(id, ts, src, rest, stats);
+                        self.recharge(id);
                     }
                 }
                 break;
@@ -238,8 +325,16 @@ impl QuicTracker {
                 Ok((p, used)) => {
                     stats.packets += 1;
                     match p {
-                        Packet::Long(l) => conn_of_datagram = self.long(ts, src, dst, l, size, stats).or(conn_of_datagram),
-                        Packet::VersionNegotiation { dcid, scid, .. } => self.version_negotiation(ts, src, dst, dcid, scid, stats),
+                        Packet::Long(l) => {
+                            let id = self.long(ts, src, dst, l, size, stats);
+                            if let Some(id) = id {
+                                self.recharge(id);
+                            }
+                            conn_of_datagram = id.or(conn_of_datagram);
+                        }
+                        Packet::VersionNegotiation { dcid, scid, .. } => {
+                            self.version_negotiation(ts, src, dst, dcid, scid, stats)
+                        }
                         Packet::UnknownVersion { .. } => stats.unknown_version += 1,
                         Packet::Short { .. } => {}
                     }
@@ -252,7 +347,10 @@ impl QuicTracker {
                 }
                 Err(e) => {
                     if std::env::var_os("TLSRUM_DEBUG").is_some() {
-                        eprintln!("quic: {e} in datagram {src:?} -> {dst:?} at byte {}", d.len() - rest.len());
+                        eprintln!(
+                            "quic: {e} in datagram {src:?} -> {dst:?} at byte {}",
+                            d.len() - rest.len()
+                        );
                     }
                     stats.bad_header += 1;
                     break;
@@ -264,8 +362,17 @@ impl QuicTracker {
     /// A long header of a version tlsrum cannot read: counted; a plausible
     /// one is remembered on its tuple (a client's first try before a
     /// Version Negotiation).
-    fn unknown_long(&mut self, ts: f64, src: Endpoint, dst: Endpoint, d: &[u8], stats: &mut QuicStats) {
-        let plausible = d.len() >= 7 && d[0] & 0x40 != 0 && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _)) if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN);
+    fn unknown_long(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        d: &[u8],
+        stats: &mut QuicStats,
+    ) {
+        let plausible = d.len() >= 7
+            && d[0] & 0x40 != 0
+            && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _)) if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN);
         if !plausible {
             stats.not_quic += 1;
             return;
@@ -277,20 +384,42 @@ impl QuicTracker {
                 h.first_attempt.get_or_insert(ts);
             }
             None => {
-                self.hints.put(key, Hint { first_attempt: Some(ts), ..Hint::default() });
+                self.hints.put(
+                    key,
+                    Hint {
+                        first_attempt: Some(ts),
+                        ..Hint::default()
+                    },
+                );
             }
         }
     }
 
-    fn version_negotiation(&mut self, ts: f64, src: Endpoint, dst: Endpoint, dcid: &[u8], scid: &[u8], stats: &mut QuicStats) {
+    fn version_negotiation(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        dcid: &[u8],
+        scid: &[u8],
+        stats: &mut QuicStats,
+    ) {
         stats.version_negotiation += 1;
         let key = FlowKey::new(src, dst);
         // A VN answering a decodable first try: that attempt is abandoned and
         // the client's next connection on this tuple carries on.
-        let target = [scid, dcid].into_iter().filter(|c| !c.is_empty()).find_map(|c| self.by_cid.get(&Cid::new(c)).copied()).or_else(|| self.by_tuple.get(&key).copied());
+        let target = [scid, dcid]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .find_map(|c| self.by_cid.get(&Cid::new(c)).copied())
+            .or_else(|| self.by_tuple.get(&key).copied());
         let mut first_attempt = None;
         if let Some(id) = target {
-            let abandoned = self.conns.peek(&id).is_some_and(|c| c.active.as_ref().is_some_and(|a| a.server_initial.is_none() && a.hs.version().is_none()));
+            let abandoned = self.conns.peek(&id).is_some_and(|c| {
+                c.active
+                    .as_ref()
+                    .is_some_and(|a| a.server_initial.is_none() && a.hs.version().is_none())
+            });
             if abandoned {
                 if let Some(c) = self.conns.pop(&id) {
                     first_attempt = c.active.as_ref().map(|a| a.start);
@@ -302,7 +431,9 @@ impl QuicTracker {
             Some(h) => h,
             None => {
                 self.hints.put(key, Hint::default());
-                let Some(h) = self.hints.get_mut(&key) else { return };
+                let Some(h) = self.hints.get_mut(&key) else {
+                    return;
+                };
                 h
             }
         };
@@ -315,13 +446,30 @@ impl QuicTracker {
     /// Which connection a long-header packet belongs to, and who sent it.
     /// An Initial whose DCID is unknown may start a new connection on a
     /// known tuple; other packets fall back to the tuple.
-    fn find(&self, src: Endpoint, dst: Endpoint, dcid: &[u8], initial: bool) -> Option<(u64, Side)> {
+    fn find(
+        &self,
+        src: Endpoint,
+        dst: Endpoint,
+        dcid: &[u8],
+        initial: bool,
+    ) -> Option<(u64, Side)> {
         if !dcid.is_empty() {
             if let Some(&id) = self.by_cid.get(&Cid::new(dcid)) {
                 let c = self.conns.peek(&id)?;
-                let owner = c.cids.iter().find(|(cid, _)| cid.as_slice() == dcid).map(|&(_, s)| s)?;
+                let owner = c
+                    .cids
+                    .iter()
+                    .find(|(cid, _)| cid.as_slice() == dcid)
+                    .map(|&(_, s)| s)?;
                 // The DCID names the receiver.
-                return Some((id, if owner == Side::Server { Side::Client } else { Side::Server }));
+                return Some((
+                    id,
+                    if owner == Side::Server {
+                        Side::Client
+                    } else {
+                        Side::Server
+                    },
+                ));
             }
             if initial {
                 return None;
@@ -329,11 +477,26 @@ impl QuicTracker {
         }
         let id = *self.by_tuple.get(&FlowKey::new(src, dst))?;
         let c = self.conns.peek(&id)?;
-        Some((id, if src == c.client { Side::Client } else { Side::Server }))
+        Some((
+            id,
+            if src == c.client {
+                Side::Client
+            } else {
+                Side::Server
+            },
+        ))
     }
 
     /// Returns the connection the packet belongs to.
-    fn long(&mut self, ts: f64, src: Endpoint, dst: Endpoint, l: LongPacket<'_>, datagram_len: usize, stats: &mut QuicStats) -> Option<u64> {
+    fn long(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        l: LongPacket<'_>,
+        datagram_len: usize,
+        stats: &mut QuicStats,
+    ) -> Option<u64> {
         let Some((id, side)) = self.find(src, dst, l.dcid, l.ty == LongType::Initial) else {
             if l.ty == LongType::Initial {
                 return self.new_connection(ts, src, dst, l, datagram_len, stats);
@@ -344,11 +507,20 @@ impl QuicTracker {
                 if let Some(h) = self.hints.get_mut(&key) {
                     h.early_zero_rtt = h.early_zero_rtt.saturating_add(1);
                 } else {
-                    self.hints.put(key, Hint { early_zero_rtt: 1, ..Hint::default() });
+                    self.hints.put(
+                        key,
+                        Hint {
+                            early_zero_rtt: 1,
+                            ..Hint::default()
+                        },
+                    );
                 }
             }
             if std::env::var_os("TLSRUM_DEBUG").is_some() {
-                eprintln!("quic: orphan {:?} {src:?} -> {dst:?} dcid {:02x?}", l.ty, l.dcid);
+                eprintln!(
+                    "quic: orphan {:?} {src:?} -> {dst:?} dcid {:02x?}",
+                    l.ty, l.dcid
+                );
             }
             stats.orphan_packets += 1;
             return None;
@@ -360,11 +532,20 @@ impl QuicTracker {
             conn.tuples.push(key);
             self.by_tuple.insert(key, id);
         }
-        let Some(act) = conn.active.as_deref_mut() else { return Some(id) };
+        let Some(act) = conn.active.as_deref_mut() else {
+            return Some(id);
+        };
         let mut new_cids: Vec<(Cid, Side)> = Vec::new();
         if !l.dcid.is_empty() && !conn.cids.iter().any(|(c, _)| c.as_slice() == l.dcid) {
             // Found by tuple: an ID issued in encrypted frames (NEW_CONNECTION_ID).
-            new_cids.push((Cid::new(l.dcid), if side == Side::Client { Side::Server } else { Side::Client }));
+            new_cids.push((
+                Cid::new(l.dcid),
+                if side == Side::Client {
+                    Side::Server
+                } else {
+                    Side::Client
+                },
+            ));
         }
         match (l.ty, side) {
             (LongType::Initial, _) => {
@@ -383,14 +564,23 @@ impl QuicTracker {
                     act.keys = InitialKeys::new(l.version, act.keys_cid.as_slice());
                     act.notes.push("version_upgraded");
                 }
-                let pre_retry = side == Side::Client && dcid != act.keys_cid && act.pre_retry.as_ref().is_some_and(|(c, _)| *c == dcid);
+                let pre_retry = side == Side::Client
+                    && dcid != act.keys_cid
+                    && act.pre_retry.as_ref().is_some_and(|(c, _)| *c == dcid);
                 if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
                 } else if pre_retry {
                     // Only checked: its CRYPTO data belongs to the attempt
                     // the Retry ended (the client starts again at offset 0).
                     // Packet numbers go on across a Retry (RFC 9000 §17.2.5.3).
-                    let opened = act.pre_retry.as_ref().and_then(|(_, keys)| open_packet(&keys.client, &l, &mut self.scratch, &mut act.largest_pn[0]));
+                    let opened = act.pre_retry.as_ref().and_then(|(_, keys)| {
+                        open_packet(
+                            &keys.client(),
+                            &l,
+                            &mut self.scratch,
+                            &mut act.largest_pn[0],
+                        )
+                    });
                     if opened.is_none() {
                         initial_decrypt_failed(act, side, stats);
                     }
@@ -408,7 +598,9 @@ impl QuicTracker {
                 }
             }
             (LongType::ZeroRtt, Side::Client) => act.zero_rtt_packets += 1,
-            (LongType::Retry, Side::Server) if act.server_initial.is_none() && !l.scid.is_empty() => {
+            (LongType::Retry, Side::Server)
+                if act.server_initial.is_none() && !l.scid.is_empty() =>
+            {
                 // Keys change to the Retry's SCID (RFC 9001 §5.2); the
                 // client's CRYPTO data is resent from offset 0. A client
                 // takes only the first Retry it receives (RFC 9000
@@ -418,7 +610,8 @@ impl QuicTracker {
                     stats.retry += 1;
                     act.retry = true;
                     act.hs.on(Dir::Server, Event::Retry, &mut NoMemory);
-                    let original = std::mem::replace(&mut act.keys, InitialKeys::new(act.version, l.scid));
+                    let original =
+                        std::mem::replace(&mut act.keys, InitialKeys::new(act.version, l.scid));
                     act.pre_retry = Some((act.keys_cid, Box::new(original)));
                     act.keys_cid = cid;
                     act.last_client_initial = None;
@@ -446,7 +639,15 @@ impl QuicTracker {
         Some(id)
     }
 
-    fn new_connection(&mut self, ts: f64, src: Endpoint, dst: Endpoint, l: LongPacket<'_>, datagram_len: usize, stats: &mut QuicStats) -> Option<u64> {
+    fn new_connection(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        l: LongPacket<'_>,
+        datagram_len: usize,
+        stats: &mut QuicStats,
+    ) -> Option<u64> {
         if datagram_len < MIN_CLIENT_INITIAL {
             stats.short_initial += 1;
             return None;
@@ -522,7 +723,16 @@ impl QuicTracker {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let mut conn = Conn { client: src, server: dst, first_ts, last_ts: ts, cids: Vec::with_capacity(4), tuples: vec![key], active: Some(act) };
+        let mut conn = Conn {
+            client: src,
+            server: dst,
+            first_ts,
+            last_ts: ts,
+            cids: Vec::with_capacity(4),
+            tuples: vec![key],
+            active: Some(act),
+            charged: 0,
+        };
         conn.cids.push((Cid::new(l.dcid), Side::Server));
         if !l.scid.is_empty() {
             conn.cids.push((Cid::new(l.scid), Side::Client));
@@ -531,6 +741,8 @@ impl QuicTracker {
             self.by_cid.insert(*cid, id);
         }
         self.by_tuple.insert(key, id);
+        conn.charged = conn.footprint();
+        self.bytes += conn.charged;
         if let Some((old_id, old)) = self.conns.push(id, conn) {
             if old_id != id {
                 stats.evicted += 1;
@@ -545,36 +757,75 @@ impl QuicTracker {
     /// ID of the lengths this one uses, it is that connection's (many
     /// connections on one tuple); otherwise the tuple decides (the client
     /// may already use an ID the server issued in encrypted frames).
-    fn short(&mut self, id: u64, ts: f64, src: Endpoint, bytes: &[u8], stats: &mut QuicStats) {
-        let Some(conn) = self.conns.peek_mut(&id) else { return };
+    /// Returns the connection it went to.
+    fn short(
+        &mut self,
+        id: u64,
+        ts: f64,
+        src: Endpoint,
+        bytes: &[u8],
+        stats: &mut QuicStats,
+    ) -> u64 {
+        let Some(conn) = self.conns.peek_mut(&id) else {
+            return id;
+        };
         if conn.active.is_none() {
             // The record is out: bulk 1-RTT traffic costs two lookups.
             conn.last_ts = ts;
-            return;
+            return id;
         }
         let conn = &*conn;
         let mut id = id;
-        let own = conn.cids.iter().any(|(c, _)| !c.as_slice().is_empty() && bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice()));
+        let own = conn.cids.iter().any(|(c, _)| {
+            !c.as_slice().is_empty() && bytes.get(1..1 + c.as_slice().len()) == Some(c.as_slice())
+        });
         if !own {
-            let mut lens: Vec<usize> = conn.cids.iter().map(|(c, _)| c.as_slice().len()).filter(|&n| n > 0).collect();
+            let mut lens: Vec<usize> = conn
+                .cids
+                .iter()
+                .map(|(c, _)| c.as_slice().len())
+                .filter(|&n| n > 0)
+                .collect();
             lens.dedup();
-            if let Some(other) = lens.iter().find_map(|&n| bytes.get(1..1 + n).and_then(|c| self.by_cid.get(&Cid::new(c)))) {
+            if let Some(other) = lens.iter().find_map(|&n| {
+                bytes
+                    .get(1..1 + n)
+                    .and_then(|c| self.by_cid.get(&Cid::new(c)))
+            }) {
                 id = *other;
             }
         }
-        let Some(conn) = self.conns.get_mut(&id) else { return };
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return id;
+        };
         conn.last_ts = ts;
-        let side = if src == conn.client { Side::Client } else { Side::Server };
-        let Some(act) = conn.active.as_deref_mut() else { return };
+        let side = if src == conn.client {
+            Side::Client
+        } else {
+            Side::Server
+        };
+        let Some(act) = conn.active.as_deref_mut() else {
+            return id;
+        };
         stats.packets += 1;
-        act.hs.on(side.dir(), Event::Packet { space: Space::OneRtt, ts }, &mut NoMemory);
+        act.hs.on(
+            side.dir(),
+            Event::Packet {
+                space: Space::OneRtt,
+                ts,
+            },
+            &mut NoMemory,
+        );
         if act.hs.fully_timed() {
             self.finish(id, Finish::Done, stats);
         }
+        id
     }
 
-    /// Unregisters a connection's IDs and tuples (those still pointing at it).
+    /// Unregisters a connection taken out of the table: its IDs and tuples
+    /// (those still pointing at it), its bytes.
     fn unregister(&mut self, id: u64, c: &Conn) {
+        self.bytes -= c.charged;
         for (cid, _) in &c.cids {
             if self.by_cid.get(cid) == Some(&id) {
                 self.by_cid.remove(cid);
@@ -589,11 +840,16 @@ impl QuicTracker {
 
     /// Emits the record of a connection still in the table; keeps it as a tombstone.
     fn finish(&mut self, id: u64, why: Finish, stats: &mut QuicStats) {
-        let Some(conn) = self.conns.peek_mut(&id) else { return };
-        let Some(act) = conn.active.take() else { return };
+        let Some(conn) = self.conns.peek_mut(&id) else {
+            return;
+        };
+        let Some(act) = conn.active.take() else {
+            return;
+        };
         let rec = build_record(conn, *act, why, stats);
         stats.connections += 1;
         self.out.push(rec);
+        self.recharge(id);
     }
 
     /// Emits the record of a connection removed from the table.
@@ -612,7 +868,9 @@ impl QuicTracker {
             if c.last_ts + self.idle_timeout >= now {
                 break;
             }
-            let Some((id, conn)) = self.conns.pop_lru() else { break };
+            let Some((id, conn)) = self.conns.pop_lru() else {
+                break;
+            };
             if conn.active.is_some() {
                 stats.expired += 1;
             }
@@ -622,19 +880,42 @@ impl QuicTracker {
 
     /// End of input: every connection still open is finished.
     pub fn finish_all(&mut self, stats: &mut QuicStats) {
-        // Oldest first, like the TCP flow table.
-        while let Some((id, conn)) = self.conns.pop_lru() {
+        while !self.finish_some(usize::MAX, stats) {}
+    }
+
+    /// End of input, in steps: finishes up to `max` connections (oldest
+    /// first, like the TCP flow table); returns whether none is left.
+    pub fn finish_some(&mut self, max: usize, stats: &mut QuicStats) -> bool {
+        for _ in 0..max {
+            let Some((id, conn)) = self.conns.pop_lru() else {
+                break;
+            };
             self.emit(id, conn, Finish::CaptureEnd, stats);
         }
-        self.hints.clear();
+        let done = self.conns.is_empty();
+        if done {
+            self.hints.clear();
+        }
+        done
     }
 }
 
 /// Decrypts an Initial and feeds its frames; returns whether it opened.
-fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) -> bool {
-    let keys = if side == Side::Client { &act.keys.client } else { &act.keys.server };
+fn open_initial(
+    act: &mut Active,
+    side: Side,
+    ts: f64,
+    l: &LongPacket<'_>,
+    scratch: &mut Vec<u8>,
+    stats: &mut QuicStats,
+) -> bool {
+    let keys = if side == Side::Client {
+        act.keys.client()
+    } else {
+        act.keys.server()
+    };
     let s = side as usize;
-    let Some(range) = open_packet(keys, l, scratch, &mut act.largest_pn[s]) else {
+    let Some(range) = open_packet(&keys, l, scratch, &mut act.largest_pn[s]) else {
         initial_decrypt_failed(act, side, stats);
         return false;
     };
@@ -662,7 +943,16 @@ fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scrat
     }
     let errors_before = act.hs.parse_errors();
     while let Some((typ, body)) = act.crypto[s].next_message() {
-        act.hs.on(side.dir(), Event::Message { msg_type: typ, body: Some(&body), ts, record: None }, &mut NoMemory);
+        act.hs.on(
+            side.dir(),
+            Event::Message {
+                msg_type: typ,
+                body: Some(&body),
+                ts,
+                record: None,
+            },
+            &mut NoMemory,
+        );
     }
     stats.hello_parse_errors += u64::from(act.hs.parse_errors() - errors_before);
     true
@@ -671,7 +961,12 @@ fn open_initial(act: &mut Active, side: Side, ts: f64, l: &LongPacket<'_>, scrat
 /// Opens a copy of the packet in `scratch`; on success raises `largest`
 /// (the direction's largest packet number in that space) and returns the
 /// plaintext's range.
-fn open_packet(keys: &DirKeys, l: &LongPacket<'_>, scratch: &mut Vec<u8>, largest: &mut Option<u64>) -> Option<std::ops::Range<usize>> {
+fn open_packet(
+    keys: &DirKeys,
+    l: &LongPacket<'_>,
+    scratch: &mut Vec<u8>,
+    largest: &mut Option<u64>,
+) -> Option<std::ops::Range<usize>> {
     scratch.clear();
     scratch.extend_from_slice(l.bytes);
     let (pn, range) = keys.open(scratch, l.pn_offset, *largest).ok()?;
@@ -682,24 +977,49 @@ fn open_packet(keys: &DirKeys, l: &LongPacket<'_>, scratch: &mut Vec<u8>, larges
 fn initial_decrypt_failed(act: &mut Active, side: Side, stats: &mut QuicStats) {
     stats.decrypt_failed += 1;
     act.decrypt_failures = act.decrypt_failures.saturating_add(1);
-    act.notes.push(if side == Side::Client { "client_decrypt_failed" } else { "server_decrypt_failed" });
+    act.notes.push(if side == Side::Client {
+        "client_decrypt_failed"
+    } else {
+        "server_decrypt_failed"
+    });
 }
 
 /// Opens a Handshake packet with the key log's secrets for this
 /// connection (found by its ClientHello.random, once the ServerHello named
 /// the suite) and reads its frames.
-fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, ts: f64, l: &LongPacket<'_>, scratch: &mut Vec<u8>, stats: &mut QuicStats) {
+fn open_handshake(
+    act: &mut Active,
+    log: &KeyLog,
+    side: Side,
+    ts: f64,
+    l: &LongPacket<'_>,
+    scratch: &mut Vec<u8>,
+    stats: &mut QuicStats,
+) {
     if act.handshake_level.is_none() {
-        let (Some(ch), Some(suite)) = (act.hs.client_hello(), act.hs.cipher_suite()) else { return };
-        let Some(secrets) = log.get(&ch.random) else { return };
-        let keys = |secret: &Option<Vec<u8>>| secret.as_deref().and_then(|s| DirKeys::from_traffic_secret(act.version, suite, s));
+        let (Some(ch), Some(suite)) = (act.hs.client_hello(), act.hs.cipher_suite()) else {
+            return;
+        };
+        let Some(secrets) = log.get(&ch.random) else {
+            return;
+        };
+        let keys = |secret: &Option<Vec<u8>>| {
+            secret
+                .as_deref()
+                .and_then(|s| DirKeys::from_traffic_secret(act.version, suite, s))
+        };
         act.handshake_level = Some(Box::new(HandshakeLevel {
-            keys: [keys(&secrets.client_handshake), keys(&secrets.server_handshake)],
+            keys: [
+                keys(&secrets.client_handshake),
+                keys(&secrets.server_handshake),
+            ],
             largest_pn: [None; 2],
             crypto: [CryptoStream::default(), CryptoStream::default()],
         }));
     }
-    let Some(level) = act.handshake_level.as_deref_mut() else { return };
+    let Some(level) = act.handshake_level.as_deref_mut() else {
+        return;
+    };
     let s = side as usize;
     let Some(keys) = &level.keys[s] else { return };
     if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
@@ -718,14 +1038,27 @@ fn open_handshake(act: &mut Active, log: &KeyLog, side: Side, ts: f64, l: &LongP
     }
     while let Some((typ, body)) = level.crypto[s].next_message() {
         if side == Side::Server && typ == ht::ENCRYPTED_EXTENSIONS {
-            act.hs.on(Dir::Server, Event::Message { msg_type: typ, body: Some(&body), ts, record: None }, &mut NoMemory);
+            act.hs.on(
+                Dir::Server,
+                Event::Message {
+                    msg_type: typ,
+                    body: Some(&body),
+                    ts,
+                    record: None,
+                },
+                &mut NoMemory,
+            );
         }
     }
 }
 
 /// Frames allowed in Initial packets (RFC 9000 §12.4): PADDING, PING, ACK,
 /// CRYPTO, CONNECTION_CLOSE. Anything else ends the packet's parse.
-fn read_frames(payload: &[u8], crypto: &mut CryptoStream, close: &mut Option<String>) -> Result<(), &'static str> {
+fn read_frames(
+    payload: &[u8],
+    crypto: &mut CryptoStream,
+    close: &mut Option<String>,
+) -> Result<(), &'static str> {
     let mut r = Reader::new(payload);
     while r.any_left() {
         let typ = varint(&mut r, "frame type").map_err(|_| "frame type")?;
@@ -751,7 +1084,9 @@ fn read_frames(payload: &[u8], crypto: &mut CryptoStream, close: &mut Option<Str
                 let e = |_| "CRYPTO";
                 let offset = varint(&mut r, "offset").map_err(e)?;
                 let len = varint(&mut r, "length").map_err(e)?;
-                let data = r.take(usize::try_from(len).map_err(|_| "CRYPTO")?, "crypto data").map_err(e)?;
+                let data = r
+                    .take(usize::try_from(len).map_err(|_| "CRYPTO")?, "crypto data")
+                    .map_err(e)?;
                 crypto.push(offset, data);
             }
             0x1c | 0x1d => {
@@ -761,7 +1096,11 @@ fn read_frames(payload: &[u8], crypto: &mut CryptoStream, close: &mut Option<Str
                     varint(&mut r, "frame type").map_err(e)?;
                 }
                 let n = varint(&mut r, "reason length").map_err(e)?;
-                r.take(usize::try_from(n).map_err(|_| "CONNECTION_CLOSE")?, "reason").map_err(e)?;
+                r.take(
+                    usize::try_from(n).map_err(|_| "CONNECTION_CLOSE")?,
+                    "reason",
+                )
+                .map_err(e)?;
                 close.get_or_insert_with(|| close_reason(typ, code));
             }
             _ => return Err("frame not allowed in Initial"),
@@ -783,9 +1122,15 @@ fn close_reason(typ: u64, code: u64) -> String {
 }
 
 /// The connection's record, from the shared builder.
-fn build_record(conn: &Conn, mut act: Active, why: Finish, stats: &mut QuicStats) -> ConnectionRecord {
+fn build_record(
+    conn: &Conn,
+    mut act: Active,
+    why: Finish,
+    stats: &mut QuicStats,
+) -> ConnectionRecord {
     if let Some(close) = act.close.take() {
-        act.hs.on(Dir::Server, Event::Close(Close::Quic(close)), &mut NoMemory);
+        act.hs
+            .on(Dir::Server, Event::Close(Close::Quic(close)), &mut NoMemory);
     }
     for (s, name) in [(0, "client_crypto_gap"), (1, "server_crypto_gap")] {
         if act.crypto[s].has_gap() {
@@ -807,6 +1152,7 @@ fn build_record(conn: &Conn, mut act: Active, why: Finish, stats: &mut QuicStats
             server_handshake: act.crypto[1].highest + act.handshake_bytes[1],
         },
         notes: act.notes,
+        proxied_client: None,
     };
     act.hs.to_record(view, why)
 }
@@ -817,8 +1163,14 @@ mod tests {
     use crate::quic::initial::tests::{hex, CLIENT_PAYLOAD, V1_CLIENT, V2_CLIENT};
     use crate::record::{EarlyData, HandshakeKind, Resumption};
 
-    const C: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)), 50000);
-    const S: Endpoint = (std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)), 443);
+    const C: Endpoint = (
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)),
+        50000,
+    );
+    const S: Endpoint = (
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+        443,
+    );
 
     /// The RFC 9001 A.2 ClientHello (handshake message, header included).
     fn client_hello() -> Vec<u8> {
@@ -846,7 +1198,13 @@ mod tests {
     }
 
     fn crypto_frame(offset: u64, data: &[u8]) -> Vec<u8> {
-        let mut f = vec![0x06, 0x80 | (offset >> 24) as u8, (offset >> 16) as u8, (offset >> 8) as u8, offset as u8];
+        let mut f = vec![
+            0x06,
+            0x80 | (offset >> 24) as u8,
+            (offset >> 16) as u8,
+            (offset >> 8) as u8,
+            offset as u8,
+        ];
         f.extend([0x40 | (data.len() >> 8) as u8, data.len() as u8]);
         f.extend_from_slice(data);
         f
@@ -856,14 +1214,31 @@ mod tests {
     /// 2 Handshake), keyed from `key_cid`; Handshake and 0-RTT bodies are
     /// sealed with Initial keys too (tlsrum never opens them).
     #[allow(clippy::too_many_arguments)]
-    fn long(ty: u8, client: bool, key_cid: &[u8], dcid: &[u8], scid: &[u8], pn: u64, frames: &[u8], pad_to: usize) -> Vec<u8> {
+    fn long(
+        ty: u8,
+        client: bool,
+        key_cid: &[u8],
+        dcid: &[u8],
+        scid: &[u8],
+        pn: u64,
+        frames: &[u8],
+        pad_to: usize,
+    ) -> Vec<u8> {
         let keys = InitialKeys::new(Version::V1, key_cid);
-        let dir = if client { &keys.client } else { &keys.server };
-        long_sealed(dir, ty, dcid, scid, pn, frames, pad_to)
+        let dir = if client { keys.client() } else { keys.server() };
+        long_sealed(&dir, ty, dcid, scid, pn, frames, pad_to)
     }
 
     /// A v1 long-header packet sealed with `keys`.
-    fn long_sealed(keys: &DirKeys, ty: u8, dcid: &[u8], scid: &[u8], pn: u64, frames: &[u8], pad_to: usize) -> Vec<u8> {
+    fn long_sealed(
+        keys: &DirKeys,
+        ty: u8,
+        dcid: &[u8],
+        scid: &[u8],
+        pn: u64,
+        frames: &[u8],
+        pad_to: usize,
+    ) -> Vec<u8> {
         let mut payload = frames.to_vec();
         let mut header = vec![0xc3 | (ty << 4), 0, 0, 0, 1, dcid.len() as u8];
         header.extend_from_slice(dcid);
@@ -907,14 +1282,43 @@ mod tests {
         let secret = [0x5e; 32];
         let hs_keys = DirKeys::from_traffic_secret(Version::V1, 0x1301, &secret).unwrap();
         let traffic = |accept: bool| {
-            let ee: Vec<u8> = if accept { vec![8, 0, 0, 6, 0, 4, 0, 42, 0, 0] } else { vec![8, 0, 0, 2, 0, 0] };
-            let mut server = long(0, false, ODCID, CCID, SCID, 0, &crypto_frame(0, &server_hello(true, false)), 0);
-            server.extend(long_sealed(&hs_keys, 2, CCID, SCID, 0, &crypto_frame(0, &ee), 0));
+            let ee: Vec<u8> = if accept {
+                vec![8, 0, 0, 6, 0, 4, 0, 42, 0, 0]
+            } else {
+                vec![8, 0, 0, 2, 0, 0]
+            };
+            let mut server = long(
+                0,
+                false,
+                ODCID,
+                CCID,
+                SCID,
+                0,
+                &crypto_frame(0, &server_hello(true, false)),
+                0,
+            );
+            server.extend(long_sealed(
+                &hs_keys,
+                2,
+                CCID,
+                SCID,
+                0,
+                &crypto_frame(0, &ee),
+                0,
+            ));
             let mut client_fin = long(2, true, ODCID, SCID, CCID, 0, &[1; 40], 0);
             client_fin.extend(short(SCID));
             vec![
-                (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
-                (1.001, true, long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0)),
+                (
+                    1.0,
+                    true,
+                    long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200),
+                ),
+                (
+                    1.001,
+                    true,
+                    long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0),
+                ),
                 (1.010, false, server),
                 (1.015, true, client_fin),
                 (1.030, false, short(CCID)),
@@ -922,7 +1326,9 @@ mod tests {
         };
         let log = |secret: &[u8]| {
             let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-            Some(Arc::new(KeyLog::parse(&format!("SERVER_HANDSHAKE_TRAFFIC_SECRET {random} {hex}\n"))))
+            Some(Arc::new(KeyLog::parse(&format!(
+                "SERVER_HANDSHAKE_TRAFFIC_SECRET {random} {hex}\n"
+            ))))
         };
         for (keylog, accept, want, round_trips) in [
             (None, true, EarlyData::Attempted, None),
@@ -935,9 +1341,20 @@ mod tests {
             let mut st = QuicStats::default();
             run(&mut t, &mut st, &traffic(accept));
             let r = &t.out[0];
-            assert_eq!((r.handshake, r.early_data, r.timing.round_trips), (HandshakeKind::Resumed, want, round_trips), "{:?}", r.notes);
-            assert_eq!(r.notes.contains(&"decrypted_with_keylog"), want != EarlyData::Attempted);
-            assert_eq!((st.keylog_failed > 0, r.notes.contains(&"keylog_mismatch")), (stale, stale));
+            assert_eq!(
+                (r.handshake, r.early_data, r.timing.round_trips),
+                (HandshakeKind::Resumed, want, round_trips),
+                "{:?}",
+                r.notes
+            );
+            assert_eq!(
+                r.notes.contains(&"decrypted_with_keylog"),
+                want != EarlyData::Attempted
+            );
+            assert_eq!(
+                (st.keylog_failed > 0, r.notes.contains(&"keylog_mismatch")),
+                (stale, stale)
+            );
         }
     }
 
@@ -963,12 +1380,25 @@ mod tests {
     /// client Handshake + 1-RTT, server 1-RTT.
     fn handshake(odcid: &[u8], ccid: &[u8], t0: f64, psk: bool) -> Vec<(f64, bool, Vec<u8>)> {
         let ch = client_hello();
-        let mut server = long(0, false, odcid, ccid, SCID, 0, &crypto_frame(0, &server_hello(psk, false)), 0);
+        let mut server = long(
+            0,
+            false,
+            odcid,
+            ccid,
+            SCID,
+            0,
+            &crypto_frame(0, &server_hello(psk, false)),
+            0,
+        );
         server.extend(long(2, false, odcid, ccid, SCID, 0, &[1; 40], 0));
         let mut client_fin = long(2, true, odcid, SCID, ccid, 0, &[1; 40], 0);
         client_fin.extend(short(SCID));
         vec![
-            (t0, true, long(0, true, odcid, odcid, ccid, 0, &crypto_frame(0, &ch), 1200)),
+            (
+                t0,
+                true,
+                long(0, true, odcid, odcid, ccid, 0, &crypto_frame(0, &ch), 1200),
+            ),
             (t0 + 0.010, false, server),
             (t0 + 0.015, true, client_fin),
             (t0 + 0.030, false, short(ccid)),
@@ -996,10 +1426,21 @@ mod tests {
         let mut t = QuicTracker::new(100, 120.0);
         let mut st = QuicStats::default();
         run(&mut t, &mut st, &handshake(ODCID, CCID, 10.0, false));
-        assert_eq!(t.out.len(), 1, "fully timed: emitted without waiting for the end");
+        assert_eq!(
+            t.out.len(),
+            1,
+            "fully timed: emitted without waiting for the end"
+        );
         let r = &t.out[0];
         assert_eq!(r.transport, Transport::Quic);
-        assert_eq!((r.handshake, r.version, r.cipher.as_deref()), (HandshakeKind::Full, Some("TLS1.3"), Some("TLS_AES_128_GCM_SHA256")));
+        assert_eq!(
+            (r.handshake, r.version, r.cipher.as_deref()),
+            (
+                HandshakeKind::Full,
+                Some("TLS1.3"),
+                Some("TLS_AES_128_GCM_SHA256")
+            )
+        );
         assert_eq!(r.timing.tcp_rtt, Some(10.0));
         assert_eq!(r.timing.handshake, Some(15.0));
         assert_eq!(r.timing.ttfb, Some(30.0));
@@ -1008,7 +1449,11 @@ mod tests {
         assert!(r.bytes.client_handshake > 245 && r.bytes.server_handshake > 60);
         t.finish_all(&mut st);
         assert_eq!(t.out.len(), 1, "the tombstone emits nothing more");
-        assert_eq!(st.decrypt_failed + st.bad_header + st.bad_frames, 0, "{st:?}");
+        assert_eq!(
+            st.decrypt_failed + st.bad_header + st.bad_frames,
+            0,
+            "{st:?}"
+        );
     }
 
     #[test]
@@ -1018,7 +1463,14 @@ mod tests {
         let mut d = handshake(ODCID, CCID, 1.0, true);
         // The RFC ClientHello offers neither PSK nor early data; the server
         // accepting a PSK is enough for "resumed". 0-RTT packets are counted.
-        d.insert(1, (1.001, true, long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0)));
+        d.insert(
+            1,
+            (
+                1.001,
+                true,
+                long(1, true, ODCID, ODCID, CCID, 1, &[0; 30], 0),
+            ),
+        );
         run(&mut t, &mut st, &d);
         let r = &t.out[0];
         assert_eq!(r.handshake, HandshakeKind::Resumed);
@@ -1035,7 +1487,15 @@ mod tests {
         let (a, b) = ch.split_at(100);
         let second = long(0, true, ODCID, ODCID, CCID, 1, &crypto_frame(100, b), 1200);
         let first = long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, a), 1200);
-        run(&mut t, &mut st, &[(1.0, true, second.clone()), (1.001, true, first), (1.002, true, second)]);
+        run(
+            &mut t,
+            &mut st,
+            &[
+                (1.0, true, second.clone()),
+                (1.001, true, first),
+                (1.002, true, second),
+            ],
+        );
         t.finish_all(&mut st);
         assert_eq!(t.out[0].sni.as_deref(), Some("example.com"));
         assert!(!t.out[0].notes.contains(&"client_crypto_gap"));
@@ -1049,16 +1509,48 @@ mod tests {
         let mut d = handshake(ODCID, CCID, 1.0, false);
         // A second connection on the same tuple, interleaved, with other IDs.
         let ch = client_hello();
-        d.insert(1, (1.002, true, long(0, true, other, other, &[0xee], 0, &crypto_frame(0, &ch), 1200)));
+        d.insert(
+            1,
+            (
+                1.002,
+                true,
+                long(
+                    0,
+                    true,
+                    other,
+                    other,
+                    &[0xee],
+                    0,
+                    &crypto_frame(0, &ch),
+                    1200,
+                ),
+            ),
+        );
         run(&mut t, &mut st, &d);
         // The first connection's server Initial, re-sent from another server address (one connection, two tuples).
         let s2: Endpoint = (S.0, 8443);
-        t.on_datagram(2.0, s2, C, &long(2, false, ODCID, CCID, SCID, 5, &[1; 40], 0), &mut st);
+        t.on_datagram(
+            2.0,
+            s2,
+            C,
+            &long(2, false, ODCID, CCID, SCID, 5, &[1; 40], 0),
+            &mut st,
+        );
         t.finish_all(&mut st);
         assert_eq!(t.out.len(), 2);
-        let full = t.out.iter().find(|r| r.handshake == HandshakeKind::Full).unwrap();
+        let full = t
+            .out
+            .iter()
+            .find(|r| r.handshake == HandshakeKind::Full)
+            .unwrap();
         assert_eq!(full.timing.tcp_rtt, Some(10.0));
-        assert_eq!(t.out.iter().filter(|r| r.handshake == HandshakeKind::Incomplete).count(), 1);
+        assert_eq!(
+            t.out
+                .iter()
+                .filter(|r| r.handshake == HandshakeKind::Incomplete)
+                .count(),
+            1
+        );
     }
 
     #[test]
@@ -1075,11 +1567,28 @@ mod tests {
         let ch = client_hello();
         let (head, tail) = ch.split_at(ch.len() / 2);
         let mut d = vec![
-            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, head), 1200)),
+            (
+                1.0,
+                true,
+                long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, head), 1200),
+            ),
             (1.005, false, retry),
             // The ClientHello's second datagram, sent before the client
             // processed the Retry: still keyed from the original ID.
-            (1.006, true, long(0, true, ODCID, ODCID, CCID, 1, &crypto_frame(head.len() as u64, tail), 1200)),
+            (
+                1.006,
+                true,
+                long(
+                    0,
+                    true,
+                    ODCID,
+                    ODCID,
+                    CCID,
+                    1,
+                    &crypto_frame(head.len() as u64, tail),
+                    1200,
+                ),
+            ),
         ];
         // After the Retry everything is keyed from the Retry's SCID.
         for (ts, c, p) in handshake(retry_scid, CCID, 1.010, false) {
@@ -1090,10 +1599,22 @@ mod tests {
         assert!(r.retry);
         assert_eq!(r.handshake, HandshakeKind::Full);
         assert_eq!(r.timing.round_trips, Some(2));
-        assert_eq!(r.timing.tcp_rtt, Some(10.0), "RTT from the post-Retry Initial");
-        assert_eq!(r.timing.handshake, Some(25.0), "handshake from the very first Initial");
+        assert_eq!(
+            r.timing.tcp_rtt,
+            Some(10.0),
+            "RTT from the post-Retry Initial"
+        );
+        assert_eq!(
+            r.timing.handshake,
+            Some(25.0),
+            "handshake from the very first Initial"
+        );
         assert_eq!(st.decrypt_failed, 0);
-        assert!(!r.notes.iter().any(|n| n.contains("decrypt")), "{:?}", r.notes);
+        assert!(
+            !r.notes.iter().any(|n| n.contains("decrypt")),
+            "{:?}",
+            r.notes
+        );
     }
 
     #[test]
@@ -1104,10 +1625,22 @@ mod tests {
         let mut frames = crypto_frame(0, &server_hello(false, true));
         // CONNECTION_CLOSE, crypto error 0x128 = alert 40 handshake_failure.
         frames.extend([0x1c, 0x41, 0x28, 0x06, 0x00]);
-        run(&mut t, &mut st, &[
-            (1.0, true, long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200)),
-            (1.01, false, long(0, false, ODCID, CCID, SCID, 0, &frames, 0)),
-        ]);
+        run(
+            &mut t,
+            &mut st,
+            &[
+                (
+                    1.0,
+                    true,
+                    long(0, true, ODCID, ODCID, CCID, 0, &crypto_frame(0, &ch), 1200),
+                ),
+                (
+                    1.01,
+                    false,
+                    long(0, false, ODCID, CCID, SCID, 0, &frames, 0),
+                ),
+            ],
+        );
         let r = &t.out[0];
         assert!(r.hrr);
         assert_eq!(r.handshake, HandshakeKind::Failed);
@@ -1217,6 +1750,9 @@ mod tests {
         t.finish_all(&mut st);
         assert_eq!(st.datagrams, 20_000);
         assert!(t.active_connections() == 0 && t.by_cid.is_empty() && t.by_tuple.is_empty());
-        assert!(st.decrypt_failed > 0 && st.bad_header > 0 && st.not_quic > 0, "{st:?}");
+        assert!(
+            st.decrypt_failed > 0 && st.bad_header > 0 && st.not_quic > 0,
+            "{st:?}"
+        );
     }
 }

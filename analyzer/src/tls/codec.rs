@@ -39,8 +39,14 @@ impl<'a> Reader<'a> {
 
     /// Takes the next `n` bytes.
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], InvalidMessage> {
-        let end = self.pos.checked_add(n).ok_or(InvalidMessage::Truncated(what))?;
-        let out = self.buf.get(self.pos..end).ok_or(InvalidMessage::Truncated(what))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(InvalidMessage::Truncated(what))?;
+        let out = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(InvalidMessage::Truncated(what))?;
         self.pos = end;
         Ok(out)
     }
@@ -111,7 +117,10 @@ mod tests {
         assert!(s.expect_empty("s").is_ok());
         assert_eq!(r.u8("z").unwrap(), 1);
         assert_eq!(r.u8("end"), Err(InvalidMessage::Truncated("end")));
-        assert_eq!(r.take(usize::MAX, "huge"), Err(InvalidMessage::Truncated("huge")));
+        assert_eq!(
+            r.take(usize::MAX, "huge"),
+            Err(InvalidMessage::Truncated("huge"))
+        );
     }
 
     #[test]

@@ -56,10 +56,14 @@ impl ProtocolVersion {
     pub const TLS1_2: Self = Self(0x0303);
     pub const TLS1_3: Self = Self(0x0304);
 
-    /// Drafts of TLS 1.3 (0x7fNN) and Facebook's fizz variants of them
-    /// (0xfbNN) negotiate the same handshake shape as 1.3.
+    /// Drafts of TLS 1.3 (0x7fNN), the browsers' middlebox experiments
+    /// (0x7eNN: Chrome's "TLS 1.3 Experiment" 1-3, BoringSSL's
+    /// `TLS1_3_EXPERIMENT*_VERSION`) and Facebook's fizz variants of the
+    /// drafts (0xfbNN) negotiate the same handshake shape as 1.3: a
+    /// session ID echoed by such a server is compatibility mode, never
+    /// TLS 1.2 resumption.
     pub fn is_tls13(self) -> bool {
-        self == Self::TLS1_3 || matches!(self.0 >> 8, 0x7f | 0xfb)
+        self == Self::TLS1_3 || matches!(self.0 >> 8, 0x7e | 0x7f | 0xfb)
     }
 
     /// The name used in records, or None for values no handshake negotiates.
@@ -135,11 +139,15 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(cipher_suite_name(0x1301), Some("TLS_AES_128_GCM_SHA256"));
-        assert_eq!(cipher_suite_name(0xc02f), Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"));
+        assert_eq!(
+            cipher_suite_name(0xc02f),
+            Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")
+        );
         assert_eq!(cipher_suite_name(0x0a0a), None);
         assert!(is_grease(0x1a1a) && !is_grease(0x1a2a) && !is_grease(0x1301));
         assert_eq!(ProtocolVersion(0x7f1c).name(), Some("TLS1.3"));
         assert_eq!(ProtocolVersion(0xfb1a).name(), Some("TLS1.3"));
+        assert_eq!(ProtocolVersion(0x7e02).name(), Some("TLS1.3"));
         assert_eq!(ProtocolVersion(0x0305).name(), None);
     }
 }

@@ -4,6 +4,7 @@
 
 use super::codec::{InvalidMessage, Reader};
 use super::enums::{extension_type as ext, is_grease, ProtocolVersion, HRR_RANDOM};
+use crate::memory::HeapSize;
 
 /// A legacy session ID (at most 32 bytes, RFC 5246 §7.4.1.2).
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -21,14 +22,20 @@ impl SessionId {
         }
         let mut bytes = [0; 32];
         bytes[..raw.len()].copy_from_slice(raw);
-        Ok(SessionId { len: raw.len() as u8, bytes })
+        Ok(SessionId {
+            len: raw.len() as u8,
+            bytes,
+        })
     }
 
     pub fn from_slice(raw: &[u8]) -> Self {
         let n = raw.len().min(32);
         let mut bytes = [0; 32];
         bytes[..n].copy_from_slice(&raw[..n]);
-        SessionId { len: n as u8, bytes }
+        SessionId {
+            len: n as u8,
+            bytes,
+        }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -83,6 +90,21 @@ pub struct ClientHello {
     pub truncated_extensions: bool,
 }
 
+impl HeapSize for ClientHello {
+    fn heap_size(&self) -> usize {
+        self.cipher_suites.heap_size()
+            + self.extensions.heap_size()
+            + self.server_name.heap_size()
+            + crate::memory::strings(&self.alpn, self.alpn.capacity())
+            + self.supported_versions.heap_size()
+            + self.psk_modes.heap_size()
+            + self.key_share_groups.heap_size()
+            + self.supported_groups.heap_size()
+            + self.signature_algorithms.heap_size()
+            + self.malformed_extensions.heap_size()
+    }
+}
+
 impl ClientHello {
     /// True if the client offers TLS 1.3 (or a draft of it).
     pub fn offers_tls13(&self) -> bool {
@@ -116,7 +138,9 @@ impl ClientHello {
             let mut exts = Reader::new(r.take(declared.min(avail), "extensions")?);
             ch.truncated_extensions = declared > avail;
             while exts.any_left() {
-                let (Ok(typ), Ok(data)) = (exts.u16("extension type"), exts.sub16("extension data")) else {
+                let (Ok(typ), Ok(data)) =
+                    (exts.u16("extension type"), exts.sub16("extension data"))
+                else {
                     ch.truncated_extensions = true;
                     break;
                 };
@@ -160,7 +184,10 @@ impl ClientHello {
             ext::SESSION_TICKET => self.session_ticket_len = Some(r.rest().len()),
             ext::PRE_SHARED_KEY => {
                 let mut ids = r.sub16("psk identities")?;
-                let mut offer = PskOffer { identities: 0, first_identity_len: 0 };
+                let mut offer = PskOffer {
+                    identities: 0,
+                    first_identity_len: 0,
+                };
                 while ids.any_left() {
                     let id = ids.sub16("psk identity")?;
                     if offer.identities == 0 {
@@ -194,7 +221,8 @@ impl ClientHello {
                 let mut list = r.sub16("supported_signature_algorithms")?;
                 self.signature_algorithms.reserve_exact(list.left() / 2);
                 while list.any_left() {
-                    self.signature_algorithms.push(list.u16("signature scheme")?);
+                    self.signature_algorithms
+                        .push(list.u16("signature scheme")?);
                 }
             }
             // Unknown and GREASE extensions are kept in `extensions` only.
@@ -227,7 +255,8 @@ impl ClientHello {
             let spec = specs.take(3, "cipher_spec")?;
             // Only specs with a zero first byte name TLS cipher suites.
             if spec[0] == 0 {
-                ch.cipher_suites.push(u16::from_be_bytes([spec[1], spec[2]]));
+                ch.cipher_suites
+                    .push(u16::from_be_bytes([spec[1], spec[2]]));
             }
         }
         Ok(ch)
@@ -250,6 +279,12 @@ pub struct ServerHello {
     pub session_ticket_ext: bool,
     pub alpn: Option<String>,
     pub key_share_group: Option<u16>,
+}
+
+impl HeapSize for ServerHello {
+    fn heap_size(&self) -> usize {
+        self.extensions.heap_size() + self.alpn.heap_size()
+    }
 }
 
 impl ServerHello {
@@ -285,7 +320,9 @@ impl ServerHello {
                 let mut data = exts.sub16("extension data")?;
                 sh.extensions.push(typ);
                 match typ {
-                    ext::SUPPORTED_VERSIONS => sh.selected_version = Some(data.u16("selected_version")?),
+                    ext::SUPPORTED_VERSIONS => {
+                        sh.selected_version = Some(data.u16("selected_version")?)
+                    }
                     ext::PRE_SHARED_KEY => sh.psk_selected = Some(data.u16("selected_identity")?),
                     ext::SESSION_TICKET => sh.session_ticket_ext = true,
                     ext::KEY_SHARE => sh.key_share_group = Some(data.u16("key_share group")?),
@@ -332,7 +369,10 @@ mod tests {
     pub(crate) const RFC8448_CH: &str = "0303cb34ecb1e78163ba1c38c6dacb196a6dffa21a8d9912ec18a2ef6283024dece7000006130113031302010000910000000b0009000006736572766572ff01000100000a00140012001d0017001800190100010101020103010400230000003300260024001d002099381de560e4bd43d23d8e435a7dbafeb3c06e51c13cae4d5413691e529aaf2c002b0003020304000d0020001e040305030603020308040805080604010501060102010402050206020202002d00020101001c00024001";
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]

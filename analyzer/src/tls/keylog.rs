@@ -32,20 +32,32 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 impl KeyLog {
     /// Parses a key log; unknown labels are ignored, malformed lines counted.
     pub fn parse(text: &str) -> Self {
         let mut log = KeyLog::default();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             let mut f = line.split_whitespace();
-            let (Some(label), Some(random), Some(secret), None) = (f.next(), f.next(), f.next(), f.next()) else {
+            let (Some(label), Some(random), Some(secret), None) =
+                (f.next(), f.next(), f.next(), f.next())
+            else {
                 log.bad_lines += 1;
                 continue;
             };
-            let (Some(random), Some(secret)) = (unhex(random).and_then(|r| <[u8; 32]>::try_from(r).ok()), unhex(secret)) else {
+            let (Some(random), Some(secret)) = (
+                unhex(random).and_then(|r| <[u8; 32]>::try_from(r).ok()),
+                unhex(secret),
+            ) else {
                 log.bad_lines += 1;
                 continue;
             };
@@ -88,9 +100,15 @@ pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Op
     let info = label_info(label, len);
     let mut out = vec![0; len];
     if sha384 {
-        Hkdf::<Sha384>::from_prk(secret).ok()?.expand(&info, &mut out).ok()?;
+        Hkdf::<Sha384>::from_prk(secret)
+            .ok()?
+            .expand(&info, &mut out)
+            .ok()?;
     } else {
-        Hkdf::<Sha256>::from_prk(secret).ok()?.expand(&info, &mut out).ok()?;
+        Hkdf::<Sha256>::from_prk(secret)
+            .ok()?
+            .expand(&info, &mut out)
+            .ok()?;
     }
     Some(out)
 }
@@ -98,24 +116,44 @@ pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Op
 /// Key length and hash (SHA-384 or SHA-256) of a TLS 1.3 suite tlsrum can
 /// decrypt (see [`Tls13Suite::decryptable`]).
 pub(crate) fn suite_key(suite: u16) -> Option<(usize, bool)> {
-    Tls13Suite::get(suite).filter(|s| s.decryptable()).map(|s| (s.key_len, s.sha384()))
+    Tls13Suite::get(suite)
+        .filter(|s| s.decryptable())
+        .map(|s| (s.key_len, s.sha384()))
 }
 
 /// Decrypts the record with sequence number `seq` protected under a TLS 1.3
 /// traffic secret; returns (inner content type, plaintext).
-pub fn decrypt_record(suite: u16, secret: &[u8], seq: u64, header: &[u8; 5], payload: &[u8]) -> Option<(u8, Vec<u8>)> {
+pub fn decrypt_record(
+    suite: u16,
+    secret: &[u8],
+    seq: u64,
+    header: &[u8; 5],
+    payload: &[u8],
+) -> Option<(u8, Vec<u8>)> {
     let (key_len, sha384) = suite_key(suite)?;
     let key = expand(sha384, secret, "key", key_len)?;
     let mut nonce = expand(sha384, secret, "iv", 12)?;
     for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
         *n ^= s;
     }
-    let msg = Payload { msg: payload, aad: header };
+    let msg = Payload {
+        msg: payload,
+        aad: header,
+    };
     let nonce = aes_gcm::Nonce::from_slice(&nonce);
     let mut plain = match (Tls13Suite::get(suite)?.aead, key_len) {
-        (SuiteAead::AesGcm, 16) => aes_gcm::Aes128Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
-        (SuiteAead::AesGcm, _) => aes_gcm::Aes256Gcm::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
-        _ => chacha20poly1305::ChaCha20Poly1305::new_from_slice(&key).ok()?.decrypt(nonce, msg).ok()?,
+        (SuiteAead::AesGcm, 16) => aes_gcm::Aes128Gcm::new_from_slice(&key)
+            .ok()?
+            .decrypt(nonce, msg)
+            .ok()?,
+        (SuiteAead::AesGcm, _) => aes_gcm::Aes256Gcm::new_from_slice(&key)
+            .ok()?
+            .decrypt(nonce, msg)
+            .ok()?,
+        _ => chacha20poly1305::ChaCha20Poly1305::new_from_slice(&key)
+            .ok()?
+            .decrypt(nonce, msg)
+            .ok()?,
     };
     // TLSInnerPlaintext: content, content type, zero padding.
     while plain.last() == Some(&0) {
@@ -163,16 +201,26 @@ mod tests {
         let log = KeyLog::parse(&text);
         assert_eq!(log.len(), 1);
         assert_eq!(log.bad_lines, 1);
-        assert_eq!(log.get(&[0xaa; 32]).unwrap().server_handshake.as_deref(), Some(&[1u8, 2][..]));
+        assert_eq!(
+            log.get(&[0xaa; 32]).unwrap().server_handshake.as_deref(),
+            Some(&[1u8, 2][..])
+        );
     }
 
     /// RFC 8448 §3: the server's handshake traffic key and IV derived from
     /// its handshake traffic secret (TLS_AES_128_GCM_SHA256).
     #[test]
     fn rfc8448_key_schedule() {
-        let secret = unhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38").unwrap();
-        assert_eq!(expand(false, &secret, "key", 16).unwrap(), unhex("3fce516009c21727d0f2e4e86ee403bc").unwrap());
-        assert_eq!(expand(false, &secret, "iv", 12).unwrap(), unhex("5d313eb2671276ee13000b30").unwrap());
+        let secret =
+            unhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38").unwrap();
+        assert_eq!(
+            expand(false, &secret, "key", 16).unwrap(),
+            unhex("3fce516009c21727d0f2e4e86ee403bc").unwrap()
+        );
+        assert_eq!(
+            expand(false, &secret, "iv", 12).unwrap(),
+            unhex("5d313eb2671276ee13000b30").unwrap()
+        );
     }
 
     #[test]
@@ -186,12 +234,21 @@ mod tests {
         let header = [23u8, 3, 3, 0, (plain.len() + 16) as u8];
         let cipher = aes_gcm::Aes128Gcm::new_from_slice(&key)
             .unwrap()
-            .encrypt(aes_gcm::Nonce::from_slice(&iv), Payload { msg: &plain, aad: &header })
+            .encrypt(
+                aes_gcm::Nonce::from_slice(&iv),
+                Payload {
+                    msg: &plain,
+                    aad: &header,
+                },
+            )
             .unwrap();
         let (inner, body) = decrypt_record(0x1301, &secret, 0, &header, &cipher).unwrap();
         assert_eq!(inner, 22);
         assert_eq!(accepts_early_data(&body), Some(true));
         assert_eq!(accepts_early_data(&[8, 0, 0, 2, 0, 0]), Some(false));
-        assert!(decrypt_record(0x1301, &[8u8; 32], 0, &header, &cipher).is_none(), "wrong key fails");
+        assert!(
+            decrypt_record(0x1301, &[8u8; 32], 0, &header, &cipher).is_none(),
+            "wrong key fails"
+        );
     }
 }

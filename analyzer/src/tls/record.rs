@@ -6,6 +6,7 @@
 use super::codec::{InvalidMessage, Reader};
 use super::enums::content_type;
 pub use crate::flow::reassembly::Chunk;
+use crate::memory::HeapSize;
 
 pub use crate::caps::MAX_RECORD_PAYLOAD;
 /// Default cap on one handshake message (certificate chains are the big ones).
@@ -32,12 +33,29 @@ pub enum StreamEvent<'a> {
     Record(RecordInfo),
     /// A complete plaintext handshake message; `body` is None when it was
     /// larger than the cap (its type and length are still known).
-    Handshake { msg_type: u8, len: usize, body: Option<&'a [u8]>, record: RecordInfo },
-    Alert { level: u8, description: u8, record: RecordInfo },
+    Handshake {
+        msg_type: u8,
+        len: usize,
+        body: Option<&'a [u8]>,
+        record: RecordInfo,
+    },
+    Alert {
+        level: u8,
+        description: u8,
+        record: RecordInfo,
+    },
     /// The first record of a direction in SSL 2.0 format: message type and body.
-    Sslv2 { msg_type: u8, body: &'a [u8], record: RecordInfo },
+    Sslv2 {
+        msg_type: u8,
+        body: &'a [u8],
+        record: RecordInfo,
+    },
     /// An encrypted record kept whole because `capture_encrypted` asked for it.
-    Encrypted { header: [u8; 5], payload: &'a [u8], record: RecordInfo },
+    Encrypted {
+        header: [u8; 5],
+        payload: &'a [u8],
+        record: RecordInfo,
+    },
 }
 
 /// Why a direction stopped being parsed.
@@ -54,6 +72,9 @@ pub enum StreamError {
     BadMessage(InvalidMessage),
 }
 
+/// Gathering buffers up to this capacity are kept for reuse; larger ones
+/// (a record or message split across segments) are freed once used.
+const KEPT_BUFFER: usize = 64;
 
 #[derive(Debug, Default)]
 pub struct RecordStream {
@@ -85,9 +106,18 @@ pub struct RecordStream {
     max_hs: usize,
 }
 
+impl HeapSize for RecordStream {
+    fn heap_size(&self) -> usize {
+        self.buf.heap_size() + self.hs_buf.heap_size()
+    }
+}
+
 impl RecordStream {
     pub fn new(max_handshake_message: usize) -> Self {
-        RecordStream { max_hs: max_handshake_message, ..Default::default() }
+        RecordStream {
+            max_hs: max_handshake_message,
+            ..Default::default()
+        }
     }
 
     pub fn failed(&self) -> bool {
@@ -178,9 +208,39 @@ impl RecordStream {
                     continue;
                 }
             }
-            // Gather the payload of a plaintext record (one allocation, not doublings).
-            self.buf.reserve_exact((5 + len).saturating_sub(self.buf.len()));
             let have = self.buf.len() - 5;
+            if have == 0 && data.len() >= len {
+                // The whole payload is in this chunk (the usual case): read
+                // in place, nothing copied or kept.
+                let header = [
+                    self.buf[0],
+                    self.buf[1],
+                    self.buf[2],
+                    self.buf[3],
+                    self.buf[4],
+                ];
+                let (payload, rest) = data.split_at(len);
+                data = rest;
+                seq = seq.wrapping_add(len as u32);
+                self.buf.clear();
+                self.current = None;
+                self.announced = false;
+                if capture {
+                    self.capture_encrypted = false;
+                    sink(StreamEvent::Encrypted {
+                        header,
+                        payload,
+                        record,
+                    });
+                    continue;
+                }
+                self.plaintext_record(ctype, payload, record, sink)?;
+                continue;
+            }
+            // Gather the payload of a record split across chunks (one
+            // allocation, not doublings).
+            self.buf
+                .reserve_exact((5 + len).saturating_sub(self.buf.len()));
             let n = (len - have).min(data.len());
             self.buf.extend_from_slice(&data[..n]);
             data = &data[n..];
@@ -194,17 +254,29 @@ impl RecordStream {
             if capture {
                 self.capture_encrypted = false;
                 let header = [payload[0], payload[1], payload[2], payload[3], payload[4]];
-                sink(StreamEvent::Encrypted { header, payload: &payload[5..], record });
-                self.buf = payload;
-                self.buf.clear();
+                sink(StreamEvent::Encrypted {
+                    header,
+                    payload: &payload[5..],
+                    record,
+                });
+                self.reuse_buf(payload);
                 continue;
             }
             let res = self.plaintext_record(ctype, &payload[5..], record, sink);
-            self.buf = payload;
-            self.buf.clear();
+            self.reuse_buf(payload);
             res?;
         }
         Ok(())
+    }
+
+    /// Takes a gathering buffer back: a small one is kept for the next
+    /// record header, a record-sized one is freed (a flow waiting in a
+    /// flood must not hold a ClientHello's worth per direction).
+    fn reuse_buf(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= KEPT_BUFFER {
+            buf.clear();
+            self.buf = buf;
+        }
     }
 
     fn plaintext_record(
@@ -222,7 +294,11 @@ impl RecordStream {
                     let (Ok(level), Ok(description)) = (r.u8("level"), r.u8("description")) else {
                         break;
                     };
-                    sink(StreamEvent::Alert { level, description, record });
+                    sink(StreamEvent::Alert {
+                        level,
+                        description,
+                        record,
+                    });
                 }
             }
             content_type::HANDSHAKE => self.handshake_bytes(payload, record, sink)?,
@@ -248,6 +324,20 @@ impl RecordStream {
                 payload = &payload[n..];
                 continue;
             }
+            if let ([msg_type, a, b, c, rest @ ..], true) = (payload, self.hs_buf.is_empty()) {
+                let len = u32::from_be_bytes([0, *a, *b, *c]) as usize;
+                if len <= self.max_hs && len <= rest.len() {
+                    // A whole message in this record: read in place.
+                    sink(StreamEvent::Handshake {
+                        msg_type: *msg_type,
+                        len,
+                        body: Some(&rest[..len]),
+                        record,
+                    });
+                    payload = &rest[len..];
+                    continue;
+                }
+            }
             let need = 4usize.saturating_sub(self.hs_buf.len());
             if need > 0 {
                 let n = need.min(payload.len());
@@ -258,24 +348,38 @@ impl RecordStream {
                 }
             }
             let msg_type = self.hs_buf[0];
-            let len = u32::from_be_bytes([0, self.hs_buf[1], self.hs_buf[2], self.hs_buf[3]]) as usize;
+            let len =
+                u32::from_be_bytes([0, self.hs_buf[1], self.hs_buf[2], self.hs_buf[3]]) as usize;
             if len > self.max_hs {
                 // Too large to keep: report its type, drop its body.
-                sink(StreamEvent::Handshake { msg_type, len, body: None, record });
+                sink(StreamEvent::Handshake {
+                    msg_type,
+                    len,
+                    body: None,
+                    record,
+                });
                 self.hs_buf.clear();
                 self.hs_skip = len;
                 continue;
             }
-            self.hs_buf.reserve_exact((4 + len).saturating_sub(self.hs_buf.len()));
+            self.hs_buf
+                .reserve_exact((4 + len).saturating_sub(self.hs_buf.len()));
             let have = self.hs_buf.len() - 4;
             let n = (len - have).min(payload.len());
             self.hs_buf.extend_from_slice(&payload[..n]);
             payload = &payload[n..];
             if self.hs_buf.len() == 4 + len {
                 let msg = std::mem::take(&mut self.hs_buf);
-                sink(StreamEvent::Handshake { msg_type, len, body: Some(&msg[4..]), record });
-                self.hs_buf = msg;
-                self.hs_buf.clear();
+                sink(StreamEvent::Handshake {
+                    msg_type,
+                    len,
+                    body: Some(&msg[4..]),
+                    record,
+                });
+                if msg.capacity() <= KEPT_BUFFER {
+                    self.hs_buf = msg;
+                    self.hs_buf.clear();
+                }
             }
         }
         Ok(())
@@ -309,12 +413,20 @@ impl RecordStream {
         self.started = true;
         let body = std::mem::take(&mut self.buf);
         if len >= 1 {
-            sink(StreamEvent::Sslv2 { msg_type: body[2], body: &body[3..2 + len], record });
+            sink(StreamEvent::Sslv2 {
+                msg_type: body[2],
+                body: &body[3..2 + len],
+                record,
+            });
         }
         // Bytes gathered beyond this record belong to the next one.
         let overshoot = body.len() - (2 + len);
         self.buf = body[2 + len..].to_vec();
-        self.current = if overshoot > 0 { Some((ts, record.end, ack)) } else { None };
+        self.current = if overshoot > 0 {
+            Some((ts, record.end, ack))
+        } else {
+            None
+        };
         need
     }
 
@@ -366,16 +478,25 @@ mod tests {
         let mut out = Vec::new();
         let mut seq = 1000u32;
         for (i, p) in pieces.iter().enumerate() {
-            let chunk = Chunk { data: p, seq, ts: i as f64, ack: Some(7) };
+            let chunk = Chunk {
+                data: p,
+                seq,
+                ts: i as f64,
+                ack: Some(7),
+            };
             seq = seq.wrapping_add(p.len() as u32);
             stream
                 .push(chunk, &mut |ev| {
                     out.push(match ev {
-                        StreamEvent::Record(r) => format!("rec {} {} @{} seq{}", r.content_type, r.len, r.ts, r.seq),
+                        StreamEvent::Record(r) => {
+                            format!("rec {} {} @{} seq{}", r.content_type, r.len, r.ts, r.seq)
+                        }
                         StreamEvent::Handshake { msg_type, body, .. } => {
                             format!("hs {} {:?}", msg_type, body.map(|b| b.len()))
                         }
-                        StreamEvent::Alert { level, description, .. } => format!("alert {level} {description}"),
+                        StreamEvent::Alert {
+                            level, description, ..
+                        } => format!("alert {level} {description}"),
                         StreamEvent::Sslv2 { msg_type, .. } => format!("v2 {msg_type}"),
                         StreamEvent::Encrypted { payload, .. } => format!("enc {}", payload.len()),
                     })
@@ -395,12 +516,24 @@ mod tests {
         let whole = collect(&mut RecordStream::new(1024), &[&wire]);
         assert_eq!(
             whole,
-            ["rec 22 11 @0 seq1000", "hs 1 Some(2)", "rec 22 4 @0 seq1016", "hs 2 Some(5)", "rec 23 3 @0 seq1025"]
+            [
+                "rec 22 11 @0 seq1000",
+                "hs 1 Some(2)",
+                "rec 22 4 @0 seq1016",
+                "hs 2 Some(5)",
+                "rec 23 3 @0 seq1025"
+            ]
         );
         for cut in 1..wire.len() {
             let got = collect(&mut RecordStream::new(1024), &[&wire[..cut], &wire[cut..]]);
-            let plain: Vec<String> = got.iter().map(|s| s.split(" @").next().unwrap().to_string()).collect();
-            let want: Vec<String> = whole.iter().map(|s| s.split(" @").next().unwrap().to_string()).collect();
+            let plain: Vec<String> = got
+                .iter()
+                .map(|s| s.split(" @").next().unwrap().to_string())
+                .collect();
+            let want: Vec<String> = whole
+                .iter()
+                .map(|s| s.split(" @").next().unwrap().to_string())
+                .collect();
             assert_eq!(plain, want, "cut at {cut}");
         }
     }
@@ -431,8 +564,16 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         let mut s = RecordStream::new(1024);
-        let chunk = Chunk { data: b"GET / HTTP/1.1\r\n", seq: 0, ts: 0.0, ack: None };
-        assert_eq!(s.push(chunk, &mut |_| {}), Err(StreamError::BadRecordHeader));
+        let chunk = Chunk {
+            data: b"GET / HTTP/1.1\r\n",
+            seq: 0,
+            ts: 0.0,
+            ack: None,
+        };
+        assert_eq!(
+            s.push(chunk, &mut |_| {}),
+            Err(StreamError::BadRecordHeader)
+        );
         assert!(s.failed());
     }
 
@@ -441,18 +582,39 @@ mod tests {
         let mut s = RecordStream::new(1024);
         let mut events = 0;
         let first = [22u8, 3, 3, 0, 6, 1, 0];
-        s.push(Chunk { data: &first, seq: 0, ts: 0.0, ack: None }, &mut |_| events += 1).unwrap();
+        s.push(
+            Chunk {
+                data: &first,
+                seq: 0,
+                ts: 0.0,
+                ack: None,
+            },
+            &mut |_| events += 1,
+        )
+        .unwrap();
         assert!(s.lost(3).is_ok());
         let rest = [9u8, 20, 3, 3, 0, 1, 1];
         let mut types = Vec::new();
-        s.push(Chunk { data: &rest, seq: 10, ts: 0.0, ack: None }, &mut |e| {
-            if let StreamEvent::Record(r) = e {
-                types.push(r.content_type)
-            }
-        })
+        s.push(
+            Chunk {
+                data: &rest,
+                seq: 10,
+                ts: 0.0,
+                ack: None,
+            },
+            &mut |e| {
+                if let StreamEvent::Record(r) = e {
+                    types.push(r.content_type)
+                }
+            },
+        )
         .unwrap();
         assert_eq!(types, [20]);
-        assert_eq!(s.lost(1), Err(StreamError::Gap), "a loss at a record boundary is fatal");
+        assert_eq!(
+            s.lost(1),
+            Err(StreamError::Gap),
+            "a loss at a record boundary is fatal"
+        );
     }
 
     #[test]
@@ -461,6 +623,10 @@ mod tests {
         s.ccs_encrypts = true;
         let wire = [20u8, 3, 3, 0, 1, 1, 22, 3, 3, 0, 3, 9, 9, 9];
         let got = collect(&mut s, &[&wire]);
-        assert_eq!(got.len(), 2, "no handshake message parsed from the encrypted Finished: {got:?}");
+        assert_eq!(
+            got.len(),
+            2,
+            "no handshake message parsed from the encrypted Finished: {got:?}"
+        );
     }
 }

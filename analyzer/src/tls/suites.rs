@@ -65,11 +65,30 @@ mod tests {
 
     #[test]
     fn rfc8446_suites() {
-        let got: Vec<(u16, usize, usize, Option<usize>)> = TLS13_SUITES.iter().filter(|s| s.id >> 8 == 0x13 && s.id <= 0x1305).map(|s| (s.id, s.key_len, s.hash_len, s.tag_len())).collect();
-        assert_eq!(got, [(0x1301, 16, 32, Some(16)), (0x1302, 32, 48, Some(16)), (0x1303, 32, 32, Some(16)), (0x1304, 16, 32, Some(16)), (0x1305, 16, 32, Some(8))]);
-        assert_eq!(Tls13Suite::get(0x00c6).map(|s| (s.aead, s.tag_len())), Some((Aead::Sm4Gcm, Some(16))));
+        let got: Vec<(u16, usize, usize, Option<usize>)> = TLS13_SUITES
+            .iter()
+            .filter(|s| s.id >> 8 == 0x13 && s.id <= 0x1305)
+            .map(|s| (s.id, s.key_len, s.hash_len, s.tag_len()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x1301, 16, 32, Some(16)),
+                (0x1302, 32, 48, Some(16)),
+                (0x1303, 32, 32, Some(16)),
+                (0x1304, 16, 32, Some(16)),
+                (0x1305, 16, 32, Some(8))
+            ]
+        );
+        assert_eq!(
+            Tls13Suite::get(0x00c6).map(|s| (s.aead, s.tag_len())),
+            Some((Aead::Sm4Gcm, Some(16)))
+        );
         assert_eq!(Tls13Suite::get(0x1306).and_then(|s| s.tag_len()), None);
-        assert_eq!(Tls13Suite::get(0x1303).map(|s| s.aead), Some(Aead::ChaCha20Poly1305));
+        assert_eq!(
+            Tls13Suite::get(0x1303).map(|s| s.aead),
+            Some(Aead::ChaCha20Poly1305)
+        );
         assert!(Tls13Suite::get(0xc02f).is_none());
     }
 }

@@ -83,7 +83,10 @@ fn event(ts: f64, p: &wire::Packet<'_>) -> Vec<u8> {
         Transport::Tcp(t) => {
             put32(&mut h, 12, t.seq);
             put32(&mut h, 16, t.ack);
-            let f = u8::from(t.fin) | u8::from(t.syn) << 1 | u8::from(t.rst) << 2 | u8::from(t.ack_flag) << 4;
+            let f = u8::from(t.fin)
+                | u8::from(t.syn) << 1
+                | u8::from(t.rst) << 2
+                | u8::from(t.ack_flag) << 4;
             (t.src_port, t.dst_port, 6u8, f)
         }
         Transport::Udp { src_port, dst_port } => (src_port, dst_port, 17u8, 0),
@@ -127,13 +130,20 @@ fn quic_exchange(ch: &[u8], sh: Option<&[u8]>) -> Vec<u8> {
         s.extend(0u16.to_be_bytes());
         prefixed(s, msg);
     };
-    let (dcid, ccid, scid) = ([0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08], [1u8; 8], [2u8; 8]);
+    let (dcid, ccid, scid) = (
+        [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08],
+        [1u8; 8],
+        [2u8; 8],
+    );
     initial(&mut s, 1, &dcid, &ccid, ch);
     if let Some(sh) = sh {
         initial(&mut s, 2, &ccid, &scid, sh);
     }
     s
 }
+
+/// One TCP direction: its reassembler, the bytes in order, and where each segment began (seq, offset).
+type Stream = (Reassembler, Vec<u8>, Vec<(u32, usize)>);
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -154,11 +164,16 @@ fn main() {
     for path in &files {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let mut cap = pcap::Capture::from_file(path).expect("open capture");
-        let Some(link) = LinkType::from_linktype(cap.get_datalink().0) else { continue };
+        let Some(link) = LinkType::from_linktype(cap.get_datalink().0) else {
+            continue;
+        };
         let mut frames = Vec::new();
         while let Ok(p) = cap.next_packet() {
             let ts = p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6;
-            frames.push(Frame { ts, data: p.data.to_vec() });
+            frames.push(Frame {
+                ts,
+                data: p.data.to_vec(),
+            });
         }
 
         // packets: the whole capture, with no caps and with every cap on.
@@ -177,19 +192,23 @@ fn main() {
         }
 
         // Each TCP direction's stream, in order; UDP datagrams; events.
-        let mut streams: BTreeMap<Dir, (Reassembler, Vec<u8>, Vec<(u32, usize)>)> = BTreeMap::new();
+        let mut streams: BTreeMap<Dir, Stream> = BTreeMap::new();
         let mut datagrams: Vec<(bool, Vec<u8>)> = Vec::new();
         let mut udp_server: Option<u16> = None;
         let mut events = Vec::new();
         for f in &frames {
-            let Ok(p) = wire::decode(link, &f.data) else { continue };
+            let Ok(p) = wire::decode(link, &f.data) else {
+                continue;
+            };
             if events.len() < MAX_SEED {
                 prefixed(&mut events, &event(f.ts, &p));
             }
             match p.transport {
                 Transport::Tcp(t) => {
                     let key = (p.src, t.src_port, p.dst, t.dst_port);
-                    let (r, bytes, segs) = streams.entry(key).or_insert_with(|| (Reassembler::new(1 << 20), Vec::new(), Vec::new()));
+                    let (r, bytes, segs) = streams
+                        .entry(key)
+                        .or_insert_with(|| (Reassembler::new(1 << 20), Vec::new(), Vec::new()));
                     if t.syn {
                         r.start_at(t.seq.wrapping_add(1));
                         segs.push((t.seq.wrapping_add(1), 0));
@@ -197,9 +216,16 @@ fn main() {
                     if !p.payload.is_empty() {
                         segs.push((t.seq, p.payload.len()));
                     }
-                    r.push(Segment { seq: t.seq, data: p.payload, ts: f.ts, ack: None }, p.truncated, &mut |c| {
-                        bytes.extend_from_slice(c.data)
-                    });
+                    r.push(
+                        Segment {
+                            seq: t.seq,
+                            data: p.payload,
+                            ts: f.ts,
+                            ack: None,
+                        },
+                        p.truncated,
+                        &mut |c| bytes.extend_from_slice(c.data),
+                    );
                 }
                 Transport::Udp { src_port, dst_port } => {
                     let server = *udp_server.get_or_insert(dst_port);
@@ -291,7 +317,12 @@ fn main() {
     }
     // quic: real ClientHello/ServerHello pairs sealed by the harness.
     for (i, (ch, sh)) in hellos.iter().enumerate() {
-        write(&out, "quic", &format!("hello-{i}"), &quic_exchange(ch, sh.as_deref()));
+        write(
+            &out,
+            "quic",
+            &format!("hello-{i}"),
+            &quic_exchange(ch, sh.as_deref()),
+        );
     }
     // keylog: one TLS 1.3 record decrypt attempt (suite 0x1301, 32-byte secret).
     let mut s = b"CLIENT_RANDOM 00 11\n# comment\n".to_vec();
@@ -321,16 +352,36 @@ mod tests {
     const CH: &str = "010000ed0303ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c00000413011302010000c000000010000e00000b6578616d706c652e636f6dff01000100000a00080006001d0017001800100007000504616c706e000500050100000000003300260024001d00209370b2c9caa47fbabaf4559fedba753de171fa71f50f1ce15d43e994ec74d748002b0003020304000d0010000e0403050306030203080408050806002d00020101001c00024001003900320408ffffffffffffffff05048000ffff07048000ffff0801100104800075300901100f088394c8f03e51570806048000ffff";
 
     fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]
     fn sealed_initials_open_and_reach_the_client_hello() {
-        for version in [Version::V1, Version::V2, Version::Draft(29), Version::Draft(23), Version::Mvfst(2)] {
+        for version in [
+            Version::V1,
+            Version::V2,
+            Version::Draft(29),
+            Version::Draft(23),
+            Version::Mvfst(2),
+        ] {
             for pn_len in 1..=4 {
                 let dcid = [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
                 let frames = harness::crypto_frame(0, &unhex(CH));
-                let d = harness::seal_initial(version, harness::Side::Client, &dcid, &dcid, &[1; 8], &[], 2, pn_len, &frames, 1200);
+                let d = harness::seal_initial(
+                    version,
+                    harness::Side::Client,
+                    &dcid,
+                    &dcid,
+                    &[1; 8],
+                    &[],
+                    2,
+                    pn_len,
+                    &frames,
+                    1200,
+                );
                 assert!(d.len() >= 1200);
                 let mut t = QuicTracker::new(10, 30.0);
                 let mut stats = QuicStats::default();
@@ -338,7 +389,10 @@ mod tests {
                 let s = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 443);
                 t.on_datagram(1.0, c, s, &d, &mut stats);
                 t.finish_all(&mut stats);
-                assert_eq!(stats.decrypt_failed, 0, "{version:?} pn_len {pn_len}: {stats:?}");
+                assert_eq!(
+                    stats.decrypt_failed, 0,
+                    "{version:?} pn_len {pn_len}: {stats:?}"
+                );
                 assert_eq!(stats.hello_parse_errors, 0, "{version:?}: {stats:?}");
                 assert_eq!(t.out.len(), 1, "{version:?}: {stats:?}");
                 let mut line = Vec::new();

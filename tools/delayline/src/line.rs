@@ -86,7 +86,14 @@ pub struct Line {
 
 impl Line {
     pub fn new(dirs: [DirConfig; 2], reorder: bool, seed: u64) -> Line {
-        Line { dirs, reorder, heap: BinaryHeap::new(), last_deadline: [0; 2], seq: 0, rng: XorShift::new(seed) }
+        Line {
+            dirs,
+            reorder,
+            heap: BinaryHeap::new(),
+            last_deadline: [0; 2],
+            seq: 0,
+            rng: XorShift::new(seed),
+        }
     }
 
     /// A packet read at `now` travelling in `dir`.
@@ -110,7 +117,13 @@ impl Line {
         }
         self.last_deadline[dir as usize] = deadline;
         self.seq += 1;
-        self.heap.push(Pending { deadline, seq: self.seq, dir, arrived: now, data });
+        self.heap.push(Pending {
+            deadline,
+            seq: self.seq,
+            dir,
+            arrived: now,
+            data,
+        });
         Admit::Queued { deadline }
     }
 
@@ -163,14 +176,24 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn cfg(delay_ms: u64) -> DirConfig {
-        DirConfig { delay_ns: delay_ms * MS, jitter_ns: 0, loss: 0.0 }
+        DirConfig {
+            delay_ns: delay_ms * MS,
+            jitter_ns: 0,
+            loss: 0.0,
+        }
     }
 
     #[test]
     fn each_direction_gets_its_own_delay() {
         let mut line = Line::new([cfg(10), cfg(40)], false, 1);
-        assert_eq!(line.admit(Dir::AtoB, 0, vec![1]), Admit::Queued { deadline: 10 * MS });
-        assert_eq!(line.admit(Dir::BtoA, MS, vec![2]), Admit::Queued { deadline: 41 * MS });
+        assert_eq!(
+            line.admit(Dir::AtoB, 0, vec![1]),
+            Admit::Queued { deadline: 10 * MS }
+        );
+        assert_eq!(
+            line.admit(Dir::BtoA, MS, vec![2]),
+            Admit::Queued { deadline: 41 * MS }
+        );
         assert_eq!(line.next_deadline(), Some(10 * MS));
         assert!(line.pop_due(10 * MS - 1).is_none());
         assert_eq!(line.pop_due(10 * MS).unwrap().data, vec![1]);
@@ -185,18 +208,26 @@ mod tests {
         for i in 0..100u8 {
             line.admit(Dir::AtoB, 0, vec![i]);
         }
-        let order: Vec<u8> = std::iter::from_fn(|| line.pop_due(5 * MS)).map(|p| p.data[0]).collect();
+        let order: Vec<u8> = std::iter::from_fn(|| line.pop_due(5 * MS))
+            .map(|p| p.data[0])
+            .collect();
         assert_eq!(order, (0..100).collect::<Vec<_>>());
     }
 
     #[test]
     fn jitter_without_reorder_keeps_fifo_and_bounds() {
-        let jittery = DirConfig { delay_ns: 50 * MS, jitter_ns: 10 * MS, loss: 0.0 };
+        let jittery = DirConfig {
+            delay_ns: 50 * MS,
+            jitter_ns: 10 * MS,
+            loss: 0.0,
+        };
         let mut line = Line::new([jittery, jittery], false, 7);
         let mut last = 0;
         for i in 0..10_000u64 {
             let now = i * 10_000; // 10 µs apart
-            let Admit::Queued { deadline } = line.admit(Dir::AtoB, now, vec![]) else { panic!() };
+            let Admit::Queued { deadline } = line.admit(Dir::AtoB, now, vec![]) else {
+                panic!()
+            };
             assert!(deadline >= last, "FIFO");
             assert!(deadline >= now + 40 * MS && deadline <= now.max(last) + 60 * MS);
             last = deadline;
@@ -205,9 +236,15 @@ mod tests {
 
     #[test]
     fn loss_rate_is_close_to_configured() {
-        let lossy = DirConfig { delay_ns: 0, jitter_ns: 0, loss: 0.1 };
+        let lossy = DirConfig {
+            delay_ns: 0,
+            jitter_ns: 0,
+            loss: 0.1,
+        };
         let mut line = Line::new([lossy, cfg(0)], false, 42);
-        let lost = (0..100_000).filter(|&t| line.admit(Dir::AtoB, t, vec![]) == Admit::Lost).count();
+        let lost = (0..100_000)
+            .filter(|&t| line.admit(Dir::AtoB, t, vec![]) == Admit::Lost)
+            .count();
         assert!((9_000..11_000).contains(&lost), "{lost}");
         assert!((0..1000).all(|t| line.admit(Dir::BtoA, t, vec![]) != Admit::Lost));
     }
@@ -216,7 +253,10 @@ mod tests {
     fn queue_is_bounded() {
         let mut line = Line::new([cfg(1000), cfg(1000)], false, 1);
         for t in 0..MAX_QUEUED as u64 {
-            assert!(matches!(line.admit(Dir::AtoB, t, vec![]), Admit::Queued { .. }));
+            assert!(matches!(
+                line.admit(Dir::AtoB, t, vec![]),
+                Admit::Queued { .. }
+            ));
         }
         assert_eq!(line.admit(Dir::AtoB, 0, vec![]), Admit::QueueFull);
     }

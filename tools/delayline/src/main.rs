@@ -36,7 +36,11 @@ use clap::Parser;
 use line::{Admit, Dir, DirConfig, Line};
 
 #[derive(Parser, Debug)]
-#[command(name = "delayline", version, about = "Delay line between two network namespaces through TUN devices")]
+#[command(
+    name = "delayline",
+    version,
+    about = "Delay line between two network namespaces through TUN devices"
+)]
 struct Args {
     /// Network namespace of side A (the client side, by convention).
     #[arg(long)]
@@ -112,9 +116,16 @@ fn netns_path(name: &str) -> PathBuf {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip").args(args).output().context("run ip (iproute2)")?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("run ip (iproute2)")?;
     if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -140,16 +151,36 @@ fn setup_side(args: &Args, ns: &str, addr: &str, peer: &str) -> Result<Side> {
     let tun = sys::open_tun_in(&netns_path(ns), &args.ifname)?;
     let mtu = args.mtu.to_string();
     ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    ip(&["-n", ns, "addr", "add", addr, "peer", peer, "dev", &args.ifname])?;
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        addr,
+        "peer",
+        peer,
+        "dev",
+        &args.ifname,
+    ])?;
     ip(&["-n", ns, "link", "set", &args.ifname, "mtu", &mtu, "up"])?;
     // Cached per-destination TCP metrics would carry one run's RTT and
     // ssthresh into the next; every connection should start from scratch.
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"])
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv4.tcp_no_metrics_save=1",
+        ])
         .output()
         .context("sysctl in namespace")?;
     if !out.status.success() {
-        eprintln!("delayline: warning: tcp_no_metrics_save in {ns}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        eprintln!(
+            "delayline: warning: tcp_no_metrics_save in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(Side { tun })
 }
@@ -170,18 +201,25 @@ struct LogEntry {
 /// not TCP/UDP or an IPv6 extension header comes first), for --log.
 fn ports(pkt: &[u8]) -> (u16, u16) {
     let l4 = match pkt.first().map(|b| b >> 4) {
-        Some(4) if pkt.len() >= 20 && matches!(pkt[9], 6 | 17) => Some(((pkt[0] & 0x0f) as usize) * 4),
+        Some(4) if pkt.len() >= 20 && matches!(pkt[9], 6 | 17) => {
+            Some(((pkt[0] & 0x0f) as usize) * 4)
+        }
         Some(6) if pkt.len() >= 40 && matches!(pkt[6], 6 | 17) => Some(40),
         _ => None,
     };
     match l4.and_then(|o| pkt.get(o..o + 4)) {
-        Some(p) => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
+        Some(p) => (
+            u16::from_be_bytes([p[0], p[1]]),
+            u16::from_be_bytes([p[2], p[3]]),
+        ),
         None => (0, 0),
     }
 }
 
 fn fnv1a(data: &[u8]) -> u32 {
-    data.iter().fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    data.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 #[derive(Default)]
@@ -202,7 +240,10 @@ const LATE_BUCKETS: usize = 1001;
 
 impl DirStats {
     fn new() -> DirStats {
-        DirStats { late_hist: vec![0; LATE_BUCKETS], ..Default::default() }
+        DirStats {
+            late_hist: vec![0; LATE_BUCKETS],
+            ..Default::default()
+        }
     }
 
     fn released(&mut self, late: u64) {
@@ -269,7 +310,11 @@ fn run(args: Args) -> Result<()> {
     ];
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
     }
 
@@ -360,8 +405,13 @@ fn run(args: Args) -> Result<()> {
 
     let to_real = |t: u64| (t as i128 + realtime_offset) as u64;
     if let Some(path) = &args.log {
-        let mut w = BufWriter::new(File::create(path).with_context(|| format!("create {}", path.display()))?);
-        writeln!(w, "dir,len,hash,sport,dport,arrived_ns,deadline_ns,released_ns")?;
+        let mut w = BufWriter::new(
+            File::create(path).with_context(|| format!("create {}", path.display()))?,
+        );
+        writeln!(
+            w,
+            "dir,len,hash,sport,dport,arrived_ns,deadline_ns,released_ns"
+        )?;
         for e in &log {
             writeln!(
                 w,
@@ -386,7 +436,9 @@ fn run(args: Args) -> Result<()> {
         log_dropped
     );
     match &args.stats {
-        Some(p) => std::fs::write(p, json + "\n").with_context(|| format!("write {}", p.display()))?,
+        Some(p) => {
+            std::fs::write(p, json + "\n").with_context(|| format!("write {}", p.display()))?
+        }
         None => eprintln!("{json}"),
     }
     drop(a);

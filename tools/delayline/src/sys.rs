@@ -29,11 +29,16 @@ struct IfReq {
 /// destroys the device (it is not persistent), which is the teardown.
 pub fn open_tun_in(netns: &Path, ifname: &str) -> Result<OwnedFd> {
     if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-        bail!("interface name {ifname:?} must be 1..{} bytes", libc::IFNAMSIZ - 1);
+        bail!(
+            "interface name {ifname:?} must be 1..{} bytes",
+            libc::IFNAMSIZ - 1
+        );
     }
     let home = File::open("/proc/thread-self/ns/net").context("open /proc/thread-self/ns/net")?;
-    let target = File::open(netns).with_context(|| format!("open network namespace {}", netns.display()))?;
-    setns(target.as_raw_fd()).with_context(|| format!("enter network namespace {}", netns.display()))?;
+    let target =
+        File::open(netns).with_context(|| format!("open network namespace {}", netns.display()))?;
+    setns(target.as_raw_fd())
+        .with_context(|| format!("enter network namespace {}", netns.display()))?;
     let tun = create_tun(ifname);
     // Always come back, even if creating the device failed.
     setns(home.as_raw_fd()).context("return to the original network namespace")?;
@@ -50,13 +55,23 @@ fn setns(fd: RawFd) -> io::Result<()> {
 
 fn create_tun(ifname: &str) -> Result<OwnedFd> {
     // SAFETY: open(2) with a constant NUL-terminated path.
-    let fd = unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
-        return Err(io::Error::last_os_error()).context("open /dev/net/tun (is the tun module there, are we root?)");
+        return Err(io::Error::last_os_error())
+            .context("open /dev/net/tun (is the tun module there, are we root?)");
     }
     // SAFETY: fd was just opened and is owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: IFF_TUN | IFF_NO_PI,
+        _pad: [0; 22],
+    };
     for (dst, src) in req.name.iter_mut().zip(ifname.bytes()) {
         *dst = src as libc::c_char;
     }
@@ -78,7 +93,10 @@ pub fn real_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -88,12 +106,18 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// limit). Returns which fds are readable; an interrupted wait (a signal)
 /// returns none readable.
 pub fn wait_readable(fds: &[RawFd; 2], timeout_ns: Option<u64>) -> io::Result<[bool; 2]> {
-    let mut pfds = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    let mut pfds = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
     let ts = timeout_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: pfds is a valid array of 2 pollfd; tsp is null or points to a live timespec.
     let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, tsp, std::ptr::null()) };
     if n < 0 {

@@ -18,7 +18,10 @@ fn ci() -> bool {
 fn capable() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let ping = Command::new("sh").args(["-c", "command -v ping"]).output().is_ok_and(|o| o.status.success());
+    let ping = Command::new("sh")
+        .args(["-c", "command -v ping"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     let ok = root && Path::new("/dev/net/tun").exists() && ping;
     if !ok {
         assert!(!ci(), "delay line test needs root, /dev/net/tun and ping (CI=true: a missing capability is a failure)");
@@ -37,7 +40,10 @@ struct Lab {
 
 impl Lab {
     fn start(tag: &str, args: &[&str]) -> Lab {
-        let ns = [format!("dlt{}{tag}c", std::process::id()), format!("dlt{}{tag}s", std::process::id())];
+        let ns = [
+            format!("dlt{}{tag}c", std::process::id()),
+            format!("dlt{}{tag}s", std::process::id()),
+        ];
         let log = std::env::temp_dir().join(format!("{}.csv", ns[0]));
         let mut child = Command::new(env!("CARGO_BIN_EXE_delayline"))
             .args(["--ns-a", &ns[0], "--ns-b", &ns[1], "--create-ns", "--log"])
@@ -47,15 +53,33 @@ impl Lab {
             .spawn()
             .expect("start delayline");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let lab = Lab { child: Some(child), ns, log };
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let lab = Lab {
+            child: Some(child),
+            ns,
+            log,
+        };
         assert_eq!(line.trim(), "ready", "delayline did not come up");
         lab
     }
 
     fn ping(&self, count: u32, interval: &str, size: u32) -> (u32, Vec<f64>) {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns[0], "ping", "-n", "-q", "-c", &count.to_string(), "-i", interval, "-s"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns[0],
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                &count.to_string(),
+                "-i",
+                interval,
+                "-s",
+            ])
             .arg(size.to_string())
             .arg("198.18.0.2")
             .output()
@@ -63,14 +87,22 @@ impl Lab {
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let received = text
             .split(", ")
-            .find_map(|p| p.strip_suffix(" received").and_then(|n| n.trim().parse().ok()))
+            .find_map(|p| {
+                p.strip_suffix(" received")
+                    .and_then(|n| n.trim().parse().ok())
+            })
             .unwrap_or(0);
         // rtt min/avg/max/mdev = 20.026/20.046/20.618/0.057 ms
         let stats = text
             .lines()
             .find(|l| l.contains("min/avg/max"))
             .and_then(|l| l.split(" = ").nth(1))
-            .map(|v| v.trim_end_matches(" ms").split('/').filter_map(|x| x.parse().ok()).collect())
+            .map(|v| {
+                v.trim_end_matches(" ms")
+                    .split('/')
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         (received, stats)
     }
@@ -81,14 +113,18 @@ impl Lab {
         if let Some(mut c) = self.child.take() {
             // SAFETY: signalling our own child by pid.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            assert!(c.wait().unwrap().success(), "delayline exited with an error");
+            assert!(
+                c.wait().unwrap().success(),
+                "delayline exited with an error"
+            );
         }
         let text = std::fs::read_to_string(&self.log).expect("delayline log");
         text.lines()
             .skip(1)
             .map(|l| {
                 let f: Vec<&str> = l.split(',').collect();
-                let late = (f[7].parse::<i128>().unwrap() - f[6].parse::<i128>().unwrap()) as f64 / 1e6;
+                let late =
+                    (f[7].parse::<i128>().unwrap() - f[6].parse::<i128>().unwrap()) as f64 / 1e6;
                 (f[0].to_string(), late)
             })
             .collect()
@@ -119,7 +155,20 @@ fn holds_its_delay_within_half_a_millisecond() {
     let mut lab = Lab::start("p", &["--rtt", "20"]);
     // Load beside the measured pings: large echoes every 2 ms.
     let load = Command::new("ip")
-        .args(["netns", "exec", &lab.ns[0], "ping", "-q", "-c", "600", "-i", "0.002", "-s", "1400", "198.18.0.2"])
+        .args([
+            "netns",
+            "exec",
+            &lab.ns[0],
+            "ping",
+            "-q",
+            "-c",
+            "600",
+            "-i",
+            "0.002",
+            "-s",
+            "1400",
+            "198.18.0.2",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -129,16 +178,27 @@ fn holds_its_delay_within_half_a_millisecond() {
     let late = lab.stop();
     assert_eq!(received, 200);
     let avg = stats[1];
-    assert!((avg - 20.0).abs() < 0.5, "ping average {avg} ms through a 20 ms line");
+    assert!(
+        (avg - 20.0).abs() < 0.5,
+        "ping average {avg} ms through a 20 ms line"
+    );
     assert!(late.len() >= 1400, "only {} packets forwarded", late.len());
     let mut l: Vec<f64> = late.iter().map(|x| x.1).collect();
     l.sort_by(f64::total_cmp);
     let median = l[l.len() / 2];
     let within = l.iter().filter(|&&x| x <= 0.5).count() as f64 / l.len() as f64;
-    eprintln!("lateness: median {median:.4} ms, p99 {:.4} ms, max {:.4} ms, {:.2}% within 0.5 ms",
-        l[l.len() * 99 / 100], l[l.len() - 1], within * 100.0);
+    eprintln!(
+        "lateness: median {median:.4} ms, p99 {:.4} ms, max {:.4} ms, {:.2}% within 0.5 ms",
+        l[l.len() * 99 / 100],
+        l[l.len() - 1],
+        within * 100.0
+    );
     assert!(median < 0.05, "median lateness {median} ms");
-    assert!(within >= 0.99, "only {:.2}% of packets within 0.5 ms", within * 100.0);
+    assert!(
+        within >= 0.99,
+        "only {:.2}% of packets within 0.5 ms",
+        within * 100.0
+    );
 }
 
 #[test]
@@ -151,7 +211,11 @@ fn delays_each_direction_separately() {
     let (received, stats) = lab.ping(20, "0.02", 56);
     lab.stop();
     assert_eq!(received, 20);
-    assert!((stats[1] - 35.0).abs() < 0.5, "ping average {} ms, expected 35", stats[1]);
+    assert!(
+        (stats[1] - 35.0).abs() < 0.5,
+        "ping average {} ms, expected 35",
+        stats[1]
+    );
 }
 
 #[test]
@@ -164,5 +228,8 @@ fn drops_the_configured_share() {
     let (received, _) = lab.ping(400, "0.005", 56);
     lab.stop();
     // An echo survives both directions: 0.7 * 0.7 = 49 %.
-    assert!((150..=240).contains(&received), "{received} of 400 echoes survived 30 % loss each way");
+    assert!(
+        (150..=240).contains(&received),
+        "{received} of 400 echoes survived 30 % loss each way"
+    );
 }

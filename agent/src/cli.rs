@@ -1,0 +1,37 @@
+//! Value parsers shared by the commands' arguments.
+
+/// A size in bytes: a number with an optional binary suffix (`K`, `M`,
+/// `G`, optionally followed by `iB` or `B`), as `--max-memory 256M`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 400M, 2G, 65536)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("`{s}`: unknown unit (use K, M or G)")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("400M"), Ok(400 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("16kb"), Ok(16 << 10));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("4T").is_err());
+        assert!(parse_size("").is_err());
+    }
+}

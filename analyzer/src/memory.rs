@@ -1,0 +1,65 @@
+//! What flow state costs, for the memory budget ([`crate::Config::max_memory`]).
+//!
+//! Each flow's footprint is estimated from its structs' sizes and its
+//! buffers' capacities, and kept up to date as its packets arrive, so the
+//! budget is deterministic (the same capture always evicts the same flows)
+//! and costs a few loads a handshake packet, unlike counting allocations.
+//! Allocator overhead is in [`ALLOC_OVERHEAD`]; what the estimate leaves
+//! out (the shared session-ID and certificate caches, fragmentation) is in
+//! the README's limits table, next to measured peaks.
+
+use std::mem::size_of;
+
+/// Bytes a heap allocation costs beyond what it holds (glibc malloc's
+/// header and rounding, on average).
+pub const ALLOC_OVERHEAD: usize = 16;
+
+/// Bytes a hash-table or LRU entry costs beyond its key and value: the
+/// `lru` crate's per-entry allocation and two links, the index's slot and
+/// control byte at its usual load.
+pub const ENTRY_OVERHEAD: usize = ALLOC_OVERHEAD + 2 * size_of::<usize>() + 16;
+
+/// Heap bytes a value owns, beyond its own `size_of`.
+pub trait HeapSize {
+    fn heap_size(&self) -> usize;
+}
+
+impl<T: Copy> HeapSize for Vec<T> {
+    fn heap_size(&self) -> usize {
+        match self.capacity() {
+            0 => 0,
+            n => n * size_of::<T>() + ALLOC_OVERHEAD,
+        }
+    }
+}
+
+impl HeapSize for String {
+    fn heap_size(&self) -> usize {
+        match self.capacity() {
+            0 => 0,
+            n => n + ALLOC_OVERHEAD,
+        }
+    }
+}
+
+impl<T: HeapSize> HeapSize for Option<T> {
+    fn heap_size(&self) -> usize {
+        self.as_ref().map_or(0, HeapSize::heap_size)
+    }
+}
+
+impl<T: HeapSize> HeapSize for Box<T> {
+    fn heap_size(&self) -> usize {
+        size_of::<T>() + ALLOC_OVERHEAD + (**self).heap_size()
+    }
+}
+
+/// Strings in a vector: the vector and each string.
+pub fn strings(v: &[String], capacity: usize) -> usize {
+    let own = if capacity == 0 {
+        0
+    } else {
+        capacity * size_of::<String>() + ALLOC_OVERHEAD
+    };
+    own + v.iter().map(HeapSize::heap_size).sum::<usize>()
+}
