@@ -698,9 +698,10 @@ static __always_inline int first_payload_byte(struct __sk_buff *skb,
 #define WALK_STEPS		32
 /* QUIC short-header packets a side may send before the peer's first. */
 #define QUIC_SHORT_BEFORE	8
-/* Data segments of a quiet direction met without its SYN that are checked
- * for a record to resume at (adoptable), as the analyzer looks for a
- * ClientHello in a flow's first 16 segments each way. */
+/* Data segments of a quiet direction met without its SYN, or of one under
+ * the byte budget, that are checked for a record to resume the walk at
+ * (adoptable), as the analyzer looks for a ClientHello in a flow's first
+ * 16 segments each way. */
 #define QUIET_TRIES		16
 
 static __always_inline int seq_before(__u32 a, __u32 b)
@@ -1130,12 +1131,17 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	 * the agent, or its SYN went by unseen). Its records can be followed
 	 * only from where adoptable() says; any other byte may be application
 	 * data, so the direction stays quiet, and its next few data segments
-	 * are checked again. Neither ever falls back to the byte budget. */
+	 * are checked again. Neither ever falls back to the byte budget.
+	 * A direction under the byte budget (a STARTTLS, CONNECT or PROXY
+	 * preamble) resumes its walk the same way: from its hello on, its
+	 * application data stays in the kernel. */
 	if (len && (me->track == TLSRUM_TRACK_NONE ||
-		    (me->track == TLSRUM_TRACK_QUIET && me->tries < QUIET_TRIES))) {
+		    ((me->track == TLSRUM_TRACK_QUIET || me->track == TLSRUM_TRACK_LOST) &&
+		     me->tries < QUIET_TRIES))) {
 		int how = adoptable(skb, p, peer);
+		__u8 was = me->track;
 
-		if (me->track == TLSRUM_TRACK_NONE)
+		if (was == TLSRUM_TRACK_NONE)
 			me->no_fallback |= TLSRUM_NOFB_MIDSTREAM;
 		else
 			me->tries++;
@@ -1143,8 +1149,9 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 			track_start(me, data_seq);
 			if (how == ADOPT_CLIENT_FLIGHT)
 				me->hello = 1;
-			count(TLSRUM_CNT_MIDSTREAM_ADOPTED, 1);
-		} else if (me->track == TLSRUM_TRACK_NONE) {
+			count(was == TLSRUM_TRACK_LOST ? TLSRUM_CNT_LOST_RESUMED :
+			      TLSRUM_CNT_MIDSTREAM_ADOPTED, 1);
+		} else if (was == TLSRUM_TRACK_NONE) {
 			me->track = TLSRUM_TRACK_QUIET;
 			count(TLSRUM_CNT_MIDSTREAM_QUIET, 1);
 		}

@@ -147,7 +147,7 @@ struct tlsrum_dir_state {
 	__u32	post_end;	/* 32 client: end of the last of those */
 	__u8	no_fallback;	/* 36 enum tlsrum_no_fallback: why losing the walk
 				 *    makes it quiet, never the byte budget */
-	__u8	tries;		/* 37 quiet: data segments checked for a record to resume at */
+	__u8	tries;		/* 37 quiet or lost: data segments checked for a record to resume at */
 	__u8	_pad[2];	/* 38 */
 };				/* 40 */
 
@@ -191,6 +191,7 @@ enum tlsrum_counter {
 	TLSRUM_CNT_FALLBACK_BYTES,	/* payload bytes sent under the byte-budget fallback */
 	TLSRUM_CNT_QUIC_SHORT_UNKNOWN,	/* QUIC short-header packets of flows without state: none created */
 	TLSRUM_CNT_QUIC_SHORT_CUT,	/* QUIC short-header packets sent as their header only */
+	TLSRUM_CNT_LOST_RESUMED,	/* directions under the byte budget that resumed their walk at a hello */
 	TLSRUM_CNT_MAX,
 };
 
@@ -242,6 +243,6 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);
 _Static_assert(sizeof(struct tlsrum_dir_state) == 40, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 28, "counter names in ebpf/abi.rs");
+_Static_assert(TLSRUM_CNT_MAX == 29, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

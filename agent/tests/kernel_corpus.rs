@@ -40,7 +40,7 @@ const BIG_PIECE: usize = 1400;
 /// Odd piece size of the second test: record headers straddle segments.
 const ODD_PIECE: usize = 97;
 /// Kernel counters summed in the summary.
-const COUNTERS: [&str; 12] = [
+const COUNTERS: [&str; 13] = [
     "filled",
     "opaque",
     "handshake_over",
@@ -53,6 +53,7 @@ const COUNTERS: [&str; 12] = [
     "midstream_quiet",
     "lost_quiet",
     "quic_short_cut",
+    "lost_resumed",
 ];
 /// Differences printed in full in the failure message.
 const SHOWN: usize = 10;

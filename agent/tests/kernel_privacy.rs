@@ -32,6 +32,7 @@
 //! `data_met_mid_stream_stays_in_the_kernel`, `a_hello_met_without_syn_is_followed`,
 //! `a_walk_lost_past_the_handshake_goes_quiet`,
 //! `plain_tcp_from_its_syn_falls_back_to_the_byte_budget`,
+//! `a_preamble_then_a_hello_resumes_the_walk`,
 //! `quic_short_headers_go_as_their_header_only`.
 //!
 //! Needs root and BPF (and for the flood iproute2, openssl, curl and bpftool);
@@ -787,6 +788,56 @@ fn plain_tcp_from_its_syn_falls_back_to_the_byte_budget() {
         (1, preamble.len() as u64),
         "{c:?}"
     );
+}
+
+/// A preamble before TLS (HTTP CONNECT here; STARTTLS and PROXY alike) goes
+/// under the byte budget, and the walk resumes at the hello that follows:
+/// the application data after the handshake goes as record headers only.
+#[test]
+fn a_preamble_then_a_hello_resumes_the_walk() {
+    let Some(mut k) = Kernel::load("a_preamble_then_a_hello_resumes_the_walk") else {
+        return;
+    };
+    let (c, s) = (1000u32, 5000u32);
+    k.run(&tcp(true, 40007, c, 0, SYN, &[]));
+    k.run(&tcp(false, 40007, s, c + 1, SYN | ACK, &[]));
+    let connect = b"CONNECT tlsrum.test:443 HTTP/1.1\r\n\r\n";
+    let c1 = c + 1 + connect.len() as u32;
+    k.run(&tcp(true, 40007, c + 1, s + 1, PSH | ACK, connect));
+    let ok = b"HTTP/1.1 200 OK\r\n\r\n";
+    let s1 = s + 1 + ok.len() as u32;
+    k.run(&tcp(false, 40007, s + 1, c1, PSH | ACK, ok));
+    let ch = hello(1);
+    let got = k.run(&tcp(true, 40007, c1, s1, PSH | ACK, &ch));
+    assert_eq!(bytes_of(&got), vec![ch.clone()]);
+    let sh = hello(2);
+    let got = k.run(&tcp(false, 40007, s1, c1 + ch.len() as u32, PSH | ACK, &sh));
+    assert_eq!(bytes_of(&got), vec![sh.clone()]);
+    let data = record(23, SECRET);
+    let got = k.run(&tcp(
+        false,
+        40007,
+        s1 + sh.len() as u32,
+        c1 + ch.len() as u32,
+        PSH | ACK,
+        &data,
+    ));
+    assert_eq!(bytes_of(&got), vec![data[..5].to_vec()], "only the header");
+    let counters = k.counters();
+    assert_eq!(
+        (
+            counters["lost_resumed"],
+            counters["fallback_bytes"],
+            counters["midstream_flows"]
+        ),
+        (2, (connect.len() + ok.len()) as u64, 0),
+        "{counters:?}"
+    );
+}
+
+/// The bytes of each event.
+fn bytes_of(events: &[Ev]) -> Vec<Vec<u8>> {
+    events.iter().map(|e| e.bytes.clone()).collect()
 }
 
 /// QUIC: a short-header (1-RTT) packet of a flow the kernel has no state

@@ -80,7 +80,7 @@ impl KernelCounter {
 }
 
 /// `enum tlsrum_counter`, in order, with the header's comments.
-pub const COUNTERS: [KernelCounter; 28] = {
+pub const COUNTERS: [KernelCounter; 29] = {
     const fn c(name: &'static str, help: &'static str) -> KernelCounter {
         KernelCounter { name, help }
     }
@@ -113,6 +113,10 @@ pub const COUNTERS: [KernelCounter; 28] = {
         c("fallback_bytes", "Payload bytes sent under the byte-budget fallback (--max-payload-per-flow)."),
         c("quic_short_unknown", "QUIC short-header packets of flows the kernel had no state for: no state created, nothing sent."),
         c("quic_short_cut", "QUIC short-header packets sent as their first 21 bytes (header and connection ID): their encrypted payload stayed in the kernel."),
+        c(
+            "lost_resumed",
+            "Directions under the byte-budget fallback (a STARTTLS, HTTP CONNECT or PROXY preamble) whose TLS record walk resumed at a ClientHello or ServerHello: from there their application data stayed in the kernel.",
+        ),
     ]
 };
 
