@@ -3,9 +3,21 @@
  * tlsrum TC programs: watch TCP (and, optionally, QUIC over UDP) flows on
  * the configured server ports and copy to user space, through a ring
  * buffer, only what the TLS analyzer needs: SYN/FIN/RST and the ACKs of the
- * handshake phase, and the payload of each direction up to a byte budget.
- * Once user space marks a flow done, nothing but FIN/RST leaves the kernel,
- * until a new SYN reopens the tuple.
+ * handshake phase, each direction's TLS records as the record walk below
+ * decides (application_data bodies never), QUIC long-header packets and
+ * the first bytes of a few short-header ones. Once user space marks a flow
+ * done, nothing but FIN/RST leaves the kernel, until a new SYN reopens the
+ * tuple.
+ *
+ * A flow the kernel has no state for and whose SYN it did not see (state
+ * evicted from the LRU map by a flood, or a connection older than the
+ * agent) is never taken for a new one: its payload-less segments create no
+ * state, and each direction is followed only from a hello (or, after the
+ * peer's ServerHello, the client's next handshake record: adoptable()),
+ * else kept quiet (only FIN/RST headers leave). The byte-budget fallback
+ * is for directions followed from their SYN whose records the walk cannot
+ * follow (not TLS, a hole in the handshake), never for one that is past
+ * its handshake. README, "What leaves the kernel", lists it all.
  *
  * The programs never drop, redirect or change a packet: both always return
  * TC_ACT_UNSPEC (-1). With cls_bpf in direct-action mode that means "no
@@ -480,19 +492,17 @@ static __always_inline int flow_key(const struct pkt *p,
 	return src_first ? 0 : 1;
 }
 
-/* Finds or creates the flow's state. *created tells whether this packet
- * created it. NULL (counted) if the map refuses. */
+/* Creates the state of a flow the lookup did not find. *created tells
+ * whether this packet created it (another CPU may have, meanwhile). NULL
+ * (counted) if the map refuses. */
 static __always_inline struct tlsrum_flow_state *
-flow_state(struct tlsrum_flow_key *key, int side, int *created)
+flow_create(struct tlsrum_flow_key *key, int side, int *created)
 {
 	struct tlsrum_flow_state *st, *init;
 	struct scratch *sc;
 	__u32 zero = 0;
 	long err;
 
-	st = bpf_map_lookup_elem(&flows, key);
-	if (st)
-		return st;
 	/* The new state is built in the scratch map: 104 bytes would crowd
 	 * the 512-byte stack. */
 	sc = bpf_map_lookup_elem(&scratch, &zero);
@@ -688,6 +698,11 @@ static __always_inline int first_payload_byte(struct __sk_buff *skb,
 #define WALK_STEPS		32
 /* QUIC short-header packets a side may send before the peer's first. */
 #define QUIC_SHORT_BEFORE	8
+/* Data segments of a quiet direction met without its SYN, or of one under
+ * the byte budget, that are checked for a record to resume the walk at
+ * (adoptable), as the analyzer looks for a ClientHello in a flow's first
+ * 16 segments each way. */
+#define QUIET_TRIES		16
 
 static __always_inline int seq_before(__u32 a, __u32 b)
 {
@@ -706,13 +721,76 @@ static __always_inline void track_start(struct tlsrum_dir_state *d, __u32 seq)
 	d->track = TLSRUM_TRACK_ON;
 }
 
+/* The record boundaries of a direction are unknown from here. A direction
+ * followed from its SYN and still in its plaintext handshake falls back to
+ * the byte budget (the analyzer may still read a handshake the walk
+ * cannot: a STARTTLS or CONNECT preamble, a hole from reordering before
+ * the hook). One past its handshake (an application_data body was filled)
+ * goes quiet for good: its bytes are application data. One met without
+ * its SYN goes quiet too, and may resume at its next handshake record
+ * (see adoptable). */
 static __always_inline void track_lose(struct tlsrum_dir_state *d)
 {
 	if (d->track == TLSRUM_TRACK_ON)
 		count(TLSRUM_CNT_UNTRACKED, 1);
-	d->track = TLSRUM_TRACK_LOST;
+	if (d->no_fallback) {
+		if (d->track != TLSRUM_TRACK_QUIET)
+			count(TLSRUM_CNT_LOST_QUIET, 1);
+		d->track = TLSRUM_TRACK_QUIET;
+		if (d->no_fallback & TLSRUM_NOFB_APPDATA)
+			d->tries = QUIET_TRIES;
+	} else {
+		d->track = TLSRUM_TRACK_LOST;
+	}
 	/* Its records are unknown from here: no end of handshake from them. */
 	d->post = 3;
+}
+
+enum adopt {
+	ADOPT_NO = 0,
+	ADOPT_HELLO,		/* a ClientHello or ServerHello */
+	ADOPT_CLIENT_FLIGHT,	/* the client's flight after the ServerHello */
+};
+
+/*
+ * Whether record tracking may begin at this segment in a direction whose
+ * SYN the kernel did not see (or which lost its walk after starting so):
+ * its payload starts with a TLS record header the analyzer's record layer
+ * takes (version 3.0-3.4, length up to TLSRUM_MAX_RECORD) and
+ * - a handshake record whose first message is a ClientHello (1) or a
+ *   ServerHello (2): what starts a TLS stream;
+ * - or, once the peer's records are followed from its ServerHello, the
+ *   client's next flight: a ChangeCipherSpec (exactly 1 byte, 1), a
+ *   plaintext alert (2 bytes, level 1 or 2), or a Certificate (11),
+ *   ClientKeyExchange (16) or CertificateVerify (15) message.
+ * Nothing else: any other segment may be application data. Ciphertext
+ * starts with one of these by chance about once in 10^9 segments, and a
+ * direction checks at most QUIET_TRIES + 1 segments.
+ */
+static __always_inline int adoptable(struct __sk_buff *skb, const struct pkt *p,
+				     const struct tlsrum_dir_state *peer)
+{
+	__u8 b[6];
+	__u32 rlen;
+
+	if (p->payload_len < sizeof(b) || p->first_fragment)
+		return ADOPT_NO;
+	if (bpf_skb_load_bytes(skb, p->payload_off, b, sizeof(b))) {
+		count(TLSRUM_CNT_LOAD_ERROR, 1);
+		return ADOPT_NO;
+	}
+	rlen = ((__u32)b[3] << 8) | b[4];
+	if (b[1] != 3 || b[2] > 4 || rlen > TLSRUM_MAX_RECORD)
+		return ADOPT_NO;
+	if (b[0] == 22 && (b[5] == 1 || b[5] == 2))
+		return ADOPT_HELLO;
+	if (peer->track != TLSRUM_TRACK_ON || peer->hello != 2)
+		return ADOPT_NO;
+	if ((b[0] == 20 && rlen == 1 && b[5] == 1) ||
+	    (b[0] == 21 && rlen == 2 && (b[5] == 1 || b[5] == 2)) ||
+	    (b[0] == 22 && (b[5] == 11 || b[5] == 15 || b[5] == 16)))
+		return ADOPT_CLIENT_FLIGHT;
+	return ADOPT_NO;
 }
 
 /*
@@ -853,12 +931,23 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
 	me->next_rec = me->next_rec + 5 + rlen;
 	if (type == 23)
 		phase_check(w, me, peer, me->next_rec, have > 0);
-	if ((type == 23 || type == 24) && !me->after_ccs) {
+	if ((type == 23 || type == 24) && (!me->after_ccs || me->hello == 1)) {
 		/* Encrypted: the header goes, the body is filled. A FIN or
-		 * RST ends the stream: no fill past the segment then. */
+		 * RST ends the stream: no fill past the segment then. The
+		 * client's record after its ChangeCipherSpec too (its TLS 1.3
+		 * Finished, or its first 0-RTT record: early application
+		 * data): the analyzer reads only its length, and no key log
+		 * opens it; user space still counts it as read (its ACK). */
+		if (me->after_ccs) {
+			me->after_ccs = 0;
+			me->plain_end = me->next_rec;
+		}
 		fill = rlen;
 		if (w->closing && pos + fill > len)
 			fill = len - pos;
+		/* Past its handshake (or in its early data): from here a lost
+		 * walk means quiet, never the byte budget. */
+		me->no_fallback |= TLSRUM_NOFB_APPDATA;
 		w->events++;
 		if (send_range(skb, st, side, run, pos - run, fill, w->flags)) {
 			w->state = WALK_CUT;
@@ -977,6 +1066,18 @@ static __always_inline int walk_segment(struct __sk_buff *skb,
 	return walk_records(skb);
 }
 
+/* A data segment of a quiet direction: its payload stays in the kernel; a
+ * FIN or RST goes as a header (flagged cut: the payload is missing). */
+static __always_inline void quiet_segment(struct __sk_buff *skb,
+					  const struct pkt *p, __u8 dir, __u8 flags)
+{
+	if (p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
+		emit(skb, p, dir, 0, flags | TLSRUM_EV_DONE);
+		return;
+	}
+	count(TLSRUM_CNT_QUIET_SEGMENTS, 1);
+}
+
 /* Whether a segment with nothing new to send still matters for its ACK:
  * the analyzer reads acknowledgements of the records it reads (the TCP
  * handshake's ACK, a client acknowledging the server's Finished). */
@@ -986,6 +1087,9 @@ static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side,
 	struct tlsrum_dir_state *me = &st->dir[side & 1];
 	struct tlsrum_dir_state *peer = &st->dir[(side & 1) ^ 1];
 
+	/* Nothing of a quiet peer goes: nor do ACKs of its bytes. */
+	if (peer->track == TLSRUM_TRACK_QUIET)
+		return 0;
 	/* An ACK past what user space has of the peer's stream tells the
 	 * analyzer of bytes the hook never saw (capture loss): it goes too. */
 	if (peer->track == TLSRUM_TRACK_ON)
@@ -1001,6 +1105,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 				       __u8 dir, __u8 flags)
 {
 	struct tlsrum_dir_state *me = &st->dir[side & 1];
+	struct tlsrum_dir_state *peer = &st->dir[(side & 1) ^ 1];
 	__u8 tf = p->tcp_flags;
 	__u32 data_seq = p->seq + ((tf & TCP_FLAG_SYN) ? 1 : 0);
 	__u32 len = p->payload_len;
@@ -1015,15 +1120,58 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	      me->fwd_until == me->plain_end)))
 		track_start(me, data_seq);
 
+	/* A hole (reordering, loss before the hook): the record boundaries
+	 * are unknown from here. Checked before the walk so that a direction
+	 * met without its SYN may resume at this very segment (below). */
+	if (len && me->track == TLSRUM_TRACK_ON && seq_before(me->fwd_until, data_seq))
+		track_lose(me);
+
+	/* Payload in a direction whose SYN the kernel never saw: the flow's
+	 * state was evicted from the map (or the connection is older than
+	 * the agent, or its SYN went by unseen). Its records can be followed
+	 * only from where adoptable() says; any other byte may be application
+	 * data, so the direction stays quiet, and its next few data segments
+	 * are checked again. Neither ever falls back to the byte budget.
+	 * A direction under the byte budget (a STARTTLS, CONNECT or PROXY
+	 * preamble) resumes its walk the same way: from its hello on, its
+	 * application data stays in the kernel. */
+	if (len && (me->track == TLSRUM_TRACK_NONE ||
+		    ((me->track == TLSRUM_TRACK_QUIET || me->track == TLSRUM_TRACK_LOST) &&
+		     me->tries < QUIET_TRIES))) {
+		int how = adoptable(skb, p, peer);
+		__u8 was = me->track;
+
+		if (was == TLSRUM_TRACK_NONE)
+			me->no_fallback |= TLSRUM_NOFB_MIDSTREAM;
+		else
+			me->tries++;
+		if (how != ADOPT_NO) {
+			track_start(me, data_seq);
+			if (how == ADOPT_CLIENT_FLIGHT)
+				me->hello = 1;
+			count(was == TLSRUM_TRACK_LOST ? TLSRUM_CNT_LOST_RESUMED :
+			      TLSRUM_CNT_MIDSTREAM_ADOPTED, 1);
+		} else if (was == TLSRUM_TRACK_NONE) {
+			me->track = TLSRUM_TRACK_QUIET;
+			count(TLSRUM_CNT_MIDSTREAM_QUIET, 1);
+		}
+	}
+	if (me->track == TLSRUM_TRACK_QUIET) {
+		/* Both directions quiet: nothing of the flow but FIN/RST is
+		 * wanted, which the done path (no state writes) does. */
+		if (peer->track == TLSRUM_TRACK_QUIET && !st->done)
+			st->done = 1;
+		if (len) {
+			quiet_segment(skb, p, dir, flags);
+			return;
+		}
+	}
+
 	tracked = me->track == TLSRUM_TRACK_ON;
 	if (len && tracked && !p->first_fragment) {
 		if (!seq_before(me->fwd_until, data_seq + len)) {
 			/* Nothing new: sent or filled before. */
 			events = 0;
-		} else if (seq_before(me->fwd_until, data_seq)) {
-			/* A hole (reordering, loss before the hook): the record
-			 * boundaries are unknown from here. */
-			track_lose(me);
 		} else {
 			if (!prepare(skb, p, dir, &ts))
 				return;
@@ -1033,9 +1181,16 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 		track_lose(me);
 	}
 
-	/* Untracked from the start, or tracking lost before any of this
-	 * segment's new bytes went out. */
-	if (me->track != TLSRUM_TRACK_ON && len && (!tracked || events <= 0)) {
+	/* Tracking lost in this segment where no fallback may apply, before
+	 * any of its new bytes went out. */
+	if (me->track == TLSRUM_TRACK_QUIET && len && events <= 0) {
+		quiet_segment(skb, p, dir, flags);
+		return;
+	}
+	/* Byte-budget fallback: tracking lost (now or before) in a direction
+	 * followed from its SYN, before any of this segment's new bytes went
+	 * out. */
+	if (me->track == TLSRUM_TRACK_LOST && len && (!tracked || events <= 0)) {
 		/* Byte budget: the segment from the first byte not yet sent. */
 		__u32 budget = max_payload_per_dir, room, off = 0, send_len;
 		__u64 sent = st->bytes[side & 1];
@@ -1049,8 +1204,11 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 		if (send_len < len - off)
 			count(TLSRUM_CNT_BUDGET, 1);
 		if (send_len || (tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST))) {
-			if (send_len)
+			if (send_len) {
 				__sync_fetch_and_add(&st->bytes[side & 1], send_len);
+				count(TLSRUM_CNT_FALLBACK_SEGMENTS, 1);
+				count(TLSRUM_CNT_FALLBACK_BYTES, send_len);
+			}
 			if (!prepare(skb, p, dir, &ts))
 				return;
 			if (p->first_fragment || off + send_len < len)
@@ -1088,12 +1246,47 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	}
 }
 
+/*
+ * A packet of a flow the kernel has no state for: whether it may create
+ * state. A SYN, a TCP segment with payload (handle_tcp decides what of a
+ * flow first seen mid-stream may leave) and a QUIC long-header packet
+ * may. A payload-less TCP segment (the ACK, FIN or RST of a flow evicted
+ * from the map, or older than the agent) and a QUIC short-header packet
+ * (1-RTT, of a connection whose start the kernel did not see) may not:
+ * nothing of them is wanted, and creating state for them would let such
+ * traffic evict live flows. A FIN or RST still goes, as a header: user
+ * space may be following the flow still.
+ */
+static __always_inline int flow_wanted(struct __sk_buff *skb,
+				       const struct pkt *p, __u8 dir)
+{
+	int b;
+
+	if (p->proto == IPPROTO_TCP) {
+		if ((p->tcp_flags & TCP_FLAG_SYN) || p->payload_len)
+			return 1;
+		count(TLSRUM_CNT_UNKNOWN_FLOW_EMPTY, 1);
+		if (p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			emit(skb, p, dir, 0, 0);
+		return 0;
+	}
+	if (p->payload_len == 0)
+		return 0;
+	b = first_payload_byte(skb, p);
+	if (b < 0)
+		return 0;
+	if (b & 0x80)
+		return 1;
+	count(TLSRUM_CNT_QUIC_SHORT_UNKNOWN, 1);
+	return 0;
+}
+
 static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct tlsrum_flow_state *st;
 	struct tlsrum_flow_key key = {};
 	struct pkt p = {};
-	__u32 send_len, room, budget = max_payload_per_dir;
+	__u32 send_len, room, keep, budget = max_payload_per_dir;
 	__u64 sent;
 	__u8 flags = 0;
 	int ret, side, created = 0, b;
@@ -1124,9 +1317,16 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		return;
 
 	side = flow_key(&p, &key);
-	st = flow_state(&key, side, &created);
-	if (!st)
-		return;
+	st = bpf_map_lookup_elem(&flows, &key);
+	if (!st) {
+		if (!flow_wanted(skb, &p, dir))
+			return;
+		st = flow_create(&key, side, &created);
+		if (!st)
+			return;
+		if (created && p.proto == IPPROTO_TCP && !(p.tcp_flags & TCP_FLAG_SYN))
+			count(TLSRUM_CNT_MIDSTREAM_FLOWS, 1);
+	}
 	if (created)
 		flags |= TLSRUM_EV_NEW_FLOW;
 	/* A SYN without ACK on a known tuple opens a new connection (a client
@@ -1135,7 +1335,8 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	 * the kernel. A retransmitted SYN finds nothing to reset. */
 	if (!created && p.proto == IPPROTO_TCP &&
 	    (p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
-	    (st->done || st->bytes[0] || st->bytes[1])) {
+	    (st->done || st->bytes[0] || st->bytes[1] ||
+	     st->dir[0].no_fallback || st->dir[1].no_fallback)) {
 		__builtin_memset(st->dir, 0, sizeof(st->dir));
 		st->done = 0;
 		st->bytes[0] = 0;
@@ -1165,18 +1366,14 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		return;
 	}
 
-	/* QUIC: long-header packets up to the byte budget, and the first
-	 * short-header packet each way. */
-	sent = st->bytes[side & 1];
-	room = sent >= budget ? 0 : budget - (__u32)sent;
-	send_len = p.payload_len < room ? p.payload_len : room;
-	if (send_len < p.payload_len)
-		count(TLSRUM_CNT_BUDGET, 1);
+	/* QUIC: long-header packets up to the byte budget, and the header of
+	 * the first short-header packet each way. */
 	if (p.payload_len == 0)
 		return;
 	b = first_payload_byte(skb, &p);
 	if (b < 0)
 		return;
+	keep = p.payload_len;
 	if (!(b & 0x80)) {
 		/* Short header (1-RTT). The analyzer times the client's first
 		 * and the server's first after it; a server may send some
@@ -1196,7 +1393,18 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		}
 		if (mine < 255)
 			st->quic_short[side & 1] = mine + 1;
+		/* The analyzer reads its time and Destination Connection ID;
+		 * the rest is 1-RTT ciphertext (application data). */
+		if (keep > TLSRUM_QUIC_SHORT_KEEP) {
+			keep = TLSRUM_QUIC_SHORT_KEEP;
+			count(TLSRUM_CNT_QUIC_SHORT_CUT, 1);
+		}
 	}
+	sent = st->bytes[side & 1];
+	room = sent >= budget ? 0 : budget - (__u32)sent;
+	send_len = keep < room ? keep : room;
+	if (send_len < keep)
+		count(TLSRUM_CNT_BUDGET, 1);
 	if (send_len == 0)
 		return;
 	__sync_fetch_and_add(&st->bytes[side & 1], send_len);

@@ -24,6 +24,10 @@
 #define TLSRUM_RECORDS_PER_DIR	48
 /* Largest TLS record body (2^14 + 2048, as the analyzer's record layer). */
 #define TLSRUM_MAX_RECORD	18432
+/* Bytes of a QUIC short-header (1-RTT) packet sent to user space: the
+ * first byte and the longest Destination Connection ID (RFC 9000 §17.3),
+ * all the analyzer reads of it; the encrypted rest stays in the kernel. */
+#define TLSRUM_QUIC_SHORT_KEEP	21
 
 /* tlsrum_event.direction */
 enum tlsrum_direction {
@@ -36,7 +40,8 @@ enum tlsrum_event_flag {
 	/* Bytes of this segment after offset + len are in no event (byte
 	 * budget, chunk limit, ring buffer full, IP fragment, load error). */
 	TLSRUM_EV_CUT		= 1 << 0,
-	/* The flow is marked done: a FIN/RST forwarded without payload. */
+	/* The flow is marked done, or the sender's direction is quiet: a
+	 * FIN/RST forwarded without payload. */
 	TLSRUM_EV_DONE		= 1 << 1,
 	/* First packet of the flow seen by the kernel (state created). */
 	TLSRUM_EV_NEW_FLOW	= 1 << 2,
@@ -47,9 +52,18 @@ enum tlsrum_event_flag {
 
 /* tlsrum_dir_state.track */
 enum tlsrum_track {
-	TLSRUM_TRACK_NONE	= 0,	/* no SYN seen: the byte budget applies */
+	TLSRUM_TRACK_NONE	= 0,	/* no SYN and no payload seen yet */
 	TLSRUM_TRACK_ON		= 1,	/* record boundaries known */
 	TLSRUM_TRACK_LOST	= 2,	/* given up (gap, not TLS): byte budget */
+	TLSRUM_TRACK_QUIET	= 3,	/* nothing of its payload leaves the kernel */
+};
+
+/* tlsrum_dir_state.no_fallback, bits */
+enum tlsrum_no_fallback {
+	/* Met without its SYN (state evicted, or older than the agent). */
+	TLSRUM_NOFB_MIDSTREAM	= 1 << 0,
+	/* An application_data body filled: past its handshake. */
+	TLSRUM_NOFB_APPDATA	= 1 << 1,
 };
 
 /*
@@ -131,7 +145,10 @@ struct tlsrum_dir_state {
 	__u8	hello;		/* 30 type of the first handshake message: 1 ClientHello, 2 ServerHello */
 	__u8	post;		/* 31 client: application_data records sent after the server's handshake (0-2; 3: not counted) */
 	__u32	post_end;	/* 32 client: end of the last of those */
-	__u32	_pad;		/* 36 */
+	__u8	no_fallback;	/* 36 enum tlsrum_no_fallback: why losing the walk
+				 *    makes it quiet, never the byte budget */
+	__u8	tries;		/* 37 quiet or lost: data segments checked for a record to resume at */
+	__u8	_pad[2];	/* 38 */
 };				/* 40 */
 
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
@@ -164,6 +181,17 @@ enum tlsrum_counter {
 	TLSRUM_CNT_UNTRACKED,		/* directions whose record tracking was given up */
 	TLSRUM_CNT_RECORD_LIMIT,	/* flows stopped after TLSRUM_RECORDS_PER_DIR records */
 	TLSRUM_CNT_HANDSHAKE_OVER,	/* flows stopped once the analyzer had all it reads */
+	TLSRUM_CNT_UNKNOWN_FLOW_EMPTY,	/* payload-less non-SYN segments of flows without state: none created */
+	TLSRUM_CNT_MIDSTREAM_FLOWS,	/* flow states created by a data segment without SYN */
+	TLSRUM_CNT_MIDSTREAM_ADOPTED,	/* directions without SYN whose tracking began at a hello */
+	TLSRUM_CNT_MIDSTREAM_QUIET,	/* directions without SYN kept quiet (no hello first) */
+	TLSRUM_CNT_LOST_QUIET,		/* directions that lost tracking where no fallback may apply: quiet */
+	TLSRUM_CNT_QUIET_SEGMENTS,	/* data segments of quiet directions kept in the kernel */
+	TLSRUM_CNT_FALLBACK_SEGMENTS,	/* segments sent (in part) under the byte-budget fallback */
+	TLSRUM_CNT_FALLBACK_BYTES,	/* payload bytes sent under the byte-budget fallback */
+	TLSRUM_CNT_QUIC_SHORT_UNKNOWN,	/* QUIC short-header packets of flows without state: none created */
+	TLSRUM_CNT_QUIC_SHORT_CUT,	/* QUIC short-header packets sent as their header only */
+	TLSRUM_CNT_LOST_RESUMED,	/* directions under the byte budget that resumed their walk at a hello */
 	TLSRUM_CNT_MAX,
 };
 
@@ -212,7 +240,9 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, ack_valid, 29);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, hello, 30);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post, 31);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);
 _Static_assert(sizeof(struct tlsrum_dir_state) == 40, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 18, "counter names in ebpf/abi.rs");
+_Static_assert(TLSRUM_CNT_MAX == 29, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

@@ -15,7 +15,9 @@ use analyzer::{Analyzer, Config, Stats};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::ebpf::{EbpfOptions, COUNTERS as KERNEL_COUNTERS};
+use crate::ebpf::{
+    EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
+};
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
@@ -80,6 +82,13 @@ pub struct LiveArgs {
     /// records it cannot follow (not TLS, reordered before the hook; eBPF backend).
     #[arg(long, default_value_t = 256 * 1024)]
     pub max_payload_per_flow: u32,
+    /// Flows the kernel follows at once (eBPF backend; its LRU flow map, about
+    /// 200 bytes of kernel memory a flow): past this, the least recently used are evicted, and
+    /// none of their application data leaves the kernel afterwards
+    /// (`tlsrum_kernel_midstream_flows_total`). Raise it on hosts with more
+    /// concurrent connections.
+    #[arg(long, default_value_t = DEFAULT_KERNEL_FLOWS, value_parser = clap::value_parser!(u32).range(i64::from(MIN_KERNEL_FLOWS)..))]
+    pub kernel_flows: u32,
 }
 
 pub fn wall_clock() -> f64 {
@@ -102,6 +111,7 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
             all_ports: args.all_ports,
             quic: true,
             max_payload_per_dir: args.max_payload_per_flow,
+            kernel_flows: args.kernel_flows,
             ..EbpfOptions::default()
         })?)),
     }

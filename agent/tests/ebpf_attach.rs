@@ -984,7 +984,9 @@ fn loopback_transfer(
 
 /// QUIC-shaped datagrams from the server namespace (this thread's) out of
 /// the veth: every long-header one is forwarded, up to 8 short-header ones
-/// while the peer has sent none, none after mark_done.
+/// while the peer has sent none (as their first 21 bytes: header and
+/// connection ID; the encrypted rest stays in the kernel), none after
+/// mark_done.
 fn quic_datagrams(cap: &mut EbpfCapture) {
     let sock = std::net::UdpSocket::bind((SERVER_IP, 0)).unwrap();
     let local = sock.local_addr().unwrap();
@@ -1001,7 +1003,7 @@ fn quic_datagrams(cap: &mut EbpfCapture) {
         while Instant::now() < until {
             cap.poll(Duration::from_millis(50), &mut |e| {
                 if e.header.l4_proto == 17 && e.header.sport == local.port() {
-                    got.push((e.payload[0], e.header.payload_len));
+                    got.push((e.payload[0], e.header.payload_len, e.payload.len()));
                 }
             })
             .unwrap();
@@ -1011,9 +1013,9 @@ fn quic_datagrams(cap: &mut EbpfCapture) {
     send(0xc3, 3); // long header (Initial)
     send(0x43, 10); // short header, the peer having sent none
     let got = drain(cap);
-    let mut want = vec![(0xc3, 1200); 3];
+    let mut want = vec![(0xc3, 1200, 1200); 3];
     // Up to 8 short-header packets before the peer's first (0.5-RTT data).
-    want.extend([(0x43, 1200); 8]);
+    want.extend([(0x43, 1200, ebpf::QUIC_SHORT_KEEP); 8]);
     assert_eq!(got, want, "QUIC forwarding");
     let before = counters(cap);
     let flow = FlowTuple {

@@ -1386,33 +1386,6 @@ fn ebpf_wakes_the_agent_per_batch() {
     );
 }
 
-/// The id of the agent's kernel flow map (the LRU hash with 40-byte keys),
-/// from its file descriptors' fdinfo.
-fn flow_map_id(pid: u32) -> u32 {
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
-        let fd = fd.unwrap();
-        let link = std::fs::read_link(fd.path()).unwrap_or_default();
-        if link.to_string_lossy() != "anon_inode:bpf-map" {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!(
-            "/proc/{pid}/fdinfo/{}",
-            fd.file_name().to_string_lossy()
-        ))
-        .unwrap_or_default();
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
-        };
-        if field("map_type:").as_deref() == Some("9") && field("key_size:").as_deref() == Some("40")
-        {
-            return field("map_id:").unwrap().parse().unwrap();
-        }
-    }
-    panic!("agent {pid} has no flow map");
-}
-
 /// Regression: when the analyzer finished a flow, the agent marked it done
 /// in the kernel as TCP and as UDP (the analyzer's flows carry no
 /// protocol), which created a UDP entry for every TCP connection in the
@@ -1452,16 +1425,18 @@ fn ebpf_marks_only_the_flows_the_kernel_tracks() {
     assert!(out.status.success(), "tcpreplay: {out:?}");
     let counts = wait_records(&[&agent], expected, &mut procs);
     assert_eq!(counts[0], expected, "records");
-    let id = flow_map_id(agent.pid);
-    let dump = run(&["bpftool", "-j", "map", "dump", "id", &id.to_string()]);
-    let entries: Vec<Value> = serde_json::from_str(&dump).expect("bpftool JSON");
+    let id = common::kernel::flow_map_id(agent.pid);
+    let entries = common::kernel::flow_map_entries(id);
     let proto = |e: &Value| -> u8 {
         let b = &e["key"][36];
         u8::from_str_radix(b.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap()
     };
     let tcp = entries.iter().filter(|e| proto(e) == 6).count();
     let udp = entries.iter().filter(|e| proto(e) == 17).count();
-    let done = entries.iter().filter(|e| e["value"][32] != "0x00").count();
+    let done = entries
+        .iter()
+        .filter(|e| common::kernel::byte(&e["value"], 16) != 0)
+        .count();
     agent.stop(&mut procs);
     eprintln!("kernel flow map: {tcp} TCP, {udp} UDP entries, {done} done; {expected} connections");
     assert_eq!(udp, 0, "UDP entries for TCP-only traffic");

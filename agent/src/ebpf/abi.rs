@@ -16,7 +16,8 @@ pub const MAX_PORTS: usize = 8;
 
 /// `TLSRUM_EV_CUT`: bytes of the segment after this event's are in no event.
 pub const EV_CUT: u8 = 1 << 0;
-/// `TLSRUM_EV_DONE`: FIN/RST of a flow marked done (payload not sent).
+/// `TLSRUM_EV_DONE`: FIN/RST of a flow marked done, or of a quiet direction
+/// (payload not sent).
 pub const EV_DONE: u8 = 1 << 1;
 /// `TLSRUM_EV_NEW_FLOW`: the kernel created the flow's state on this packet.
 pub const EV_NEW_FLOW: u8 = 1 << 2;
@@ -30,6 +31,10 @@ pub const MAX_FILL: usize = analyzer::caps::MAX_RECORD_PAYLOAD;
 /// [`analyzer::caps`]; the kernel stops a flow one record after the
 /// analyzer would have finished it.
 pub use analyzer::caps::MAX_RECORDS_PER_DIR as RECORDS_PER_DIR;
+/// `TLSRUM_QUIC_SHORT_KEEP`: bytes of a QUIC short-header packet the kernel
+/// sends, the first byte and the longest Destination Connection ID: all
+/// the analyzer reads of such a packet (its time and DCID).
+pub const QUIC_SHORT_KEEP: usize = 1 + analyzer::quic::packet::MAX_CID_LEN;
 
 // The C header's value, read from bpf/tlsrum.h by build.rs: the kernel and
 // the analyzer cannot disagree about the cap and still build.
@@ -42,7 +47,8 @@ const _: () = assert!(
     TLSRUM_CHUNK as usize == CHUNK
         && TLSRUM_MAX_CHUNKS as usize == MAX_CHUNKS
         && TLSRUM_MAX_PORTS as usize == MAX_PORTS
-        && TLSRUM_MAX_RECORD as usize == MAX_FILL,
+        && TLSRUM_MAX_RECORD as usize == MAX_FILL
+        && TLSRUM_QUIC_SHORT_KEEP as usize == QUIC_SHORT_KEEP,
     "a #define of bpf/tlsrum.h differs from its mirror in ebpf/abi.rs"
 );
 
@@ -74,7 +80,7 @@ impl KernelCounter {
 }
 
 /// `enum tlsrum_counter`, in order, with the header's comments.
-pub const COUNTERS: [KernelCounter; 18] = {
+pub const COUNTERS: [KernelCounter; 29] = {
     const fn c(name: &'static str, help: &'static str) -> KernelCounter {
         KernelCounter { name, help }
     }
@@ -97,6 +103,20 @@ pub const COUNTERS: [KernelCounter; 18] = {
         c("untracked", "Flow directions whose TLS record tracking was given up (not TLS, reordering)."),
         c("record_limit", "Flows stopped after the analyzer's per-direction record limit."),
         c("handshake_over", "Flows the kernel stopped itself once their handshake and first data each way had passed."),
+        c("unknown_flow_empty", "TCP segments without payload or SYN of flows the kernel had no state for (ACKs of flows evicted from its flow map, or older than the agent): no state created, only FIN/RST went to user space, as headers."),
+        c("midstream_flows", "Flow states created by a TCP data segment without SYN: the kernel did not know the flow (its state evicted from the flow map by pressure, see --kernel-flows, or the connection older than the agent)."),
+        c("midstream_adopted", "Directions without a SYN seen whose TLS records the kernel followed from a ClientHello or ServerHello, or, after the peer's ServerHello, from the client's next handshake record (agent started, or flow state evicted, mid-handshake)."),
+        c("midstream_quiet", "Directions without a SYN seen whose first data was not a hello: kept quiet, nothing of their payload left the kernel (only FIN/RST headers)."),
+        c("lost_quiet", "Directions that lost TLS record tracking past their handshake (an application-data body already filled) or after starting without a SYN: kept quiet instead of falling back to the byte budget."),
+        c("quiet_segments", "Data segments of quiet directions kept in the kernel."),
+        c("fallback_segments", "Segments sent, whole or in part, under the byte-budget fallback (--max-payload-per-flow): directions followed from their SYN whose TLS records the kernel could not follow (not TLS, a hole during the handshake)."),
+        c("fallback_bytes", "Payload bytes sent under the byte-budget fallback (--max-payload-per-flow)."),
+        c("quic_short_unknown", "QUIC short-header packets of flows the kernel had no state for: no state created, nothing sent."),
+        c("quic_short_cut", "QUIC short-header packets sent as their first 21 bytes (header and connection ID): their encrypted payload stayed in the kernel."),
+        c(
+            "lost_resumed",
+            "Directions under the byte-budget fallback (a STARTTLS, HTTP CONNECT or PROXY preamble) whose TLS record walk resumed at a ClientHello or ServerHello: from there their application data stayed in the kernel.",
+        ),
     ]
 };
 
@@ -282,7 +302,10 @@ pub struct DirState {
     pub hello: u8,
     pub post: u8,
     pub post_end: u32,
-    pub _pad: u32,
+    /// `enum tlsrum_no_fallback` bits.
+    pub no_fallback: u8,
+    pub tries: u8,
+    pub _pad: [u8; 2],
 }
 
 // SAFETY: plain #[repr(C)] integers and byte arrays with explicit padding
@@ -398,6 +421,8 @@ pub(crate) mod tests {
         assert_eq!(offset_of!(DirState, hdr_have), 27);
         assert_eq!(offset_of!(DirState, after_ccs), 28);
         assert_eq!(offset_of!(DirState, ack_valid), 29);
+        assert_eq!(offset_of!(DirState, no_fallback), 36);
+        assert_eq!(offset_of!(DirState, tries), 37);
     }
 
     /// The C header's own numbers, read from the source: the two sides
@@ -425,6 +450,11 @@ pub(crate) mod tests {
         assert!(h.contains(&format!(
             "#define TLSRUM_RECORDS_PER_DIR\t{RECORDS_PER_DIR}"
         )));
+        assert!(h.contains(&format!(
+            "#define TLSRUM_QUIC_SHORT_KEEP\t{QUIC_SHORT_KEEP}"
+        )));
+        assert!(h.contains("TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);"));
+        assert!(h.contains("TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);"));
         // The kernel fills no more than the analyzer's record layer takes.
         // (RECORDS_PER_DIR is the analyzer's own constant, and checked
         // against the header at compile time.)

@@ -63,8 +63,20 @@ pub struct EbpfOptions {
     pub max_payload_per_dir: u32,
     /// Ring buffer size; rounded up to a power of two, at least one page.
     pub ringbuf_bytes: u32,
+    /// Entries of the kernel's flow map (an LRU hash, about 200 bytes an
+    /// entry): flows followed at once. Under pressure the least
+    /// recently used flows are evicted; their later packets are counted
+    /// (`midstream_flows`) and none of their application data leaves the
+    /// kernel. At least [`MIN_KERNEL_FLOWS`].
+    pub kernel_flows: u32,
     pub attach_mode: AttachMode,
 }
+
+/// Smallest flow map [`EbpfOptions::kernel_flows`] takes: each CPU's LRU
+/// free list holds some entries, a smaller map would mostly be those.
+pub const MIN_KERNEL_FLOWS: u32 = 256;
+/// The flow map's default size.
+pub const DEFAULT_KERNEL_FLOWS: u32 = 65536;
 
 impl Default for EbpfOptions {
     fn default() -> Self {
@@ -75,6 +87,7 @@ impl Default for EbpfOptions {
             quic: false,
             max_payload_per_dir: 64 * 1024,
             ringbuf_bytes: 8 << 20,
+            kernel_flows: DEFAULT_KERNEL_FLOWS,
             attach_mode: AttachMode::Auto,
         }
     }
@@ -207,6 +220,12 @@ impl EbpfCapture {
                 opts.ports.len()
             );
         }
+        if opts.kernel_flows < MIN_KERNEL_FLOWS {
+            bail!(
+                "eBPF capture: the kernel flow map needs at least {MIN_KERNEL_FLOWS} entries (got {})",
+                opts.kernel_flows
+            );
+        }
         let mut ports = [0u16; MAX_PORTS];
         ports[..opts.ports.len()].copy_from_slice(&opts.ports);
         let nports = opts.ports.len() as u32;
@@ -229,6 +248,7 @@ impl EbpfCapture {
             .override_global("max_payload_per_dir", &opts.max_payload_per_dir, true)
             .override_global("wakeup_bytes", &(ringbuf / WAKEUP_FRACTION), true)
             .map_max_entries("events", ringbuf)
+            .map_max_entries("flows", opts.kernel_flows)
             .load(BPF_OBJECT)
             .map_err(|e| explain(e, "cannot load the eBPF object"))?;
 

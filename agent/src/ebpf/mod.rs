@@ -3,9 +3,11 @@
 //! and reads its events from the ring buffer.
 //!
 //! The kernel side forwards, per flow on the server ports, SYN/FIN/RST,
-//! the bare ACKs of the handshake phase and each direction's payload up to
-//! `max_payload_per_dir` bytes; after [`EbpfCapture::mark_done`] only
-//! FIN/RST. Big segments (GSO/GRO, up to 256 KiB) arrive as several events
+//! the bare ACKs of the handshake phase and each direction's TLS records
+//! but for application-data bodies (README, "What leaves the kernel"); a
+//! direction whose records it cannot follow from its SYN falls back to
+//! `max_payload_per_dir` bytes, and one it met mid-stream stays quiet; after
+//! [`EbpfCapture::mark_done`] only FIN/RST. Big segments (GSO/GRO, up to 256 KiB) arrive as several events
 //! of at most [`CHUNK`] bytes; whatever is not sent is counted (see
 //! [`EbpfCapture::counters`]) and flagged ([`EV_CUT`]).
 //!
@@ -38,6 +40,6 @@ mod test_run;
 
 pub use abi::*;
 pub use event::{Datagrams, Event};
-pub use loader::{AttachMode, EbpfCapture, EbpfOptions};
+pub use loader::{AttachMode, EbpfCapture, EbpfOptions, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS};
 pub use netlink::ifindex;
 pub use ring::WAKEUP_FRACTION;

@@ -15,6 +15,7 @@
 //! - [`procs`]: [`Procs`], long-running children stopped on drop (SIGTERM,
 //!   then SIGKILL), with their logs shown when one dies early; [`run`],
 //!   [`ns_cmd`], [`wait_for_text`], [`wait_for`].
+//! - [`kernel`]: a live agent's kernel flow map, read with bpftool.
 //!
 //! Declare guards so that they drop in the right order (locals drop in
 //! reverse order): the topology first, then `InNetns`, then `Procs`, then
@@ -23,6 +24,7 @@
 #![allow(dead_code)]
 
 pub mod json;
+pub mod kernel;
 pub mod netns;
 pub mod prereq;
 pub mod procs;
