@@ -315,7 +315,14 @@ mod tests {
 
     #[test]
     fn capture_names_with_and_without_compression() {
-        for yes in ["a.pcap", "a.PCAPNG", "x/a.cap", "a.pcap.gz", "a.pcapng.zst", "a.cap.zstd"] {
+        for yes in [
+            "a.pcap",
+            "a.PCAPNG",
+            "x/a.cap",
+            "a.pcap.gz",
+            "a.pcapng.zst",
+            "a.cap.zstd",
+        ] {
             assert!(is_capture_name(Path::new(yes)), "{yes}");
         }
         for no in ["a.gz", "a.txt.gz", "a.pcap.xz", "pcap", "a.ndjson", "a.zst"] {
@@ -325,7 +332,10 @@ mod tests {
 
     #[test]
     fn compression_by_magic() {
-        assert_eq!(compression("f", &[0x1f, 0x8b, 8]).unwrap(), Compression::Gzip);
+        assert_eq!(
+            compression("f", &[0x1f, 0x8b, 8]).unwrap(),
+            Compression::Gzip
+        );
         assert_eq!(
             compression("f", &[0x28, 0xb5, 0x2f, 0xfd, 0]).unwrap(),
             Compression::Zstd

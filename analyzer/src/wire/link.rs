@@ -116,6 +116,17 @@ impl LinkType {
             .map_or(101, |(n, _, _)| *n)
     }
 
+    /// Every link type read, each once, in the table's order (Ethernet,
+    /// Linux cooked v1 and v2, raw IP, BSD loopback, OpenBSD loopback come
+    /// first: fuzz seeds index them).
+    pub fn all() -> impl Iterator<Item = LinkType> {
+        LINK_TYPES
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, l, _))| !LINK_TYPES[..*i].iter().any(|(_, m, _)| m == l))
+            .map(|(_, (_, l, _))| *l)
+    }
+
     /// Every link type read, in plain words, for messages (from the one table).
     pub fn supported() -> String {
         let mut names: Vec<&str> = Vec::new();
@@ -326,5 +337,173 @@ pub(super) fn peel_link(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), De
         LinkType::Ppi => wifi::peel_ppi(frame),
         LinkType::Nflog => peel_nflog(frame),
         LinkType::Unknown(_) => Err(DecodeError::UnknownLink),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tests::{assert_hi, ipv4_tcp, ipv6_tcp};
+    use crate::wire::{decode, DecodeError};
+
+    fn cat(head: &[u8], ip: &[u8]) -> Vec<u8> {
+        let mut f = head.to_vec();
+        f.extend(ip);
+        f
+    }
+
+    /// Every number in the table maps to its link type and back to a
+    /// number of the same type; an unknown number stays itself.
+    #[test]
+    fn link_type_numbers() {
+        for (n, link, _) in LINK_TYPES {
+            assert_eq!(LinkType::from_linktype(i32::from(*n)), Some(*link));
+            let back = LinkType::from_linktype(i32::from(link.number()));
+            assert_eq!(back, Some(*link), "{n}");
+        }
+        assert_eq!(LinkType::from_number(189), LinkType::Unknown(189));
+        assert_eq!(LinkType::Unknown(189).number(), 189);
+        assert_eq!(LinkType::from_number(1 << 20), LinkType::Unknown(u16::MAX));
+        assert_eq!(
+            decode(LinkType::Unknown(189), &ipv4_tcp()),
+            Err(DecodeError::UnknownLink)
+        );
+        assert!(LinkType::supported().contains("PPP in HDLC framing"));
+        let all: Vec<LinkType> = LinkType::all().collect();
+        assert_eq!(
+            all[..6],
+            [
+                LinkType::Ethernet,
+                LinkType::LinuxSll,
+                LinkType::LinuxSll2,
+                LinkType::RawIp,
+                LinkType::Null,
+                LinkType::Loop
+            ]
+        );
+        assert_eq!(all.len(), 20);
+    }
+
+    /// PPP (DLT 9) with and without the address and control bytes, the
+    /// protocol field whole or compressed to one byte; IPv4 and IPv6.
+    #[test]
+    fn ppp_every_framing() {
+        for head in [
+            &[0xff, 0x03, 0x00, 0x21][..],
+            &[0xff, 0x03, 0x21],
+            &[0x00, 0x21],
+            &[0x21],
+        ] {
+            assert_hi(LinkType::Ppp, &cat(head, &ipv4_tcp()));
+        }
+        for head in [&[0xff, 0x03, 0x00, 0x57][..], &[0x57]] {
+            assert_hi(LinkType::Ppp, &cat(head, &ipv6_tcp()));
+        }
+        // LCP and Van Jacobson compressed TCP carry no IP packet.
+        for head in [&[0xff, 0x03, 0xc0, 0x21][..], &[0x00, 0x2d], &[0x2f]] {
+            assert_eq!(
+                decode(LinkType::Ppp, &cat(head, &ipv4_tcp())),
+                Err(DecodeError::NotIp)
+            );
+        }
+        assert_eq!(
+            decode(LinkType::Ppp, &[0xff, 0x03]),
+            Err(DecodeError::ShortLink)
+        );
+    }
+
+    /// The PPP variants: HDLC framing or Cisco's in DLT 50, PPPoE (51),
+    /// pppd's direction byte (166), a direction pseudo-header (204); Cisco
+    /// HDLC (104, 205); MPLS over PPP.
+    #[test]
+    fn ppp_and_hdlc_variants() {
+        let ip = ipv4_tcp();
+        assert_hi(LinkType::PppHdlc, &cat(&[0xff, 0x03, 0x00, 0x21], &ip));
+        assert_hi(LinkType::PppHdlc, &cat(&[0x0f, 0x00, 0x08, 0x00], &ip));
+        assert_hi(LinkType::PppHdlc, &cat(&[0x8f, 0x00, 0x08, 0x00], &ip));
+        assert_hi(LinkType::CiscoHdlc, &cat(&[0x0f, 0x00, 0x08, 0x00], &ip));
+        assert_hi(
+            LinkType::CiscoHdlc,
+            &cat(&[0x0f, 0x00, 0x86, 0xdd], &ipv6_tcp()),
+        );
+        assert_hi(
+            LinkType::CiscoHdlcWithDir,
+            &cat(&[1, 0x0f, 0, 0x08, 0], &ip),
+        );
+        assert_hi(
+            LinkType::PppWithDir,
+            &cat(&[0, 0xff, 0x03, 0x00, 0x21], &ip),
+        );
+        assert_hi(LinkType::PppWithDir, &cat(&[1, 0x00, 0x21], &ip));
+        assert_hi(LinkType::PppPppd, &cat(&[1, 0x03, 0x00, 0x21], &ip));
+        let mut pppoe = vec![0x11, 0, 0x12, 0x34];
+        pppoe.extend((ip.len() as u16 + 2).to_be_bytes());
+        pppoe.extend([0x00, 0x21]);
+        pppoe.extend(&ip);
+        pppoe.extend([0; 6]); // beyond the PPPoE length
+        assert_hi(LinkType::PppEther, &pppoe);
+        // One MPLS label (bottom of stack), then IPv4.
+        assert_hi(LinkType::Ppp, &cat(&[0x02, 0x81, 0, 0x01, 0x01, 0x40], &ip));
+        // SLARP keepalives are Cisco HDLC's own, not IP.
+        assert_eq!(
+            decode(LinkType::CiscoHdlc, &cat(&[0x8f, 0, 0x80, 0x35], &[0; 20])),
+            Err(DecodeError::NotIp)
+        );
+    }
+
+    /// RFC 1483 LLC/SNAP: OUI 0 and the 802.1H bridge-tunnel OUI.
+    #[test]
+    fn llc_snap() {
+        let ip = ipv4_tcp();
+        assert_hi(
+            LinkType::AtmRfc1483,
+            &cat(&[0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00], &ip),
+        );
+        assert_hi(
+            LinkType::AtmRfc1483,
+            &cat(&[0xaa, 0xaa, 0x03, 0, 0, 0xf8, 0x08, 0x00], &ip),
+        );
+        assert_eq!(
+            decode(LinkType::AtmRfc1483, &cat(&[0x42, 0x42, 0x03], &ip)),
+            Err(DecodeError::NotIp)
+        );
+    }
+
+    /// An NFLOG message as the kernel sends it: header, then TLVs (prefix,
+    /// hardware protocol, ..., payload) in the host's byte order, padded
+    /// to 4 bytes; little- and big-endian hosts.
+    #[test]
+    fn nflog_payload_tlv() {
+        for (le, family, ip) in [
+            (true, 2u8, ipv4_tcp()),
+            (false, 2, ipv4_tcp()),
+            (true, 10, ipv6_tcp()),
+        ] {
+            let tlv = |ty: u16, v: &[u8]| {
+                let len = (4 + v.len()) as u16;
+                let mut t = Vec::new();
+                if le {
+                    t.extend(len.to_le_bytes());
+                    t.extend(ty.to_le_bytes());
+                } else {
+                    t.extend(len.to_be_bytes());
+                    t.extend(ty.to_be_bytes());
+                }
+                t.extend(v);
+                t.resize(t.len().next_multiple_of(4), 0);
+                t
+            };
+            let mut f = vec![family, 0, 0, 5];
+            f.extend(tlv(1, &[0x08, 0x00, 3, 0])); // NFULA_PACKET_HDR
+            f.extend(tlv(10, b"tlsrum\0")); // NFULA_PREFIX, padded
+            f.extend(tlv(11, &[0; 4])); // NFULA_UID
+            f.extend(tlv(9, &ip)); // NFULA_PAYLOAD
+            assert_hi(LinkType::Nflog, &f);
+        }
+        // No payload TLV (a message about a packet it did not copy).
+        assert_eq!(
+            decode(LinkType::Nflog, &[2, 0, 0, 5, 8, 0, 10, 0, 1, 2, 3, 4]),
+            Err(DecodeError::NotIp)
+        );
     }
 }

@@ -243,11 +243,12 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    //! Frames built by hand, and the builders the link and tunnel tests share.
     use super::*;
 
     /// IPv4/TCP 10.0.0.1:40000 -> 10.0.0.2:443, SYN, seq 1, with payload "hi".
-    fn ipv4_tcp() -> Vec<u8> {
+    pub(crate) fn ipv4_tcp() -> Vec<u8> {
         let mut ip = vec![
             0x45, 0, 0, 42, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
         ];
@@ -257,6 +258,137 @@ mod tests {
         ip.extend(tcp);
         ip.extend(b"hi");
         ip
+    }
+
+    /// The same segment over IPv6 (2001:db8::1 -> 2001:db8::2).
+    pub(crate) fn ipv6_tcp() -> Vec<u8> {
+        let v4 = ipv4_tcp();
+        let mut ip = vec![0x60, 0, 0, 0, 0, 22, 6, 64];
+        for last in [1, 2] {
+            ip.extend([0x20, 0x01, 0x0d, 0xb8]);
+            ip.extend([0; 11]);
+            ip.push(last);
+        }
+        ip.extend(&v4[20..]);
+        ip
+    }
+
+    /// `frame` decodes to the segment of [`ipv4_tcp`] (or [`ipv6_tcp`]):
+    /// ports, flags and exactly the payload "hi".
+    #[track_caller]
+    pub(crate) fn assert_hi(link: LinkType, frame: &[u8]) {
+        let p = decode(link, frame).unwrap_or_else(|e| panic!("{link:?}: {e}: {frame:02x?}"));
+        assert_eq!(p.payload, b"hi", "{link:?}: {frame:02x?}");
+        assert!(!p.truncated);
+        let Transport::Tcp(t) = p.transport else {
+            panic!("{link:?}: not TCP")
+        };
+        assert_eq!(
+            (t.src_port, t.dst_port, t.seq, t.syn),
+            (40000, 443, 1, true),
+            "{link:?}"
+        );
+    }
+
+    /// `payload` behind an Ethernet header of type `ethertype`.
+    pub(crate) fn ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend(ethertype.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+
+    /// An outer IPv4 header (192.0.2.1 -> 192.0.2.2) of protocol `proto`
+    /// around `payload`, its total length set.
+    pub(crate) fn outer_ipv4(proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2,
+        ];
+        let total = (ip.len() + payload.len()) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip.extend(payload);
+        ip
+    }
+
+    /// An outer IPv4/UDP datagram between the ports, its lengths set.
+    pub(crate) fn outer_udp(src: u16, dst: u16, payload: &[u8]) -> Vec<u8> {
+        let mut udp = Vec::new();
+        udp.extend(src.to_be_bytes());
+        udp.extend(dst.to_be_bytes());
+        udp.extend((8 + payload.len() as u16).to_be_bytes());
+        udp.extend([0, 0]);
+        udp.extend(payload);
+        outer_ipv4(17, &udp)
+    }
+
+    /// An IPv4 header with an option (IHL 6), so that etherparse, not the
+    /// fast path, decodes it.
+    pub(crate) fn ipv4_tcp_with_option() -> Vec<u8> {
+        let mut ip = ipv4_tcp();
+        ip[0] = 0x46;
+        ip[3] += 4;
+        ip.splice(20..20, [1, 1, 1, 0]); // NOP, NOP, NOP, EOL
+        ip
+    }
+
+    /// Ethernet's minimum frame is 60 bytes: the sender pads short frames
+    /// with zeros (and some add trailers); the IP total length says where
+    /// the packet ends, so the padding never becomes TCP payload, on the
+    /// fast path and on etherparse's.
+    #[test]
+    fn ethernet_padding_is_not_payload() {
+        for ip in [ipv4_tcp(), ipv4_tcp_with_option()] {
+            let mut frame = ethernet(ETH_IPV4, &ip);
+            frame.resize(60, 0);
+            frame.extend([0xde, 0xad, 0xbe, 0xef]); // an FCS or a vendor trailer
+            assert_hi(LinkType::Ethernet, &frame);
+        }
+        let mut v6 = ethernet(ETH_IPV6, &ipv6_tcp());
+        v6.extend([0xde, 0xad, 0xbe, 0xef]);
+        assert_hi(LinkType::Ethernet, &v6);
+    }
+
+    /// A PPPoE session frame padded to 60 bytes: the PPPoE length and the
+    /// IP total length both end the packet before the padding.
+    #[test]
+    fn pppoe_length_cuts_padding() {
+        let ip = ipv4_tcp();
+        let mut pppoe = vec![0x11, 0, 0, 7];
+        pppoe.extend((ip.len() as u16 + 2).to_be_bytes());
+        pppoe.extend([0x00, 0x21]);
+        pppoe.extend(&ip);
+        let mut frame = ethernet(0x8864, &pppoe);
+        frame.resize(80, 0xee);
+        assert_hi(LinkType::Ethernet, &frame);
+        // Over VLAN, with the IP packet decoded by etherparse.
+        let ip = ipv4_tcp_with_option();
+        let mut tagged = vec![0, 5, 0x88, 0x64, 0x11, 0, 0, 7];
+        tagged.extend((ip.len() as u16 + 2).to_be_bytes());
+        tagged.extend([0x00, 0x21]);
+        tagged.extend(&ip);
+        tagged.extend([0xee; 9]);
+        assert_hi(LinkType::Ethernet, &ethernet(0x8100, &tagged));
+    }
+
+    /// Trailers inside a tunnel and after it: each IP total length (and
+    /// the UDP length) cuts its own packet's.
+    #[test]
+    fn trailers_inside_and_after_a_tunnel_are_not_payload() {
+        let mut inner = ethernet(ETH_IPV4, &ipv4_tcp());
+        inner.resize(60, 0); // the inner frame's Ethernet padding
+        let mut vxlan = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
+        vxlan.extend(&inner);
+        let mut outer = ethernet(ETH_IPV4, &outer_udp(40000, 4789, &vxlan));
+        outer.extend([0xaa; 7]);
+        assert_hi(LinkType::Ethernet, &outer);
+        // IP in GRE in IP, each with a trailer.
+        let mut ip = ipv4_tcp_with_option();
+        ip.extend([0xbb; 5]);
+        let mut gre = vec![0, 0, 0x08, 0x00];
+        gre.extend(&ip);
+        let mut frame = outer_ipv4(47, &gre);
+        frame.extend([0xcc; 3]);
+        assert_hi(LinkType::RawIp, &frame);
     }
 
     #[test]
@@ -390,13 +522,7 @@ mod tests {
                     seed as u8
                 })
                 .collect();
-            for link in [
-                LinkType::Ethernet,
-                LinkType::LinuxSll,
-                LinkType::LinuxSll2,
-                LinkType::RawIp,
-                LinkType::Null,
-            ] {
+            for link in LinkType::all().chain([LinkType::Unknown(189)]) {
                 let _ = decode(link, &frame);
             }
         }

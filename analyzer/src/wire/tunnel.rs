@@ -174,3 +174,164 @@ fn capwap(b: &[u8]) -> Option<Result<(u16, &[u8]), DecodeError>> {
         (true, _) => Err(DecodeError::NotIp),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tests::{
+        assert_hi, ethernet, ipv4_tcp, ipv4_tcp_with_option, ipv6_tcp, outer_ipv4, outer_udp,
+    };
+    use crate::wire::{decode, LinkType, Transport, ETH_IPV4, ETH_IPV6};
+
+    fn gre(flags: u16, proto: u16, words: &[u32], payload: &[u8]) -> Vec<u8> {
+        let mut g = Vec::new();
+        g.extend(flags.to_be_bytes());
+        g.extend(proto.to_be_bytes());
+        for w in words {
+            g.extend(w.to_be_bytes());
+        }
+        g.extend(payload);
+        ethernet(ETH_IPV4, &outer_ipv4(47, &g))
+    }
+
+    /// GRE without options, with checksum, key and sequence, carrying IPv4,
+    /// IPv6, an Ethernet frame (0x6558) or MPLS.
+    #[test]
+    fn gre_options_and_payloads() {
+        let v4 = ipv4_tcp();
+        assert_hi(LinkType::Ethernet, &gre(0, 0x0800, &[], &v4));
+        assert_hi(LinkType::Ethernet, &gre(0xb000, 0x0800, &[0, 7, 9], &v4));
+        assert_hi(LinkType::Ethernet, &gre(0x2000, 0x86dd, &[7], &ipv6_tcp()));
+        let mut eth = ethernet(ETH_IPV4, &v4);
+        eth.resize(60, 0);
+        assert_hi(LinkType::Ethernet, &gre(0, ETH_BRIDGED, &[], &eth));
+        let mut mpls = vec![0, 0x01, 0x01, 0x40];
+        mpls.extend(&v4);
+        assert_hi(LinkType::Ethernet, &gre(0, 0x8847, &[], &mpls));
+    }
+
+    /// ERSPAN type I (no header, no sequence number), II (8 bytes) and III
+    /// (12 bytes, plus the 8-byte platform subheader when O is set;
+    /// Ethernet or IP frames), as switches and the Linux kernel send them.
+    #[test]
+    fn erspan_types() {
+        let mut mirrored = ethernet(0x8100, &[0, 9, 0x08, 0x00]);
+        mirrored.extend(ipv4_tcp_with_option());
+        mirrored.resize(68, 0);
+        assert_hi(LinkType::Ethernet, &gre(0, GRE_ERSPAN_2, &[], &mirrored));
+
+        let mut type2 = vec![0x10, 0x09, 0x00, 0x2a, 0, 0, 0, 3];
+        type2.extend(&mirrored);
+        assert_hi(LinkType::Ethernet, &gre(0x1000, GRE_ERSPAN_2, &[1], &type2));
+        // With a key, as `ip link add ... type erspan key 7 erspan_ver 1` sends.
+        assert_hi(
+            LinkType::Ethernet,
+            &gre(0x3000, GRE_ERSPAN_2, &[7, 1], &type2),
+        );
+
+        let type3 = |ft: u16, o: bool, frame: &[u8]| {
+            let mut h = vec![0x20, 0x09, 0x00, 0x2a, 0x12, 0x34, 0x56, 0x78, 0, 0];
+            h.extend(((ft << 10) | u16::from(o)).to_be_bytes());
+            if o {
+                h.extend([0x08, 0, 0, 0, 0xaa, 0xbb, 0xcc, 0xdd]);
+            }
+            h.extend(frame);
+            gre(0x1000, GRE_ERSPAN_3, &[1], &h)
+        };
+        assert_hi(LinkType::Ethernet, &type3(0, false, &mirrored));
+        assert_hi(LinkType::Ethernet, &type3(0, true, &mirrored));
+        assert_hi(LinkType::Ethernet, &type3(2, false, &ipv6_tcp()));
+        assert_eq!(
+            decode(LinkType::Ethernet, &type3(5, false, &mirrored)),
+            Err(DecodeError::NotIp)
+        );
+        let mut wrong_version = type2.clone();
+        wrong_version[0] = 0x20;
+        assert_eq!(
+            decode(
+                LinkType::Ethernet,
+                &gre(0x1000, GRE_ERSPAN_2, &[1], &wrong_version)
+            ),
+            Err(DecodeError::Malformed)
+        );
+    }
+
+    /// PPTP's enhanced GRE (version 1): key word = payload length and call
+    /// ID, sequence and acknowledgement numbers, then PPP; the payload
+    /// length cuts what follows.
+    #[test]
+    fn pptp_gre_carries_ppp() {
+        let mut ppp = vec![0xff, 0x03, 0x00, 0x21];
+        ppp.extend(ipv4_tcp_with_option());
+        let key = ((ppp.len() as u32) << 16) | 0x0042;
+        let mut payload = ppp.clone();
+        payload.extend([0x99; 5]);
+        assert_hi(
+            LinkType::Ethernet,
+            &gre(0x3081, GRE_PPP, &[key, 1, 0], &payload),
+        );
+        // Compressed PPP header, no acknowledgement.
+        let mut short = vec![0x21];
+        short.extend(ipv4_tcp());
+        let key = ((short.len() as u32) << 16) | 0x0042;
+        assert_hi(LinkType::Ethernet, &gre(0x3001, GRE_PPP, &[key, 1], &short));
+    }
+
+    fn capwap(hlen_words: u32, native: bool, wbid: u32, flags: u32, frame: &[u8]) -> Vec<u8> {
+        let w = (hlen_words << 19) | (wbid << 9) | (u32::from(native) << 8) | flags;
+        let mut b = w.to_be_bytes().to_vec();
+        b.extend([0, 0, 0, 0]); // fragment ID and offset
+        b.resize(hlen_words as usize * 4, 0); // radio MAC / wireless info
+        b.extend(frame);
+        b
+    }
+
+    /// CAPWAP data both ways (to and from the AC's port 5247): an 802.3
+    /// frame, a native 802.11 frame (with an optional radio MAC address);
+    /// DTLS-protected data, fragments and keep-alives counted.
+    #[test]
+    fn capwap_data() {
+        let eth = ethernet(ETH_IPV6, &ipv6_tcp());
+        let mut dot11 = vec![0x08, 0x01, 0, 0];
+        dot11.extend([
+            2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 3, 0x10, 0,
+        ]);
+        dot11.extend([0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00]);
+        dot11.extend(ipv4_tcp());
+        for (src, dst) in [(40000, UDP_CAPWAP_DATA), (UDP_CAPWAP_DATA, 40000)] {
+            let udp = |b: &[u8]| ethernet(ETH_IPV4, &outer_udp(src, dst, b));
+            assert_hi(LinkType::Ethernet, &udp(&capwap(2, false, 1, 0, &eth)));
+            assert_hi(LinkType::Ethernet, &udp(&capwap(2, true, 1, 0, &dot11)));
+            assert_hi(LinkType::Ethernet, &udp(&capwap(4, true, 1, 0x10, &dot11)));
+            let dtls = udp(&[0x01, 0, 0, 0, 0x16, 0xfe, 0xfd, 0, 0]);
+            assert_eq!(
+                decode(LinkType::Ethernet, &dtls),
+                Err(DecodeError::Encrypted)
+            );
+            let frag = udp(&capwap(2, false, 1, 0x80, &eth));
+            assert_eq!(
+                decode(LinkType::Ethernet, &frag),
+                Err(DecodeError::Fragment)
+            );
+            let keep_alive = udp(&capwap(2, false, 1, 0x08, &[]));
+            assert_eq!(
+                decode(LinkType::Ethernet, &keep_alive),
+                Err(DecodeError::NotIp)
+            );
+        }
+    }
+
+    /// A datagram on a tunnel's port that is no tunnel packet stays a UDP
+    /// datagram (QUIC on 4789 or 5247, say).
+    #[test]
+    fn not_a_tunnel_stays_udp() {
+        let quic = [0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0];
+        for (src, dst) in [(40000, UDP_VXLAN), (40000, UDP_CAPWAP_DATA)] {
+            let f = outer_udp(src, dst, &quic);
+            let p = decode(LinkType::RawIp, &f).unwrap();
+            assert!(matches!(p.transport, Transport::Udp { .. }));
+            assert_eq!(p.payload, quic);
+        }
+        let _ = ETH_IPV6;
+    }
+}

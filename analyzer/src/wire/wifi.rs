@@ -106,7 +106,9 @@ pub(super) fn peel_radiotap(f: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
 pub(super) fn peel_avs(f: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
     let be32 = |at: usize| f.get(at..at + 4).and_then(|b| b.try_into().ok());
     let magic = be32(0).map(u32::from_be_bytes);
-    let len = be32(4).map(u32::from_be_bytes).ok_or(DecodeError::ShortLink)?;
+    let len = be32(4)
+        .map(u32::from_be_bytes)
+        .ok_or(DecodeError::ShortLink)?;
     if !matches!(magic, Some(0x8021_1001 | 0x8021_1002)) || len < 8 {
         return Err(DecodeError::Malformed);
     }
@@ -149,5 +151,156 @@ pub(super) fn peel_ppi(f: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
         // No PPI in PPI: the recursion stops here.
         Some(LinkType::Ppi) | None => Err(DecodeError::NotIp),
         Some(inner) => link::peel_link(inner, rest),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::decode;
+    use crate::wire::tests::{assert_hi, ipv4_tcp, ipv6_tcp};
+
+    const SNAP_IPV4: [u8; 8] = [0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00];
+    const SNAP_IPV6: [u8; 8] = [0xaa, 0xaa, 0x03, 0, 0, 0, 0x86, 0xdd];
+
+    /// An 802.11 data frame: frame control (type/subtype byte, flags),
+    /// duration, three or four addresses, sequence control, QoS control
+    /// (when `qos` is given) and HT control (when flagged), then `body`.
+    fn frame(fc0: u8, fc1: u8, qos: Option<[u8; 2]>, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![fc0, fc1, 0x2c, 0];
+        for a in 1..=3u8 {
+            f.extend([2, 0, 0, 0, 0, a]);
+        }
+        f.extend([0x10, 0]); // sequence 1, fragment 0
+        if fc1 & 0x03 == 0x03 {
+            f.extend([2, 0, 0, 0, 0, 4]);
+        }
+        if let Some(q) = qos {
+            f.extend(q);
+            if fc1 & 0x80 != 0 {
+                f.extend([0; 4]);
+            }
+        }
+        f.extend(body);
+        f
+    }
+
+    fn snap(snap: [u8; 8], ip: &[u8]) -> Vec<u8> {
+        let mut b = snap.to_vec();
+        b.extend(ip);
+        b
+    }
+
+    /// Data (to the AP, from it), QoS data, QoS with +HTC, four-address
+    /// (WDS/mesh) frames; LLC/SNAP then IPv4 or IPv6.
+    #[test]
+    fn data_frames() {
+        let v4 = snap(SNAP_IPV4, &ipv4_tcp());
+        let v6 = snap(SNAP_IPV6, &ipv6_tcp());
+        for f in [
+            frame(0x08, 0x01, None, &v4),            // data, To DS
+            frame(0x08, 0x02, None, &v6),            // data, From DS
+            frame(0x88, 0x01, Some([0x05, 0]), &v4), // QoS data
+            frame(0x88, 0x82, Some([0x00, 0]), &v4), // QoS data, +HTC
+            frame(0x08, 0x03, None, &v4),            // four addresses
+            frame(0x88, 0x03, Some([0x06, 0]), &v6), // QoS, four addresses
+        ] {
+            assert_hi(LinkType::Ieee80211, &f);
+        }
+    }
+
+    /// What carries no readable packet is counted as such: protected
+    /// frames, A-MSDU aggregates, fragments, null data, management frames.
+    #[test]
+    fn frames_without_a_readable_packet() {
+        let v4 = snap(SNAP_IPV4, &ipv4_tcp());
+        let cases = [
+            (
+                frame(0x88, 0x41, Some([0, 0]), &[0; 60]),
+                DecodeError::Encrypted,
+            ),
+            (frame(0x08, 0x42, None, &[0; 60]), DecodeError::Encrypted),
+            (
+                frame(0x88, 0x01, Some([0x80, 0]), &v4),
+                DecodeError::Aggregate,
+            ),
+            (frame(0x08, 0x05, None, &v4), DecodeError::Fragment), // More Fragments
+            (frame(0x48, 0x01, None, &[]), DecodeError::NotIp),    // null data
+            (frame(0xc8, 0x01, Some([0, 0]), &[]), DecodeError::NotIp), // QoS null
+            (frame(0x80, 0x00, None, &[0; 40]), DecodeError::NotIp), // beacon
+        ];
+        for (f, want) in cases {
+            assert_eq!(decode(LinkType::Ieee80211, &f), Err(want), "{f:02x?}");
+        }
+        let mut second_fragment = frame(0x08, 0x01, None, &v4);
+        second_fragment[22] = 0x11;
+        assert_eq!(
+            decode(LinkType::Ieee80211, &second_fragment),
+            Err(DecodeError::Fragment)
+        );
+    }
+
+    /// Radiotap: the shortest header; TSFT and Flags with the FCS at the
+    /// end and the header padded to 4 bytes; an extended present bitmap;
+    /// a frame that failed its FCS check.
+    #[test]
+    fn radiotap() {
+        let v4 = snap(SNAP_IPV4, &ipv4_tcp());
+        let mut plain = vec![0, 0, 8, 0, 0, 0, 0, 0];
+        plain.extend(frame(0x08, 0x01, None, &v4));
+        assert_hi(LinkType::Ieee80211Radiotap, &plain);
+
+        // present: TSFT | Flags | Rate; TSFT at 8, Flags at 16, rate at 17, pad.
+        let with_flags = |flags: u8, body: &[u8]| {
+            let mut f = vec![0, 0, 20, 0, 0x07, 0, 0, 0];
+            f.extend([0; 8]);
+            f.extend([flags, 0x0c, 0, 0]);
+            f.extend(body);
+            f
+        };
+        let mut fcs = with_flags(RADIOTAP_FCS, &frame(0x08, 0x01, None, &v4));
+        fcs.extend([0xde, 0xad, 0xbe, 0xef]);
+        assert_hi(LinkType::Ieee80211Radiotap, &fcs);
+        // QoS data: a 26-byte header padded to 28.
+        let mut padded = frame(0x88, 0x01, Some([0, 0]), &[]);
+        padded.extend([0, 0]);
+        padded.extend(&v4);
+        assert_hi(
+            LinkType::Ieee80211Radiotap,
+            &with_flags(RADIOTAP_DATAPAD, &padded),
+        );
+        let bad = with_flags(RADIOTAP_BAD_FCS, &frame(0x08, 0x01, None, &v4));
+        assert_eq!(
+            decode(LinkType::Ieee80211Radiotap, &bad),
+            Err(DecodeError::Malformed)
+        );
+        // Two present words (bit 31 extends): TSFT | Flags | Ext, then 0;
+        // fields after both: TSFT 8-aligned at 16, Flags at 24.
+        let mut ext = vec![0, 0, 28, 0, 0x03, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0];
+        ext.extend([0; 8]);
+        ext.extend([RADIOTAP_FCS, 0, 0, 0]);
+        ext.extend(frame(0x08, 0x01, None, &v4));
+        ext.extend([1, 2, 3, 4]);
+        assert_hi(LinkType::Ieee80211Radiotap, &ext);
+    }
+
+    /// Prism (144 bytes, host byte order), AVS and PPI headers before 802.11.
+    #[test]
+    fn prism_avs_and_ppi() {
+        let data = frame(0x08, 0x01, None, &snap(SNAP_IPV4, &ipv4_tcp()));
+        let mut prism = vec![0x41, 0, 0, 0, 144, 0, 0, 0];
+        prism.resize(144, 0);
+        prism.extend(&data);
+        assert_hi(LinkType::Ieee80211Prism, &prism);
+        let mut avs = vec![0x80, 0x21, 0x10, 0x01, 0, 0, 0, 64];
+        avs.resize(64, 0);
+        avs.extend(&data);
+        assert_hi(LinkType::Ieee80211Avs, &avs);
+        assert_hi(LinkType::Ieee80211Prism, &avs);
+        let mut ppi = vec![0, 0, 8, 0, 105, 0, 0, 0];
+        ppi.extend(&data);
+        assert_hi(LinkType::Ppi, &ppi);
+        let nested = [0, 0, 8, 0, 192, 0, 0, 0];
+        assert_eq!(decode(LinkType::Ppi, &nested), Err(DecodeError::NotIp));
     }
 }
