@@ -10,6 +10,8 @@ APT_PACKAGES=(
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
   # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs)
   haproxy
+  # the ways in (agent/tests/ways_in.rs): NFLOG rules (nft), compressed captures
+  nftables zstd gzip
   # load generators for bench/live/
   iperf3 wrk bpftool
   python3 python3-pip

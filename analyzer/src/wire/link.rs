@@ -82,6 +82,8 @@ const LINK_TYPES: &[(u16, LinkType, &str)] = &[
     (104, LinkType::CiscoHdlc, "Cisco HDLC"),
     (205, LinkType::CiscoHdlcWithDir, "Cisco HDLC with direction"),
     (100, LinkType::AtmRfc1483, "ATM LLC/SNAP"),
+    // libpcap hands LINKTYPE_ATM_RFC1483 over as its DLT_ATM_RFC1483.
+    (11, LinkType::AtmRfc1483, "ATM LLC/SNAP"),
     (105, LinkType::Ieee80211, "802.11"),
     (119, LinkType::Ieee80211Prism, "802.11 with Prism header"),
     (127, LinkType::Ieee80211Radiotap, "802.11 with radiotap"),
