@@ -31,6 +31,8 @@
 //!   `gzip` and `zstd` (also several members or frames concatenated), pcap
 //!   (`editcap -F pcap`) and pcapng; `--filter` on them; a directory scan
 //!   takes `x.pcap.gz` and `x.pcapng.zst`.
+//! - `a_named_pipe_is_read_plain_or_compressed`: `cat`, `gzip`, `zstd`
+//!   writing into a FIFO that tlsrum reads.
 //! - `damaged_or_unknown_compression_is_a_clear_error`.
 //!
 //! The namespace tests need root, network namespaces and their tools (nft;
@@ -271,6 +273,32 @@ fn compressed_captures_give_the_plain_records() {
     got.sort_by_key(key);
     everything.sort_by_key(key);
     assert_eq!(got, everything, "directory scan");
+}
+
+/// A capture that arrives through a named pipe (or `<(zcat x.gz)`), plain
+/// or compressed: read once, as it streams.
+#[test]
+fn a_named_pipe_is_read_plain_or_compressed() {
+    if skip_unless(
+        "a_named_pipe_is_read_plain_or_compressed",
+        &[Need::Tools(&["mkfifo", "gzip", "zstd"])],
+    ) {
+        return;
+    }
+    let dir = Scratch::new("fifo");
+    let plain = repo().join(PLAIN[1]);
+    let want = records(&[&plain], &[]);
+    for (i, writer) in ["cat", "gzip -c", "zstd -q -c"].iter().enumerate() {
+        let fifo = dir.path(&format!("pipe{i}.pcap"));
+        run(&["mkfifo", fifo.to_str().unwrap()]);
+        let mut w = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{writer} {} > {}", plain.display(), fifo.display()))
+            .spawn()
+            .unwrap();
+        assert_eq!(records(&[&fifo], &[]), want, "{writer} into a pipe");
+        assert!(w.wait().unwrap().success());
+    }
 }
 
 #[test]

@@ -3,12 +3,12 @@
 //! optionally filtered, handed over in batches.
 //!
 //! A compressed file is decompressed streaming by a thread into a pipe
-//! whose other end libpcap reads, so `--filter` (BPF, compiled by
-//! libpcap) and every link type work on it as on a plain file, and
-//! nothing is held in memory or written to disk.
+//! whose other end libpcap reads (libpcap reads only plain files), so
+//! `--filter` (BPF, compiled by libpcap) and every link type work on it as
+//! on a plain file, and nothing is held in memory or written to disk.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::path::Path;
 use std::thread::JoinHandle;
@@ -63,19 +63,28 @@ enum Compression {
     Zstd,
 }
 
+impl Compression {
+    fn name(self) -> &'static str {
+        match self {
+            Compression::None => "plain",
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
 fn compression(name: &str, head: &[u8]) -> Result<Compression> {
+    let other = |what: &str, how: &str| {
+        anyhow!(
+            "{name}: compressed with {what}, which tlsrum does not read (gzip and zstd it does): decompress it first ({how})"
+        )
+    };
     Ok(match head {
         [0x1f, 0x8b, ..] => Compression::Gzip,
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Compression::Zstd,
-        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => bail!(
-            "{name}: compressed with xz, which tlsrum does not read (gzip and zstd it does): decompress it first (xz -d)"
-        ),
-        [b'B', b'Z', b'h', ..] => bail!(
-            "{name}: compressed with bzip2, which tlsrum does not read (gzip and zstd it does): decompress it first (bunzip2)"
-        ),
-        [0x04, 0x22, 0x4d, 0x18, ..] => bail!(
-            "{name}: compressed with lz4, which tlsrum does not read (gzip and zstd it does): decompress it first (lz4 -d)"
-        ),
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => return Err(other("xz", "xz -d")),
+        [b'B', b'Z', b'h', ..] => return Err(other("bzip2", "bunzip2")),
+        [0x04, 0x22, 0x4d, 0x18, ..] => return Err(other("lz4", "lz4 -d")),
         _ => Compression::None,
     })
 }
@@ -107,53 +116,45 @@ fn read_head(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// The decompressing thread: its result is the bytes written, or why the
-/// compressed stream could not be read to its end.
-type Inflater = JoinHandle<io::Result<u64>>;
+/// The thread feeding libpcap's pipe: its result is the bytes written, or
+/// why the stream could not be read to its end.
+type Feeder = JoinHandle<io::Result<u64>>;
 
-/// Starts decompressing `file` into a pipe and opens libpcap on its read
-/// end. What the compressed file holds is checked to be a capture first,
-/// so that libpcap, which keeps the pipe when it fails to open, only ever
-/// gets a stream it can read.
-fn open_compressed(
+/// Opens libpcap on the read end of a pipe that a thread fills from
+/// `stream` (a decompressor, or a file that cannot seek back over the
+/// bytes read to recognise it). The stream's first bytes are checked to be
+/// a capture's first, so that libpcap, which keeps the pipe when it fails
+/// to open, only ever gets a stream it can read.
+fn open_stream(
     name: &str,
-    file: File,
+    mut stream: Box<dyn Read + Send>,
     kind: Compression,
-) -> Result<(pcap::Capture<pcap::Offline>, Inflater)> {
-    let what = if kind == Compression::Gzip {
-        "gzip"
-    } else {
-        "zstd"
-    };
-    let mut decoder: Box<dyn Read + Send> = match kind {
-        // Multi-member: `cat a.gz b.gz` is one gzip file.
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file))),
-        _ => Box::new(
-            zstd::stream::read::Decoder::new(file)
-                .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
-        ),
-    };
+) -> Result<(pcap::Capture<pcap::Offline>, Feeder)> {
+    let what = kind.name();
     let mut head = [0u8; 4];
-    let n = read_head(&mut decoder, &mut head)
-        .with_context(|| format!("{name}: {what}-compressed, but the stream is corrupt"))?;
+    let n = read_head(&mut stream, &mut head)
+        .with_context(|| format!("{name}: cannot read the {what} stream"))?;
     if !is_capture_magic(&head[..n]) {
+        if kind == Compression::None {
+            bail!("{name}: cannot open as pcap or pcapng: not a capture file");
+        }
         bail!("{name}: {what}-compressed, but what it holds is not pcap or pcapng");
     }
     let (reader, mut writer) = io::pipe().context("creating a pipe")?;
-    let inflater = std::thread::Builder::new()
-        .name("tlsrum-inflate".into())
+    let feeder = std::thread::Builder::new()
+        .name("tlsrum-feed".into())
         .spawn(move || -> io::Result<u64> {
             writer.write_all(&head[..n])?;
             // Ends with EPIPE when libpcap stops reading (the capture dropped).
-            Ok(io::copy(&mut decoder, &mut writer)? + n as u64)
+            Ok(io::copy(&mut stream, &mut writer)? + n as u64)
         })
-        .context("starting the decompressing thread")?;
+        .context("starting the thread that feeds libpcap")?;
     let fd = OwnedFd::from(reader).into_raw_fd();
     // SAFETY: `fd` is a pipe's read end that nothing else owns; the capture
     // becomes its sole owner (and closes it when dropped).
     let cap = unsafe { pcap::Capture::from_raw_fd(fd) }
-        .with_context(|| format!("{name}: {what}-compressed, but cannot open what it holds"))?;
-    Ok((cap, inflater))
+        .with_context(|| format!("{name}: cannot open the {what} stream as pcap or pcapng"))?;
+    Ok((cap, feeder))
 }
 
 pub struct PcapFile {
@@ -165,36 +166,50 @@ pub struct PcapFile {
     /// libpcap's name of the link type, for the message about an unknown one.
     link_name: String,
     packets: u64,
-    /// The thread decompressing a compressed file, and which compression.
-    inflater: Option<(Inflater, &'static str)>,
+    /// The thread feeding libpcap a decompressed (or unseekable) file,
+    /// and what the file is.
+    feeder: Option<(Feeder, Compression)>,
 }
 
 impl PcapFile {
     /// Opens the file (decompressing gzip and zstd on the fly), reads its
     /// link type and sets the filter (a BPF expression, as tcpdump takes).
+    /// The file is opened once, so a named pipe or `<(zcat x.gz)` works too.
     pub fn open(path: &Path, filter: Option<&str>) -> Result<Self> {
         let name = path.display().to_string();
         let mut file = File::open(path).with_context(|| format!("{name}: cannot open"))?;
         let mut head = [0u8; 6];
         let n = read_head(&mut file, &mut head).with_context(|| format!("{name}: cannot read"))?;
         let kind = compression(&name, &head[..n])?;
-        let (mut cap, inflater) = match kind {
-            Compression::None => {
-                drop(file);
-                let cap = pcap::Capture::from_file(path)
-                    .with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
-                (cap, None)
-            }
-            _ => {
-                let file = File::open(path).with_context(|| format!("{name}: cannot open"))?;
-                let (cap, t) = open_compressed(&name, file, kind)?;
-                let what = if kind == Compression::Gzip {
-                    "gzip"
-                } else {
-                    "zstd"
-                };
-                (cap, Some((t, what)))
-            }
+        // A plain file libpcap reads itself, from the start again; other
+        // streams get back the bytes read to recognise them.
+        // libpcap keeps a file it fails to open: what is no capture at all
+        // is turned away here.
+        if kind == Compression::None && !is_capture_magic(&head[..n]) {
+            bail!("{name}: cannot open as pcap or pcapng: not a capture file");
+        }
+        let (mut cap, feeder) = if kind == Compression::None && file.rewind().is_ok() {
+            let fd = OwnedFd::from(file).into_raw_fd();
+            // SAFETY: `fd` is the file just opened, owned by nothing else;
+            // the capture becomes its sole owner.
+            let cap = unsafe { pcap::Capture::from_raw_fd(fd) }
+                .with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
+            (cap, None)
+        } else {
+            let stream = io::Cursor::new(head).take(n as u64).chain(file);
+            let stream: Box<dyn Read + Send> = match kind {
+                Compression::None => Box::new(stream),
+                // Multi-member: `cat a.gz b.gz` is one gzip file.
+                Compression::Gzip => {
+                    Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(stream)))
+                }
+                Compression::Zstd => Box::new(
+                    zstd::stream::read::Decoder::new(stream)
+                        .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
+                ),
+            };
+            let (cap, t) = open_stream(&name, stream, kind)?;
+            (cap, Some((t, kind)))
         };
         let dlt = cap.get_datalink();
         let link = LinkType::from_number(dlt.0);
@@ -208,7 +223,7 @@ impl PcapFile {
             link,
             link_name: dlt.get_name().unwrap_or_else(|_| "unknown".into()),
             packets: 0,
-            inflater,
+            feeder,
         })
     }
 
@@ -223,24 +238,29 @@ impl PcapFile {
     }
 
     /// The file is read to its end (or failed there): closes libpcap's end
-    /// of the pipe, then takes the decompressing thread's word on the
-    /// compressed stream, which names the real cause when libpcap saw a
-    /// stream cut short.
+    /// of the pipe, then takes the feeding thread's word on the stream,
+    /// which names the real cause when libpcap saw a stream cut short.
     fn close(&mut self) -> Result<()> {
         self.cap = None;
-        let Some((thread, what)) = self.inflater.take() else {
+        let Some((thread, kind)) = self.feeder.take() else {
             return Ok(());
         };
+        let what = kind.name();
         match thread.join() {
             Ok(Ok(_)) => Ok(()),
             // libpcap stopped reading first: its own error says why.
             Ok(Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            Ok(Err(e)) if kind == Compression::None => Err(anyhow!(
+                "{}: reading failed after packet {}: {e}",
+                self.name,
+                self.packets
+            )),
             Ok(Err(e)) => Err(anyhow!(
                 "{}: the {what} stream is corrupt after packet {}: {e}",
                 self.name,
                 self.packets
             )),
-            Err(_) => Err(anyhow!("{}: the {what} decompression failed", self.name)),
+            Err(_) => Err(anyhow!("{}: the {what} stream's reader failed", self.name)),
         }
     }
 

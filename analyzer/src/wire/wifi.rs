@@ -34,12 +34,15 @@ pub(super) fn peel_80211(f: &[u8], datapad: bool) -> Result<(u16, &[u8]), Decode
     let qos = subtype & 0x08 != 0;
     let four_addresses = fc1 & 0x03 == 0x03; // To DS and From DS: a WDS/mesh frame
     let mut len = if four_addresses { 30 } else { 24 };
+    let mut mesh = false;
     if qos {
         // QoS Control; the A-MSDU Present bit says several packets follow.
         let qos_ctl = *f.get(len).ok_or(DecodeError::ShortLink)?;
         if qos_ctl & 0x80 != 0 {
             return Err(DecodeError::Aggregate);
         }
+        // Mesh Control Present (802.11s), in a four-address mesh data frame.
+        mesh = four_addresses && f.get(len + 1).is_some_and(|b| b & 0x01 != 0);
         len += 2;
         if fc1 & 0x80 != 0 {
             len += 4; // +HTC: the Order bit on a QoS data frame
@@ -49,6 +52,15 @@ pub(super) fn peel_80211(f: &[u8], datapad: bool) -> Result<(u16, &[u8]), Decode
         len = len.next_multiple_of(4);
     }
     let header = f.get(..len).ok_or(DecodeError::ShortLink)?;
+    if mesh {
+        // Mesh Control: flags, TTL, sequence number (6 bytes), then 0, 1
+        // or 2 extra addresses by the Address Extension Mode in the flags.
+        let mode = usize::from(*f.get(len).ok_or(DecodeError::ShortLink)? & 0x03);
+        if mode == 3 {
+            return Err(DecodeError::Malformed);
+        }
+        len += 6 + 6 * mode;
+    }
     let fragment_number = header.get(22).map_or(0, |b| b & 0x0f);
     if fc1 & 0x04 != 0 || fragment_number != 0 {
         return Err(DecodeError::Fragment); // More Fragments, or not the first
@@ -192,7 +204,7 @@ mod tests {
     }
 
     /// Data (to the AP, from it), QoS data, QoS with +HTC, four-address
-    /// (WDS/mesh) frames; LLC/SNAP then IPv4 or IPv6.
+    /// (WDS) frames, 802.11s mesh data; LLC/SNAP then IPv4 or IPv6.
     #[test]
     fn data_frames() {
         let v4 = snap(SNAP_IPV4, &ipv4_tcp());
@@ -204,6 +216,19 @@ mod tests {
             frame(0x88, 0x82, Some([0x00, 0]), &v4), // QoS data, +HTC
             frame(0x08, 0x03, None, &v4),            // four addresses
             frame(0x88, 0x03, Some([0x06, 0]), &v6), // QoS, four addresses
+            // 802.11s mesh data: Mesh Control, no extra address / two of them.
+            frame(
+                0x88,
+                0x03,
+                Some([0, 0x01]),
+                &[&[0, 31, 1, 0, 0, 0][..], &v4].concat(),
+            ),
+            frame(
+                0x88,
+                0x03,
+                Some([0, 0x01]),
+                &[&[2, 31, 1, 0, 0, 0][..], &[7; 12], &v4].concat(),
+            ),
         ] {
             assert_hi(LinkType::Ieee80211, &f);
         }
