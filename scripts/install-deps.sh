@@ -10,6 +10,10 @@ APT_PACKAGES=(
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
   # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs)
   haproxy
+  # the ways in (agent/tests/ways_in.rs): NFLOG rules (nft), compressed
+  # captures, GRE and ERSPAN mirror sessions from Open vSwitch's userspace
+  # datapath (this kernel has no GRE), offloads off on its veths (ethtool)
+  nftables zstd gzip openvswitch-switch ethtool
   # load generators for bench/live/
   iperf3 wrk bpftool
   python3 python3-pip
@@ -39,9 +43,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  # The Debian nginx package starts a server on port 80, and the prometheus
-  # package one on port 9090; tlsrum's tests run their own.
-  for svc in nginx prometheus; do
+  # The Debian nginx package starts a server on port 80, the prometheus
+  # package one on port 9090, and openvswitch-switch its daemons; tlsrum's
+  # tests run their own.
+  for svc in nginx prometheus openvswitch-switch; do
     if command -v systemctl >/dev/null && systemctl is-active -q "$svc" 2>/dev/null; then
       systemctl stop "$svc" || true
     fi

@@ -31,14 +31,7 @@ pub struct PacketWriter {
 }
 
 fn datalink(l: LinkType) -> DataLink {
-    match l {
-        LinkType::Ethernet => DataLink::ETHERNET,
-        LinkType::LinuxSll => DataLink::LINUX_SLL,
-        LinkType::LinuxSll2 => DataLink::LINUX_SLL2,
-        LinkType::Null => DataLink::NULL,
-        LinkType::Loop => DataLink::LOOP,
-        _ => DataLink::RAW,
-    }
+    DataLink::from(u32::from(l.number()))
 }
 
 impl PacketWriter {

@@ -13,12 +13,13 @@ use clap::Args;
 use crate::pipeline::{self, deliver, pump};
 use crate::sink::html::HtmlSink;
 use crate::sink::{FanOut, Format, RecordSink, RunEnd};
-use crate::source::pcap_file::PcapFile;
+use crate::source::pcap_file::{self, PcapFile};
 use crate::source::Status;
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// Capture files (pcap, pcapng) or directories to search for them.
+    /// Capture files (pcap, pcapng; plain, gzip or zstd) or directories to
+    /// search for them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Output: a summary table per server name, or one record per connection.
@@ -74,12 +75,7 @@ fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 .collect();
             entries.sort();
             let (dirs, files): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.is_dir());
-            out.extend(files.into_iter().filter(|f| {
-                matches!(
-                    f.extension().and_then(|e| e.to_str()),
-                    Some("pcap" | "pcapng" | "cap")
-                )
-            }));
+            out.extend(files.into_iter().filter(|f| pcap_file::is_capture_name(f)));
             out.extend(capture_files(&dirs)?);
         } else {
             out.push(p.clone());
@@ -92,7 +88,8 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     let files = capture_files(&args.paths)?;
     if files.is_empty() {
         bail!(
-            "no capture files (.pcap, .pcapng, .cap) under {:?}",
+            "no capture files ({}) under {:?}",
+            pcap_file::capture_names(),
             args.paths
         );
     }

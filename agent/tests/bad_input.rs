@@ -105,17 +105,23 @@ fn not_a_capture_is_a_clear_error() {
     );
 }
 
+/// A link type tlsrum does not read: its frames are counted, and the file
+/// named once with the link type's number and name.
 #[test]
 fn unknown_link_type_is_a_clear_error() {
     let f = scratch("usb.pcap");
-    std::fs::write(&f, pcap_file(189, &[b"\x00\x01\x02"])).unwrap(); // LINKTYPE_USB_LINUX
-    let out = tlsrum(&["replay"], &[&*f]);
+    std::fs::write(&f, pcap_file(189, &[b"\x00\x01\x02", b"\x03"])).unwrap(); // LINKTYPE_USB_LINUX
+    let out = tlsrum(&["replay", "--stats"], &[&*f]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(
-        err.contains("usb.pcap") && err.contains("link type 189") && err.contains("not supported"),
+        err.contains("usb.pcap")
+            && err.contains("link type 189 (USB_LINUX")
+            && err.contains("not supported: its 2 frames were counted as unknown_link_frames"),
         "{err}"
     );
+    assert_eq!(err.matches("link type 189").count(), 1, "{err}");
+    assert!(err.contains("\"unknown_link_frames\": 2"), "{err}");
 }
 
 #[test]

@@ -180,6 +180,9 @@ impl Analyzer {
                     DecodeError::NotIp => self.stats.not_ip += 1,
                     DecodeError::Fragment => self.stats.ip_fragments += 1,
                     DecodeError::OtherTransport => self.stats.other_transport += 1,
+                    DecodeError::UnknownLink => self.stats.unknown_link_frames += 1,
+                    DecodeError::Encrypted => self.stats.link_encrypted_frames += 1,
+                    DecodeError::Aggregate => self.stats.link_aggregate_frames += 1,
                     _ => self.stats.malformed_packets += 1,
                 }
             }

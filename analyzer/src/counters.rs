@@ -93,10 +93,18 @@ counters! {
         not_ip,
         /// Frames whose headers are cut short or wrong.
         malformed_packets,
-        /// IP fragments (not reassembled).
+        /// IP fragments, and 802.11 and CAPWAP fragments (not reassembled).
         ip_fragments,
         /// IP packets that are neither TCP nor UDP.
         other_transport,
+        /// Frames of a link type tlsrum does not read (the capture's link
+        /// type is named once, in words, when it is read).
+        unknown_link_frames,
+        /// Frames encrypted below IP, not decrypted: 802.11 frames with the
+        /// Protected bit (WEP, WPA), DTLS-protected CAPWAP data.
+        link_encrypted_frames,
+        /// 802.11 A-MSDU frames (several packets in one frame): not unpacked.
+        link_aggregate_frames,
         /// TCP flows created.
         flows_created,
         /// TCP flows evicted from the full flow table (`--max-flows`).

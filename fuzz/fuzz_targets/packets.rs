@@ -1,7 +1,7 @@
 //! Whole frames through `Analyzer::push_frame`, for every link type the
 //! analyzer reads, with tiny caps switched on by the input.
 //!
-//! Input: byte 0 picks the link type (mod 6); byte 1 switches caps on
+//! Input: byte 0 picks the link type (an index into `LinkType::all()`); byte 1 switches caps on
 //! (bit 0 `max_flows` 2, bit 1 `max_flow_buffer` 64, bit 2
 //! `max_handshake_message` 64, bit 3 only port 443, bit 4 idle timeout 1 s,
 //! bit 5 report finished flows, bit 6 `max_memory` 4 KiB); then frames, each a time step (1/16 s
@@ -17,18 +17,10 @@ use analyzer::{Analyzer, Config};
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::Input;
 
-const LINKS: [LinkType; 6] = [
-    LinkType::Ethernet,
-    LinkType::LinuxSll,
-    LinkType::LinuxSll2,
-    LinkType::RawIp,
-    LinkType::Null,
-    LinkType::Loop,
-];
-
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let link = LINKS[usize::from(input.u8()) % LINKS.len()];
+    let links: Vec<LinkType> = LinkType::all().collect();
+    let link = links[usize::from(input.u8()) % links.len()];
     let caps = input.u8();
     let mut cfg = Config::default();
     if caps & 1 != 0 {

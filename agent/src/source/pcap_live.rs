@@ -88,7 +88,12 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
         .with_context(|| format!("non-blocking mode on {name}"))?;
     let dlt = cap.get_datalink();
     let Some(link) = LinkType::from_linktype(dlt.0) else {
-        bail!("{name}: link type {} is not supported", dlt.0);
+        bail!(
+            "{name}: link type {} ({}) is not supported; tlsrum reads {}",
+            dlt.0,
+            dlt.get_name().unwrap_or_else(|_| "unknown".into()),
+            LinkType::supported()
+        );
     };
     Ok((cap, link))
 }

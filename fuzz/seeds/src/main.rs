@@ -26,16 +26,12 @@ struct Frame {
 
 type Dir = (IpAddr, u16, IpAddr, u16);
 
+/// The fuzz target's index of a link type (its place in `LinkType::all()`).
 fn link_index(l: LinkType) -> u8 {
-    match l {
-        LinkType::Ethernet => 0,
-        LinkType::LinuxSll => 1,
-        LinkType::LinuxSll2 => 2,
-        LinkType::RawIp => 3,
-        LinkType::Null => 4,
-        LinkType::Loop => 5,
-        _ => 0,
-    }
+    LinkType::all()
+        .position(|x| x == l)
+        .and_then(|i| u8::try_from(i).ok())
+        .unwrap_or(0)
 }
 
 fn write(out: &Path, target: &str, name: &str, data: &[u8]) {

@@ -1,44 +1,21 @@
-//! Packet decode: link layer -> IPv4/IPv6 -> TCP/UDP, through `etherparse`
-//! (lax mode, so snaplen-cut packets still yield their headers). Only the
-//! link types etherparse lacks (Linux cooked v2, BSD loopback) are peeled
-//! here by hand.
+//! Packet decode: link layer -> tunnels -> IPv4/IPv6 -> TCP/UDP. The IP
+//! and transport headers go through `etherparse` (lax mode, so
+//! snaplen-cut packets still yield their headers); link layers
+//! ([`link`], [`wifi`]) and tunnels ([`tunnel`]) are peeled here by hand.
+//!
+//! The innermost declared length wins: a PPPoE payload length, an IP total
+//! length, a UDP length each cut off what follows them (Ethernet padding,
+//! trailers, an FCS), so such bytes never become TCP payload.
+
+mod link;
+mod tunnel;
+mod wifi;
 
 use std::net::IpAddr;
 
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
 
-/// Link types a capture may carry (pcap LINKTYPE_* values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LinkType {
-    /// LINKTYPE_ETHERNET (1), with 802.1Q / QinQ tags.
-    Ethernet,
-    /// LINKTYPE_LINUX_SLL (113).
-    LinuxSll,
-    /// LINKTYPE_LINUX_SLL2 (276).
-    LinuxSll2,
-    /// LINKTYPE_RAW (101), DLT_RAW (12/14), LINKTYPE_IPV4 (228), LINKTYPE_IPV6 (229).
-    RawIp,
-    /// LINKTYPE_NULL (0): 4-byte address family in the capturing host's byte order.
-    Null,
-    /// LINKTYPE_LOOP (108): 4-byte address family in network byte order.
-    Loop,
-}
-
-impl LinkType {
-    /// Maps a pcap link-type number; None for link types tlsrum cannot decode.
-    pub fn from_linktype(n: i32) -> Option<Self> {
-        Some(match n {
-            1 => Self::Ethernet,
-            113 => Self::LinuxSll,
-            276 => Self::LinuxSll2,
-            12 | 14 | 101 | 228 | 229 => Self::RawIp,
-            0 => Self::Null,
-            108 => Self::Loop,
-            _ => return None,
-        })
-    }
-}
+pub use link::LinkType;
 
 /// TCP header fields the analyzer uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +61,12 @@ pub enum DecodeError {
     Fragment,
     #[error("not TCP or UDP")]
     OtherTransport,
+    #[error("link type not read")]
+    UnknownLink,
+    #[error("encrypted at the link layer")]
+    Encrypted,
+    #[error("802.11 A-MSDU aggregate")]
+    Aggregate,
 }
 
 /// Encapsulations peeled before giving up (tunnel in tunnel in tunnel).
@@ -91,92 +74,16 @@ const MAX_DEPTH: u8 = 4;
 
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
-const ETH_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
-const ETH_MPLS: [u16; 2] = [0x8847, 0x8848];
-const ETH_PPPOE_SESSION: u16 = 0x8864;
-const ETH_BRIDGED: u16 = 0x6558;
-
-const UDP_VXLAN: u16 = 4789;
-const UDP_GENEVE: u16 = 6081;
-const UDP_GTP_U: u16 = 2152;
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
-/// Peels Ethernet, 802.1Q/QinQ tags, PPPoE and MPLS down to an IP packet.
-fn peel_ethernet(frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
-    let mut ethertype = be16(frame, 12).ok_or(DecodeError::ShortLink)?;
-    let mut rest = frame.get(14..).ok_or(DecodeError::ShortLink)?;
-    for _ in 0..8 {
-        if ethertype == ETH_IPV4 || ethertype == ETH_IPV6 {
-            break;
-        }
-        if ETH_VLAN.contains(&ethertype) {
-            ethertype = be16(rest, 2).ok_or(DecodeError::ShortLink)?;
-            rest = rest.get(4..).ok_or(DecodeError::ShortLink)?;
-        } else if ethertype == ETH_PPPOE_SESSION {
-            // 6-byte PPPoE header, then the PPP protocol number.
-            ethertype = match be16(rest, 6).ok_or(DecodeError::ShortLink)? {
-                0x0021 => ETH_IPV4,
-                0x0057 => ETH_IPV6,
-                _ => return Err(DecodeError::NotIp),
-            };
-            rest = rest.get(8..).ok_or(DecodeError::ShortLink)?;
-        } else if ETH_MPLS.contains(&ethertype) {
-            // Labels until bottom-of-stack; the IP version nibble says which IP.
-            let mut i = 0;
-            loop {
-                let bos = rest.get(i + 2).ok_or(DecodeError::ShortLink)? & 1;
-                i += 4;
-                if bos == 1 || i >= 64 {
-                    break;
-                }
-            }
-            rest = rest.get(i..).ok_or(DecodeError::ShortLink)?;
-            ethertype = match rest.first().map(|b| b >> 4) {
-                Some(4) => ETH_IPV4,
-                Some(6) => ETH_IPV6,
-                _ => return Err(DecodeError::NotIp),
-            };
-        } else {
-            break;
-        }
-    }
-    Ok((ethertype, rest))
-}
-
-/// The network-layer type and bytes of a frame.
-fn peel_link(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
-    let ip_version = |b: &[u8]| match b.first().map(|v| v >> 4) {
-        Some(6) => ETH_IPV6,
-        _ => ETH_IPV4,
-    };
-    match link {
-        LinkType::Ethernet => peel_ethernet(frame),
-        LinkType::LinuxSll => {
-            let et = be16(frame, 14).ok_or(DecodeError::ShortLink)?;
-            let rest = frame.get(16..).ok_or(DecodeError::ShortLink)?;
-            Ok((et, rest))
-        }
-        LinkType::LinuxSll2 => {
-            let et = be16(frame, 0).ok_or(DecodeError::ShortLink)?;
-            let rest = frame.get(20..).ok_or(DecodeError::ShortLink)?;
-            Ok((et, rest))
-        }
-        LinkType::RawIp => Ok((ip_version(frame), frame)),
-        // The address family's byte order varies; the IP version nibble does not.
-        LinkType::Null | LinkType::Loop => {
-            let rest = frame.get(4..).ok_or(DecodeError::ShortLink)?;
-            Ok((ip_version(rest), rest))
-        }
-    }
-}
-
-/// Decodes one frame of the given link type, looking inside IP-in-IP, GRE,
-/// VXLAN, GENEVE and GTP-U tunnels: the inner packet is the one returned.
+/// Decodes one frame of the given link type, looking inside IP-in-IP, GRE
+/// (ERSPAN, PPTP), VXLAN, GENEVE, GTP-U and CAPWAP tunnels: the inner packet
+/// is the one returned.
 pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
-    let (ethertype, net) = peel_link(link, frame)?;
+    let (ethertype, net) = link::peel_link(link, frame)?;
     decode_net(ethertype, net, 0)
 }
 
@@ -237,18 +144,16 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
         }
         17 => {
             let u = l4.get(..8)?;
+            let src_port = u16::from_be_bytes([u[0], u[1]]);
             let dst_port = u16::from_be_bytes([u[2], u[3]]);
-            if matches!(dst_port, UDP_VXLAN | UDP_GENEVE | UDP_GTP_U) {
-                return None; // maybe a tunnel: the general path looks inside
+            if tunnel::maybe_udp_tunnel(src_port, dst_port) {
+                return None; // the general path looks inside
             }
             let len = (u16::from_be_bytes([u[4], u[5]]) as usize).clamp(8, l4.len());
             Some(Packet {
                 src,
                 dst,
-                transport: Transport::Udp {
-                    src_port: u16::from_be_bytes([u[0], u[1]]),
-                    dst_port,
-                },
+                transport: Transport::Udp { src_port, dst_port },
                 payload: l4.get(8..len)?,
                 truncated: false,
             })
@@ -293,7 +198,7 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
         match ip_payload.ip_number.0 {
             4 => return decode_net(ETH_IPV4, ip_payload.payload, depth + 1),
             41 => return decode_net(ETH_IPV6, ip_payload.payload, depth + 1),
-            47 => return decode_gre(ip_payload.payload, depth + 1),
+            47 => return tunnel::decode_gre(ip_payload.payload, depth + 1),
             _ => {}
         }
     }
@@ -317,8 +222,10 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
         Some(TransportSlice::Udp(udp)) => {
             let (src_port, dst_port) = (udp.source_port(), udp.destination_port());
             if depth < MAX_DEPTH {
-                if let Some(inner) = decode_udp_tunnel(dst_port, udp.payload(), depth + 1) {
-                    return Ok(inner);
+                if let Some(inner) =
+                    tunnel::decode_udp_tunnel(src_port, dst_port, udp.payload(), depth + 1)
+                {
+                    return inner;
                 }
             }
             Ok(Packet {
@@ -335,82 +242,13 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
     }
 }
 
-/// GRE (RFC 2784/2890): optional checksum, key and sequence words, then the payload.
-fn decode_gre(b: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
-    let flags = be16(b, 0).ok_or(DecodeError::Malformed)?;
-    let proto = be16(b, 2).ok_or(DecodeError::Malformed)?;
-    let len = 4 + 4 * ((flags >> 15 & 1) + (flags >> 13 & 1) + (flags >> 12 & 1)) as usize;
-    let inner = b.get(len..).ok_or(DecodeError::Malformed)?;
-    if proto == ETH_BRIDGED {
-        let (et, net) = peel_ethernet(inner)?;
-        return decode_net(et, net, depth);
-    }
-    decode_net(proto, inner, depth)
-}
-
-/// VXLAN, GENEVE and GTP-U on their standard ports; None if the payload
-/// is not a well-formed tunnel packet (then the UDP packet stands).
-fn decode_udp_tunnel(dst_port: u16, b: &[u8], depth: u8) -> Option<Packet<'_>> {
-    match dst_port {
-        UDP_VXLAN => {
-            // Flags byte with the I bit set, then 7 bytes; an Ethernet frame follows.
-            if b.first()? & 0x08 == 0 {
-                return None;
-            }
-            let (et, net) = peel_ethernet(b.get(8..)?).ok()?;
-            decode_net(et, net, depth).ok()
-        }
-        UDP_GENEVE => {
-            let opt_len = (b.first()? & 0x3f) as usize * 4;
-            let proto = be16(b, 2)?;
-            let inner = b.get(8 + opt_len..)?;
-            if proto == ETH_BRIDGED {
-                let (et, net) = peel_ethernet(inner).ok()?;
-                decode_net(et, net, depth).ok()
-            } else {
-                decode_net(proto, inner, depth).ok()
-            }
-        }
-        UDP_GTP_U => {
-            // GTPv1-U G-PDU: 8 bytes, 4 more if E/S/PN, then extension headers.
-            let flags = *b.first()?;
-            if flags >> 5 != 1 || *b.get(1)? != 0xff {
-                return None;
-            }
-            let mut at = 8;
-            if flags & 0x07 != 0 {
-                let mut next_ext = *b.get(11)?;
-                at = 12;
-                for _ in 0..8 {
-                    if next_ext == 0 {
-                        break;
-                    }
-                    let len = *b.get(at)? as usize * 4;
-                    if len == 0 {
-                        return None;
-                    }
-                    next_ext = *b.get(at + len - 1)?;
-                    at += len;
-                }
-            }
-            let inner = b.get(at..)?;
-            let et = if inner.first()? >> 4 == 6 {
-                ETH_IPV6
-            } else {
-                ETH_IPV4
-            };
-            decode_net(et, inner, depth).ok()
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    //! Frames built by hand, and the builders the link and tunnel tests share.
     use super::*;
 
     /// IPv4/TCP 10.0.0.1:40000 -> 10.0.0.2:443, SYN, seq 1, with payload "hi".
-    fn ipv4_tcp() -> Vec<u8> {
+    pub(crate) fn ipv4_tcp() -> Vec<u8> {
         let mut ip = vec![
             0x45, 0, 0, 42, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
         ];
@@ -420,6 +258,137 @@ mod tests {
         ip.extend(tcp);
         ip.extend(b"hi");
         ip
+    }
+
+    /// The same segment over IPv6 (2001:db8::1 -> 2001:db8::2).
+    pub(crate) fn ipv6_tcp() -> Vec<u8> {
+        let v4 = ipv4_tcp();
+        let mut ip = vec![0x60, 0, 0, 0, 0, 22, 6, 64];
+        for last in [1, 2] {
+            ip.extend([0x20, 0x01, 0x0d, 0xb8]);
+            ip.extend([0; 11]);
+            ip.push(last);
+        }
+        ip.extend(&v4[20..]);
+        ip
+    }
+
+    /// `frame` decodes to the segment of [`ipv4_tcp`] (or [`ipv6_tcp`]):
+    /// ports, flags and exactly the payload "hi".
+    #[track_caller]
+    pub(crate) fn assert_hi(link: LinkType, frame: &[u8]) {
+        let p = decode(link, frame).unwrap_or_else(|e| panic!("{link:?}: {e}: {frame:02x?}"));
+        assert_eq!(p.payload, b"hi", "{link:?}: {frame:02x?}");
+        assert!(!p.truncated);
+        let Transport::Tcp(t) = p.transport else {
+            panic!("{link:?}: not TCP")
+        };
+        assert_eq!(
+            (t.src_port, t.dst_port, t.seq, t.syn),
+            (40000, 443, 1, true),
+            "{link:?}"
+        );
+    }
+
+    /// `payload` behind an Ethernet header of type `ethertype`.
+    pub(crate) fn ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend(ethertype.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+
+    /// An outer IPv4 header (192.0.2.1 -> 192.0.2.2) of protocol `proto`
+    /// around `payload`, its total length set.
+    pub(crate) fn outer_ipv4(proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2,
+        ];
+        let total = (ip.len() + payload.len()) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip.extend(payload);
+        ip
+    }
+
+    /// An outer IPv4/UDP datagram between the ports, its lengths set.
+    pub(crate) fn outer_udp(src: u16, dst: u16, payload: &[u8]) -> Vec<u8> {
+        let mut udp = Vec::new();
+        udp.extend(src.to_be_bytes());
+        udp.extend(dst.to_be_bytes());
+        udp.extend((8 + payload.len() as u16).to_be_bytes());
+        udp.extend([0, 0]);
+        udp.extend(payload);
+        outer_ipv4(17, &udp)
+    }
+
+    /// An IPv4 header with an option (IHL 6), so that etherparse, not the
+    /// fast path, decodes it.
+    pub(crate) fn ipv4_tcp_with_option() -> Vec<u8> {
+        let mut ip = ipv4_tcp();
+        ip[0] = 0x46;
+        ip[3] += 4;
+        ip.splice(20..20, [1, 1, 1, 0]); // NOP, NOP, NOP, EOL
+        ip
+    }
+
+    /// Ethernet's minimum frame is 60 bytes: the sender pads short frames
+    /// with zeros (and some add trailers); the IP total length says where
+    /// the packet ends, so the padding never becomes TCP payload, on the
+    /// fast path and on etherparse's.
+    #[test]
+    fn ethernet_padding_is_not_payload() {
+        for ip in [ipv4_tcp(), ipv4_tcp_with_option()] {
+            let mut frame = ethernet(ETH_IPV4, &ip);
+            frame.resize(60, 0);
+            frame.extend([0xde, 0xad, 0xbe, 0xef]); // an FCS or a vendor trailer
+            assert_hi(LinkType::Ethernet, &frame);
+        }
+        let mut v6 = ethernet(ETH_IPV6, &ipv6_tcp());
+        v6.extend([0xde, 0xad, 0xbe, 0xef]);
+        assert_hi(LinkType::Ethernet, &v6);
+    }
+
+    /// A PPPoE session frame padded to 60 bytes: the PPPoE length and the
+    /// IP total length both end the packet before the padding.
+    #[test]
+    fn pppoe_length_cuts_padding() {
+        let ip = ipv4_tcp();
+        let mut pppoe = vec![0x11, 0, 0, 7];
+        pppoe.extend((ip.len() as u16 + 2).to_be_bytes());
+        pppoe.extend([0x00, 0x21]);
+        pppoe.extend(&ip);
+        let mut frame = ethernet(0x8864, &pppoe);
+        frame.resize(80, 0xee);
+        assert_hi(LinkType::Ethernet, &frame);
+        // Over VLAN, with the IP packet decoded by etherparse.
+        let ip = ipv4_tcp_with_option();
+        let mut tagged = vec![0, 5, 0x88, 0x64, 0x11, 0, 0, 7];
+        tagged.extend((ip.len() as u16 + 2).to_be_bytes());
+        tagged.extend([0x00, 0x21]);
+        tagged.extend(&ip);
+        tagged.extend([0xee; 9]);
+        assert_hi(LinkType::Ethernet, &ethernet(0x8100, &tagged));
+    }
+
+    /// Trailers inside a tunnel and after it: each IP total length (and
+    /// the UDP length) cuts its own packet's.
+    #[test]
+    fn trailers_inside_and_after_a_tunnel_are_not_payload() {
+        let mut inner = ethernet(ETH_IPV4, &ipv4_tcp());
+        inner.resize(60, 0); // the inner frame's Ethernet padding
+        let mut vxlan = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
+        vxlan.extend(&inner);
+        let mut outer = ethernet(ETH_IPV4, &outer_udp(40000, 4789, &vxlan));
+        outer.extend([0xaa; 7]);
+        assert_hi(LinkType::Ethernet, &outer);
+        // IP in GRE in IP, each with a trailer.
+        let mut ip = ipv4_tcp_with_option();
+        ip.extend([0xbb; 5]);
+        let mut gre = vec![0, 0, 0x08, 0x00];
+        gre.extend(&ip);
+        let mut frame = outer_ipv4(47, &gre);
+        frame.extend([0xcc; 3]);
+        assert_hi(LinkType::RawIp, &frame);
     }
 
     #[test]
@@ -553,13 +522,7 @@ mod tests {
                     seed as u8
                 })
                 .collect();
-            for link in [
-                LinkType::Ethernet,
-                LinkType::LinuxSll,
-                LinkType::LinuxSll2,
-                LinkType::RawIp,
-                LinkType::Null,
-            ] {
+            for link in LinkType::all().chain([LinkType::Unknown(189)]) {
                 let _ = decode(link, &frame);
             }
         }
