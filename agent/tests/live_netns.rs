@@ -1323,7 +1323,53 @@ fn ebpf_sees_a_reused_tuple_again() {
     }
     let _serial = one_at_a_time();
     let f = repo().join("pcaps/openssl-openssl-tls13-psk.pcapng");
-    tcpreplay_case("t", &[f.clone(), f], &["ebpf"], false);
+    // The same connections again on the same tuples, with other initial
+    // sequence numbers: new connections (an identical copy would be the
+    // same connections, which the analyzer reports once).
+    let dir = std::env::temp_dir().join(format!("tlsrum-reused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let again = dir.join("again.pcap");
+    shift_sequence_numbers(&f, &again, 0x1000_0000);
+    tcpreplay_case("t", &[f, again], &["ebpf"], false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies an Ethernet/IPv4 capture with every TCP sequence and
+/// acknowledgement number moved by `by` (checksums recomputed).
+fn shift_sequence_numbers(from: &Path, to: &Path, by: u32) {
+    let mut cap = pcap::Capture::from_file(from).unwrap();
+    assert_eq!(cap.get_datalink().0, 1, "Ethernet");
+    let mut out = pcap::Capture::dead(cap.get_datalink())
+        .unwrap()
+        .savefile(to)
+        .unwrap();
+    while let Ok(p) = cap.next_packet() {
+        let mut d = p.data.to_vec();
+        if d.len() >= 34 && d[12..14] == [8, 0] && d[23] == 6 {
+            let ip = 14;
+            let ihl = usize::from(d[ip] & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([d[ip + 2], d[ip + 3]]));
+            let t = ip + ihl;
+            for at in [t + 4, t + 8] {
+                let v = u32::from_be_bytes(d[at..at + 4].try_into().unwrap()).wrapping_add(by);
+                d[at..at + 4].copy_from_slice(&v.to_be_bytes());
+            }
+            // TCP checksum over the pseudo-header and the segment.
+            d[t + 16] = 0;
+            d[t + 17] = 0;
+            let seg = &d[t..ip + total];
+            let mut sum: u32 = 6 + seg.len() as u32;
+            for w in d[ip + 12..ip + 20].chunks(2).chain(seg.chunks(2)) {
+                sum += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            d[t + 16..t + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        out.write(&pcap::Packet::new(p.header, &d));
+    }
+    out.flush().unwrap();
 }
 
 /// Regression: the pcap backend ran libpcap in immediate mode (TPACKET_V2:
