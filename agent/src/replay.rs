@@ -207,5 +207,8 @@ fn replay_file(
     if let Some(pb) = bar {
         pb.finish_and_clear();
     }
+    if let Some(note) = source.snaplen_note() {
+        eprintln!("tlsrum: {note}");
+    }
     result
 }

@@ -232,3 +232,35 @@ fn port_option_limits_the_flows_examined() {
     );
     assert_eq!(lines(&off), 0);
 }
+
+/// Issue 13: a capture taken with a small snap length (`tcpdump -s 120`,
+/// made here with editcap) loses handshake bytes; the user is told once per
+/// file, in words, how many packets and at what length, and what to do.
+#[test]
+fn a_small_snap_length_is_reported_once_per_file() {
+    let cut = scratch("snaplen.pcapng");
+    let ok = Command::new("editcap")
+        .args(["-s", "120"])
+        .arg(sample())
+        .arg(&*cut)
+        .status()
+        .expect("editcap (wireshark-common, scripts/install-deps.sh)")
+        .success();
+    assert!(ok);
+    let out = tlsrum(
+        &["replay", "--format", "ndjson", "--quiet"],
+        &[&*cut, &sample()],
+    );
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("snap length")).collect();
+    assert_eq!(said.len(), 1, "once, for the cut file only: {err}");
+    assert!(
+        said[0].contains("snaplen.pcapng")
+            && said[0].contains("(120 bytes)")
+            && said[0].contains("-s 0"),
+        "{err}"
+    );
+    let whole = tlsrum(&["replay", "--format", "ndjson", "--quiet"], &[&sample()]);
+    assert!(!String::from_utf8_lossy(&whole.stderr).contains("snap length"));
+}

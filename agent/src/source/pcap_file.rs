@@ -166,6 +166,10 @@ pub struct PcapFile {
     /// libpcap's name of the link type, for the message about an unknown one.
     link_name: String,
     packets: u64,
+    /// Packets the capture cut short (caplen < len), and the longest such
+    /// cut (the snap length, as the file shows it).
+    cut: u64,
+    cut_at: u32,
     /// The thread feeding libpcap a decompressed (or unseekable) file,
     /// and what the file is.
     feeder: Option<(Feeder, Compression)>,
@@ -223,6 +227,8 @@ impl PcapFile {
             link,
             link_name: dlt.get_name().unwrap_or_else(|_| "unknown".into()),
             packets: 0,
+            cut: 0,
+            cut_at: 0,
             feeder,
         })
     }
@@ -235,6 +241,19 @@ impl PcapFile {
     /// Packets read so far.
     pub fn packets(&self) -> u64 {
         self.packets
+    }
+
+    /// What to tell the user, once per file, when the capture cut packets
+    /// short: their bytes past the snap length are missing.
+    pub fn snaplen_note(&self) -> Option<String> {
+        (self.cut > 0).then(|| {
+            format!(
+                "{}: {} of {} packets were cut short by the capture's snap length ({} bytes): \
+                 handshake bytes past it are missing, so some records may be incomplete \
+                 (truncated_segments in --stats); capture with `tcpdump -s 0` for whole packets",
+                self.name, self.cut, self.packets, self.cut_at
+            )
+        })
     }
 
     /// The file is read to its end (or failed there): closes libpcap's end
@@ -290,6 +309,10 @@ impl Source for PcapFile {
             match cap.next_packet() {
                 Ok(pkt) => {
                     self.packets += 1;
+                    if pkt.header.caplen < pkt.header.len {
+                        self.cut += 1;
+                        self.cut_at = self.cut_at.max(pkt.header.caplen);
+                    }
                     let ts = pkt.header.ts.tv_sec as f64 + pkt.header.ts.tv_usec as f64 * 1e-6;
                     f(Captured::Frame {
                         ts,
