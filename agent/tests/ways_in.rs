@@ -378,25 +378,7 @@ fn start_tcpdump(procs: &mut Procs, name: &str, ns: &str, iface: &str, file: &Pa
 /// `openssl s_server` on [`TLS_PORT`] in namespace `ns` (a self-signed
 /// certificate for `host` in `dir`), listening when this returns.
 fn start_s_server(procs: &mut Procs, ns: &str, dir: &Path, host: &str) {
-    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
-    run(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN={host}"),
-        "-keyout",
-        key.to_str().unwrap(),
-        "-out",
-        cert.to_str().unwrap(),
-    ]);
+    let (key, cert) = common::netns::self_signed(dir, host);
     let mut cmd = ns_cmd(
         ns,
         &[

@@ -504,16 +504,21 @@ mod tests {
     const ACK: u8 = 0x10;
     const RST: u8 = 0x04;
 
+    /// A handshake record (version 3.`minor`) holding one message.
+    fn handshake_record(minor: u8, msg_type: u8, body: &[u8]) -> Vec<u8> {
+        let mut msg = vec![msg_type, 0, 0, body.len() as u8];
+        msg.extend(body);
+        let mut rec = vec![22, 3, minor, 0, msg.len() as u8];
+        rec.extend(msg);
+        rec
+    }
+
     /// A TLS record holding a ClientHello with no extensions.
     fn client_hello() -> Vec<u8> {
         let mut body = vec![3, 3];
         body.extend([7; 32]);
         body.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
-        let mut msg = vec![1, 0, 0, body.len() as u8];
-        msg.extend(body);
-        let mut rec = vec![22, 3, 1, 0, msg.len() as u8];
-        rec.extend(msg);
-        rec
+        handshake_record(1, 1, &body)
     }
 
     /// The orchestrator: a TLS flow gets a record, a plain one is counted
@@ -587,11 +592,7 @@ mod tests {
         body.extend([0, 0, 2, 0xc0, 0x2f, 1, 0]);
         body.extend((ext.len() as u16).to_be_bytes());
         body.extend(ext);
-        let mut msg = vec![1, 0, 0, body.len() as u8];
-        msg.extend(body);
-        let mut rec = vec![22, 3, 1, 0, msg.len() as u8];
-        rec.extend(msg);
-        rec
+        handshake_record(1, 1, &body)
     }
 
     /// The connection's records after a first copy of its ClientHello and a
@@ -662,11 +663,7 @@ mod tests {
         body.push(0);
         body.extend(suite.to_be_bytes());
         body.extend([0, 0, 0]);
-        let mut msg = vec![2, 0, 0, body.len() as u8];
-        msg.extend(body);
-        let mut rec = vec![22, 3, 3, 0, msg.len() as u8];
-        rec.extend(msg);
-        rec
+        handshake_record(3, 2, &body)
     }
 
     /// Regression (IDS evasion, server side): a forged ServerHello with

@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,33 @@ impl Drop for Netns {
     fn drop(&mut self) {
         delete_netns(&self.name);
     }
+}
+
+/// A self-signed ECDSA P-256 certificate for `cn` (also its DNS name),
+/// written to `dir` as key.pem and cert.pem: (key, cert).
+pub fn self_signed(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    run(&[
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={cn}"),
+        "-addext",
+        &format!("subjectAltName=DNS:{cn}"),
+        "-keyout",
+        key.to_str().unwrap(),
+        "-out",
+        cert.to_str().unwrap(),
+    ]);
+    (key, cert)
 }
 
 /// Two namespaces, the veth between them and a scratch directory; on drop
@@ -171,28 +198,7 @@ impl Topology {
 
     /// A self-signed ECDSA certificate for `cn` in the test directory: (key, cert).
     pub fn self_signed(&self, cn: &str) -> (PathBuf, PathBuf) {
-        let (key, cert) = (self.path("key.pem"), self.path("cert.pem"));
-        run(&[
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={cn}"),
-            "-addext",
-            &format!("subjectAltName=DNS:{cn}"),
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            cert.to_str().unwrap(),
-        ]);
-        (key, cert)
+        self_signed(&self.dir, cn)
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
