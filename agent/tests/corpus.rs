@@ -97,17 +97,20 @@ fn class_of(r: &Value) -> String {
     }
     let mut c = format!(
         "{version}-{}",
-        match r["resumption"].as_str() {
-            Some("session_id") => "resumed-id",
-            Some("ticket") => "resumed-ticket",
-            Some("psk") => "psk",
+        match (r["resumption"].as_str(), r["handshake"].as_str()) {
+            (Some("session_id"), _) => "resumed-id",
+            (Some("ticket"), _) => "resumed-ticket",
+            (Some("psk"), _) => "psk",
+            // The server's direction alone: resumed, the method not shown.
+            (None, Some("resumed")) => "resumed-unknown",
             _ => "full",
         }
     );
     if r["hrr"] == true {
         c.push_str("+hrr");
     }
-    if r["early_data"] != "none" {
+    // Null: the capture does not show the client.
+    if r["early_data"].as_str().is_some_and(|e| e != "none") {
         c.push_str("+0rtt-offered");
     }
     c

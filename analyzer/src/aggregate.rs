@@ -90,6 +90,11 @@ pub struct Aggregate {
     pub resumed_psk: u64,
     pub failed: u64,
     pub incomplete: u64,
+    /// One-sided captures: resumed, but the method is not visible (a TLS
+    /// 1.2 server's abbreviated flight), and completed handshakes whose
+    /// kind is not visible (a TLS 1.3 client that offered a PSK).
+    pub resumed_unknown: u64,
+    pub unknown: u64,
     /// Full handshakes whose client offered resumption: offers the server declined.
     pub declined: u64,
     pub early_attempted: u64,
@@ -111,35 +116,41 @@ impl Aggregate {
     pub fn add(&mut self, r: &ConnectionRecord) {
         self.connections += 1;
         match (r.handshake, r.resumption) {
-            (HandshakeKind::Full, _) => self.full += 1,
-            (HandshakeKind::Resumed, Some(Resumption::SessionId)) => self.resumed_session_id += 1,
-            (HandshakeKind::Resumed, Some(Resumption::Ticket)) => self.resumed_ticket += 1,
-            (HandshakeKind::Resumed, _) => self.resumed_psk += 1,
-            (HandshakeKind::Failed, _) => self.failed += 1,
-            (HandshakeKind::Incomplete, _) => self.incomplete += 1,
+            (Some(HandshakeKind::Full), _) => self.full += 1,
+            (Some(HandshakeKind::Resumed), Some(Resumption::SessionId)) => {
+                self.resumed_session_id += 1
+            }
+            (Some(HandshakeKind::Resumed), Some(Resumption::Ticket)) => self.resumed_ticket += 1,
+            (Some(HandshakeKind::Resumed), Some(Resumption::Psk)) => self.resumed_psk += 1,
+            (Some(HandshakeKind::Resumed), None) => self.resumed_unknown += 1,
+            (Some(HandshakeKind::Failed), _) => self.failed += 1,
+            (Some(HandshakeKind::Incomplete), _) => self.incomplete += 1,
+            (None, _) => self.unknown += 1,
         }
-        if r.handshake == HandshakeKind::Full && !r.offered.is_empty() {
+        if r.handshake == Some(HandshakeKind::Full)
+            && r.offered.as_ref().is_some_and(|o| !o.is_empty())
+        {
             self.declined += 1;
         }
         match r.early_data {
-            EarlyData::Attempted => self.early_attempted += 1,
-            EarlyData::Accepted => self.early_accepted += 1,
-            EarlyData::Rejected => self.early_rejected += 1,
-            EarlyData::None => {}
+            Some(EarlyData::Attempted) => self.early_attempted += 1,
+            Some(EarlyData::Accepted) => self.early_accepted += 1,
+            Some(EarlyData::Rejected) => self.early_rejected += 1,
+            Some(EarlyData::None) | None => {}
         }
         self.hrr += r.hrr as u64;
         if let Some(ms) = r.timing.handshake {
             match r.handshake {
-                HandshakeKind::Full => self.handshake_full_ms.add(ms),
-                HandshakeKind::Resumed => self.handshake_resumed_ms.add(ms),
+                Some(HandshakeKind::Full) => self.handshake_full_ms.add(ms),
+                Some(HandshakeKind::Resumed) => self.handshake_resumed_ms.add(ms),
                 _ => {}
             }
         }
         if let Some(ms) = r.timing.ttfb {
             self.ttfb_ms.add(ms);
             match r.handshake {
-                HandshakeKind::Full => self.ttfb_full_ms.add(ms),
-                HandshakeKind::Resumed => self.ttfb_resumed_ms.add(ms),
+                Some(HandshakeKind::Full) => self.ttfb_full_ms.add(ms),
+                Some(HandshakeKind::Resumed) => self.ttfb_resumed_ms.add(ms),
                 _ => {}
             }
         }
@@ -153,7 +164,7 @@ impl Aggregate {
     }
 
     pub fn resumed(&self) -> u64 {
-        self.resumed_session_id + self.resumed_ticket + self.resumed_psk
+        self.resumed_session_id + self.resumed_ticket + self.resumed_psk + self.resumed_unknown
     }
 
     /// Resumed share of completed handshakes.
@@ -170,6 +181,8 @@ impl Aggregate {
         self.resumed_psk += o.resumed_psk;
         self.failed += o.failed;
         self.incomplete += o.incomplete;
+        self.resumed_unknown += o.resumed_unknown;
+        self.unknown += o.unknown;
         self.declined += o.declined;
         self.early_attempted += o.early_attempted;
         self.early_accepted += o.early_accepted;

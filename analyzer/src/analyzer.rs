@@ -352,9 +352,10 @@ impl Analyzer {
             }
         }
         if !known {
-            // Only a SYN or a segment with data starts tracking: stray ACKs,
-            // FINs and resets of unknown flows cost nothing.
-            if !new_syn && payload.is_empty() {
+            // Only a SYN, a SYN-ACK (the server's direction may be all the
+            // capture shows) or a segment with data starts tracking: stray
+            // ACKs, FINs and resets of unknown flows cost nothing.
+            if !h.syn && payload.is_empty() {
                 return;
             }
             if new_syn && self.ended.peek(&key) == Some(&h.seq) {
@@ -564,11 +565,15 @@ mod tests {
         assert_eq!(records.len(), 2, "{records:?}");
         assert_eq!(
             (records[0].handshake, records[0].failure.as_deref()),
-            (HandshakeKind::Failed, Some("reset"))
+            (Some(HandshakeKind::Failed), Some("reset"))
         );
         assert_eq!(records[0].timing.tcp_rtt, Some(20.0));
-        assert_eq!(records[1].handshake, HandshakeKind::Incomplete);
-        assert_eq!(records[1].notes, ["capture_ended", "no_syn"]);
+        assert_eq!(records[1].handshake, Some(HandshakeKind::Incomplete));
+        // Nothing from the server at all: the capture does not show its direction.
+        assert_eq!(
+            records[1].notes,
+            ["capture_ended", "no_syn", "one_sided:server"]
+        );
         let s = a.stats();
         assert_eq!(
             (s.tls_connections, s.non_tls_flows, s.flows_created),
@@ -869,7 +874,7 @@ mod tests {
         assert_eq!(evicted[0].client, "10.0.0.7:2000", "the oldest goes first");
         assert!(evicted
             .iter()
-            .all(|r| r.handshake == HandshakeKind::Incomplete
+            .all(|r| r.handshake == Some(HandshakeKind::Incomplete)
                 && r.sni.as_deref() == Some("budget.example")));
         a.finish();
         let s = a.stats();
@@ -970,7 +975,7 @@ mod tests {
             );
             assert_eq!(
                 r[0].bytes.client_handshake,
-                ch.len() as u64,
+                Some(ch.len() as u64),
                 "the header is no handshake byte"
             );
             assert_eq!(a.stats().proxy_protocol_headers, 1);

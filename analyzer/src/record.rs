@@ -114,8 +114,9 @@ timing_fields! {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct HandshakeBytes {
-    pub client_handshake: u64,
-    pub server_handshake: u64,
+    /// None when the capture does not show that direction (one-sided).
+    pub client_handshake: Option<u64>,
+    pub server_handshake: Option<u64>,
 }
 
 /// The server's certificate chain as sent in TLS <= 1.2.
@@ -136,11 +137,16 @@ pub struct ConnectionRecord {
     pub sni: Option<String>,
     pub version: Option<&'static str>,
     pub cipher: Option<String>,
-    pub alpn: Vec<String>,
-    pub handshake: HandshakeKind,
-    pub offered: Vec<Resumption>,
+    /// The client's offer; None when the capture does not show the client.
+    pub alpn: Option<Vec<String>>,
+    /// None: the capture shows one side only, and that side cannot tell
+    /// (a TLS 1.3 client that offered a PSK: was it accepted?).
+    pub handshake: Option<HandshakeKind>,
+    /// None when the capture does not show the client.
+    pub offered: Option<Vec<Resumption>>,
     pub resumption: Option<Resumption>,
-    pub early_data: EarlyData,
+    /// None when the capture does not show the client.
+    pub early_data: Option<EarlyData>,
     pub hrr: bool,
     /// QUIC Retry; always false for TCP.
     pub retry: bool,

@@ -77,6 +77,9 @@ enum ProbeResult {
     NeedMore,
     NotHello,
     Hello,
+    /// A direction that starts with a ServerHello: its peer is the client,
+    /// whose hello the capture does not show (one direction only).
+    ServerHello,
 }
 
 /// TLS record header of a ClientHello, or an SSLv2 CLIENT-HELLO.
@@ -84,6 +87,14 @@ fn looks_like_client_hello(b: &[u8]) -> bool {
     let tls = b[0] == ct::HANDSHAKE && b[1] == 3 && b[2] <= 4 && b[5] == 1;
     let v2 = b[0] & 0x80 != 0 && b[2] == 1 && (b[3] == 3 || b[3] == 0 || b[3] == 2);
     tls || v2
+}
+
+/// TLS record header of a ServerHello, or of an alert (a server refusing
+/// the ClientHello: a fatal alert is all it sends).
+fn looks_like_server_hello(b: &[u8]) -> bool {
+    let hello = b[0] == ct::HANDSHAKE && b[1] == 3 && b[2] <= 4 && b[5] == ht::SERVER_HELLO;
+    let alert = b[0] == ct::ALERT && b[1] == 3 && b[2] <= 4 && b[3..5] == [0, 2] && b[5] == 2;
+    hello || alert
 }
 
 impl Probe {
@@ -111,6 +122,8 @@ impl Probe {
         }
         if looks_like_client_hello(&self.bytes) {
             ProbeResult::Hello
+        } else if looks_like_server_hello(&self.bytes) {
+            ProbeResult::ServerHello
         } else {
             self.bytes.clear();
             self.start = None;
@@ -157,6 +170,9 @@ pub struct TcpFlow {
     pub client_isn: Option<u32>,
     server_isn: Option<u32>,
     fin: [bool; 2],
+    /// Whether each direction showed any packet: a capture may hold one
+    /// direction only (a tap on one fibre, asymmetric routing).
+    seen: [bool; 2],
     pub status: Status,
     /// Where each direction's byte stream starts (ISN + 1 of its latest
     /// SYN or SYN-ACK), while there is no reassembler to tell.
@@ -208,6 +224,7 @@ impl TcpFlow {
             client_isn: None,
             server_isn: None,
             fin: [false; 2],
+            seen: [false; 2],
             status: Status::Detecting,
             stream_start: [None; 2],
             active: None,
@@ -262,18 +279,28 @@ impl TcpFlow {
         ctx: &mut Ctx<'_>,
     ) -> SegmentOutcome {
         let dir = usize::from(from != self.a);
+        self.seen[dir] = true;
         self.track_tcp_handshake(dir, ts, h);
         self.payload(dir, ts, h, payload, truncated, ctx);
         // A FIN is a half-close: the peer may still finish the handshake
-        // (a False Start client can close first). Both FINs, or a RST, end it.
+        // (a False Start client can close first). Both FINs, or a RST, end
+        // it -- or the one FIN of a capture that shows one direction.
         self.fin[dir] |= h.fin;
-        let closed = h.rst || self.fin == [true, true];
+        let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
+        let missing = self.missing_side();
         if let Some(act) = self.active.as_mut().filter(|_| closed) {
-            act.up.hs.on(
-                Dir::Client,
-                Event::Close(if h.rst { Close::Reset } else { Close::Fin }),
-                ctx.mem,
-            );
+            if let Some(side) = missing {
+                act.up.hs.one_sided(side);
+            }
+            // One FIN only says the visible side closed, not that the
+            // handshake failed.
+            if h.rst || missing.is_none() {
+                act.up.hs.on(
+                    Dir::Client,
+                    Event::Close(if h.rst { Close::Reset } else { Close::Fin }),
+                    ctx.mem,
+                );
+            }
         }
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
             (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed()
@@ -282,6 +309,17 @@ impl TcpFlow {
             self.active = None;
         }
         SegmentOutcome { closed, timed }
+    }
+
+    /// The side whose direction this flow has not shown at all, once the
+    /// client is known.
+    fn missing_side(&self) -> Option<Dir> {
+        let client = self.active.as_ref()?.up.client?;
+        match (self.seen[client], self.seen[1 - client]) {
+            (true, false) => Some(Dir::Server),
+            (false, true) => Some(Dir::Client),
+            _ => None,
+        }
     }
 
     fn track_tcp_handshake(&mut self, dir: usize, ts: f64, h: &TcpHeader) {
@@ -296,6 +334,9 @@ impl TcpFlow {
             }
             self.stream_starts_at(dir, h.seq.wrapping_add(1));
         } else if h.syn && h.ack_flag {
+            // A SYN-ACK without its SYN (the capture shows the server's
+            // direction only) still says who opened the connection.
+            self.syn_dir.get_or_insert(1 - dir);
             // The last SYN-ACK before the handshake's ACK is the one that counts.
             if self.tcp.ack.is_none() && self.syn_dir == Some(1 - dir) {
                 self.tcp.syn_ack.get_or_insert(ts);
@@ -307,8 +348,11 @@ impl TcpFlow {
             && self.syn_dir == Some(dir)
             && self
                 .server_isn
-                .is_some_and(|isn| h.ack == isn.wrapping_add(1))
+                .is_none_or(|isn| h.ack == isn.wrapping_add(1))
         {
+            // Without the SYN-ACK (the capture lacks the server's
+            // direction) the initiator's first ACK is still the
+            // handshake's third packet; its time counts only then.
             self.tcp.ack = Some(ts);
         }
     }
@@ -431,6 +475,7 @@ impl TcpFlow {
         timed: bool,
         ctx: &mut Ctx<'_>,
     ) -> Option<ConnectionRecord> {
+        let missing = self.missing_side();
         let act = self.active.take();
         let status = std::mem::replace(&mut self.status, Status::Done);
         let (Status::Tls, Some(act)) = (status, act) else {
@@ -438,8 +483,12 @@ impl TcpFlow {
         };
         let Active { reasm, up: mut act } = *act;
         act.hs.settle();
-        if self.fin.contains(&true) {
-            act.hs.on(Dir::Client, Event::Close(Close::Fin), ctx.mem);
+        match missing {
+            Some(side) => act.hs.one_sided(side),
+            None if self.fin.contains(&true) => {
+                act.hs.on(Dir::Client, Event::Close(Close::Fin), ctx.mem);
+            }
+            None => {}
         }
         let client_dir = act.client?;
         if act.hs.records_overflowed() {
@@ -457,7 +506,7 @@ impl TcpFlow {
                 });
             }
         }
-        if self.tcp.syn.is_none() {
+        if self.tcp.syn.is_none() && self.tcp.syn_ack.is_none() {
             act.notes.push("no_syn");
         }
         ctx.stats.tls_connections += 1;
@@ -472,7 +521,12 @@ impl TcpFlow {
             first_ts: self.first_ts,
             client,
             server,
-            rtt: self.tcp.rtt(),
+            rtt: match missing {
+                // The initiator's direction alone: SYN to its first ACK is
+                // the same round trip.
+                Some(Dir::Server) => self.tcp.syn.zip(self.tcp.ack).map(|(s, a)| a - s),
+                _ => self.tcp.rtt(),
+            },
             bytes: act.hs.record_bytes(),
             notes: act.notes,
             proxied_client: act.proxied[client_dir],
@@ -553,9 +607,12 @@ impl Upper {
                     }
                     return;
                 }
-                ProbeResult::Hello => {
+                found @ (ProbeResult::Hello | ProbeResult::ServerHello) => {
                     *status = Status::Tls;
-                    self.client = Some(dir);
+                    self.client = Some(match found {
+                        ProbeResult::ServerHello => 1 - dir,
+                        _ => dir,
+                    });
                     let p = std::mem::take(&mut self.probe[dir]);
                     let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
                     // Bytes of the hello that came in earlier chunks.

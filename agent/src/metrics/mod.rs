@@ -170,7 +170,8 @@ impl Metrics {
             Transport::Quic => "quic",
         }
         .to_string();
-        let kind = r.handshake.as_str().to_string();
+        // A one-sided capture may not show the kind.
+        let kind = r.handshake.map_or("unknown", |k| k.as_str()).to_string();
         self.records.inc();
         self.handshakes
             .get_or_create(&HandshakeLabels {
@@ -181,11 +182,11 @@ impl Metrics {
                 server_name: server_name.clone(),
             })
             .inc();
-        for m in &r.offered {
+        for m in r.offered.iter().flatten() {
             let outcome = match (r.handshake, r.resumption) {
-                (HandshakeKind::Resumed, Some(acc)) if acc == *m => "accepted",
-                (HandshakeKind::Resumed, _) => continue, // another offered method won
-                (HandshakeKind::Full, _) => "declined",
+                (Some(HandshakeKind::Resumed), Some(acc)) if acc == *m => "accepted",
+                (Some(HandshakeKind::Resumed), _) => continue, // another offered method won
+                (Some(HandshakeKind::Full), _) => "declined",
                 _ => continue, // failed or incomplete: no verdict
             };
             self.offers
@@ -197,10 +198,13 @@ impl Metrics {
                 })
                 .inc();
         }
-        if r.early_data != analyzer::record::EarlyData::None {
+        if let Some(e) = r
+            .early_data
+            .filter(|&e| e != analyzer::record::EarlyData::None)
+        {
             self.early_data
                 .get_or_create(&EarlyDataLabels {
-                    outcome: r.early_data.as_str().into(),
+                    outcome: e.as_str().into(),
                     transport: transport.clone(),
                     server_name: server_name.clone(),
                 })

@@ -16,6 +16,9 @@ use crate::tls::record::RecordInfo;
 /// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
 /// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).
 const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+/// Length of an encrypted EndOfEarlyData record: 4 bytes of message, 1
+/// inner content type, the tag (16, or 8 for CCM_8).
+const EOED_LENS: [u16; 2] = [21, 13];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -134,6 +137,26 @@ pub struct Handshake {
     /// or Finished), for byte counts.
     pub(super) client_flight_start: Option<u32>,
     pub(super) parse_errors: u32,
+    /// The side whose direction the capture does not show (one-sided:
+    /// a tap on one direction, asymmetric routing), once the transport
+    /// knows; see [`one_sided`](Self::one_sided).
+    pub(super) missing: Option<Dir>,
+    /// No ServerHello seen: the version the client's second flight shows
+    /// (its key exchange's or ChangeCipherSpec's record version for TLS
+    /// <= 1.2; an encrypted record answering the server's flight for 1.3).
+    pub(super) client_shown_version: Option<ProtocolVersion>,
+    /// No ServerHello seen: the client's ChangeCipherSpec right after its
+    /// hello (TLS 1.2 resumption, or TLS 1.3 compatibility mode: the next
+    /// record tells).
+    client_ccs: Option<RecordInfo>,
+    ccs_then_handshake: bool,
+    /// The acknowledgement numbers on the latest ClientHello's record and
+    /// on the final ServerHello's: how much of the peer's stream each side
+    /// had received then.
+    client_hello_ack: Option<u32>,
+    pub(super) server_hello_ack: Option<u32>,
+    /// The furthest the server acknowledged the client's stream.
+    server_acked: Option<u32>,
 }
 
 impl HeapSize for Handshake {
@@ -186,6 +209,13 @@ impl Handshake {
             eoed_before_finished: false,
             client_flight_start: None,
             parse_errors: 0,
+            missing: None,
+            client_shown_version: None,
+            client_ccs: None,
+            ccs_then_handshake: false,
+            client_hello_ack: None,
+            server_hello_ack: None,
+            server_acked: None,
         }
     }
 
@@ -199,34 +229,63 @@ impl Handshake {
             }
             (_, _, Event::Record(rec)) => self.on_record(dir, rec),
             (_, Client, Event::Ack { ts, ack }) => self.on_client_ack(ts, ack),
-            (_, Server, Event::Ack { .. }) => {}
+            (_, Server, Event::Ack { ack, .. }) => {
+                if self.server_acked.is_none_or(|a| Seq(ack) > Seq(a)) {
+                    self.server_acked = Some(ack);
+                }
+            }
 
-            // The hellos.
+            // The hellos. Over TCP a second ClientHello before any
+            // ServerHello answers a HelloRetryRequest the capture does not
+            // show (one-sided, or lost).
             (
-                S::Start | S::HelloRetry,
+                S::Start | S::HelloRetry | S::ClientHello,
                 Client,
                 Event::Message {
                     msg_type: ht::CLIENT_HELLO,
                     body,
                     ts,
-                    ..
+                    record,
                 },
             ) => {
                 if let Some(ch) = body.and_then(|b| self.parsed(ClientHello::parse(b))) {
+                    if self.state == S::ClientHello && self.transport == Transport::Tcp {
+                        self.hrr = true;
+                    }
+                    self.client_hello_ack = record.and_then(|r| r.ack);
+                    self.client_ccs = None;
+                    self.ccs_then_handshake = false;
                     self.accept_client_hello(ch, ts, mem);
                 }
+            }
+            // No ServerHello seen, and the client sends its key exchange:
+            // a full TLS <= 1.2 handshake in the version its record carries.
+            (
+                S::ClientHello,
+                Client,
+                Event::Message {
+                    msg_type: ht::CLIENT_KEY_EXCHANGE,
+                    record: Some(rec),
+                    ..
+                },
+            ) if self.server_hello.is_none() && !self.sslv2 => {
+                self.client_shown_version = Some(ProtocolVersion(0x0300 | u16::from(rec.minor)));
+                self.state = S::ServerDone12;
+                return Some(Directive::CcsEncrypts);
             }
             // A ServerHello answering a ClientHello whose body the capture
             // lost still tells the version, the suite and what was resumed.
             (
-                S::Start,
+                S::Start | S::HelloRetry,
                 Server,
                 ev @ Event::Message {
                     msg_type: ht::SERVER_HELLO,
                     ..
                 },
-            ) if self.started.is_some() => {
-                self.client_hello_lost = true;
+            ) if self.state == S::Start || self.missing_client_hello_after_hrr() => {
+                // Without even the ClientHello's record the capture shows
+                // the server alone (one-sided) or started late.
+                self.client_hello_lost = self.started.is_some();
                 self.state = S::ClientHello;
                 return self.on(dir, ev, mem);
             }
@@ -309,7 +368,10 @@ impl Handshake {
             }
             (_, _, Event::Sslv2 { .. }) => {}
 
-            (S::Start | S::Complete | S::Failed, _, Event::Alert { .. }) => {}
+            // A server's fatal alert with no ClientHello seen (the capture
+            // shows the server only) is still the handshake failing.
+            (S::Complete | S::Failed, _, Event::Alert { .. })
+            | (S::Start, Client, Event::Alert { .. }) => {}
             (_, _, Event::Alert { level, description }) => {
                 if level == 2 {
                     self.fail(format!(
@@ -330,6 +392,20 @@ impl Handshake {
                     ts,
                 },
             ) => self.complete(ts, None),
+            // Without a ServerHello (the capture lacks the server, or its
+            // Initial could not be opened) the client's 1-RTT packet still
+            // shows it finished its handshake.
+            (
+                S::ClientHello,
+                Client,
+                Event::Packet {
+                    space: Space::OneRtt,
+                    ts,
+                },
+            ) if self.server_hello.is_none() => {
+                self.client_shown_version = Some(ProtocolVersion::TLS1_3);
+                self.complete(ts, None);
+            }
             (
                 S::Complete,
                 Server,
@@ -395,6 +471,73 @@ impl Handshake {
             (State::ServerDone12 | State::ClientCcs12, Dir::Client, ct::APPLICATION_DATA) => {
                 self.false_start = true
             }
+            // Without the server's direction, the client's Finished after
+            // its key exchange and ChangeCipherSpec completes it.
+            (State::ClientCcs12, Dir::Client, ct::HANDSHAKE) if self.server_hello.is_none() => {
+                self.complete(rec.ts, Some(rec))
+            }
+            (State::ClientHello, Dir::Client, _) if self.server_hello.is_none() => {
+                self.client_flight_without_server_hello(rec)
+            }
+            // Without the server's direction: data before the client had
+            // anything back after its Finished is False Start.
+            (State::Complete, Dir::Client, ct::APPLICATION_DATA)
+                if self.server_hello.is_none()
+                    && self.client_shown_version.is_some_and(|v| !v.is_tls13())
+                    && !self.abbreviated
+                    && self.client_acked_finished.is_none()
+                    && self.records[Dir::Client as usize]
+                        .iter()
+                        .filter(|r| r.content_type == ct::APPLICATION_DATA)
+                        .take(2)
+                        .count()
+                        <= 1 =>
+            {
+                self.false_start |= self.completed_by.is_some_and(|f| f.ack == rec.ack);
+            }
+            _ => {}
+        }
+    }
+
+    /// The client's records after its hello when no ServerHello was seen:
+    /// its ChangeCipherSpec followed by an encrypted handshake record is a
+    /// TLS 1.2 abbreviated handshake (completed at that CCS, as with both
+    /// sides); an application_data record sent after the client received
+    /// more of the server's stream than when it sent its hello is its TLS
+    /// 1.3 Finished (or, by its length, an encrypted alert). Records sent
+    /// before anything came back are 0-RTT data.
+    fn client_flight_without_server_hello(&mut self, rec: RecordInfo) {
+        if self.abbreviated_without_server_hello() {
+            return;
+        }
+        match rec.content_type {
+            // Encrypted (a TLS 1.2 Finished) unless a second ClientHello
+            // comes out of it, which clears `client_ccs`: decided at the
+            // next record or at the end.
+            ct::HANDSHAKE if self.client_ccs.is_some() => self.ccs_then_handshake = true,
+            ct::APPLICATION_DATA => {
+                let answered = match (rec.ack, self.client_hello_ack) {
+                    (Some(ack), Some(hello)) => Seq(ack) > Seq(hello),
+                    _ => !self.client_hello.as_ref().is_some_and(|ch| ch.early_data),
+                };
+                if !answered {
+                    return;
+                }
+                self.client_shown_version = Some(ProtocolVersion::TLS1_3);
+                let early = self.client_hello.as_ref().is_some_and(|ch| ch.early_data);
+                if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
+                    self.fail("encrypted_alert".into());
+                } else if early && EOED_LENS.contains(&rec.len) {
+                    // EndOfEarlyData (no Finished is this short): the
+                    // Finished follows it.
+                    self.pending_eoed = Some(rec);
+                } else {
+                    let eoed = self.pending_eoed.take().filter(|e| e.end == rec.seq);
+                    self.eoed_before_finished = eoed.is_some();
+                    self.client_flight_start = Some(eoed.map_or(rec.seq, |e| e.seq));
+                    self.complete(rec.ts, Some(rec));
+                }
+            }
             _ => {}
         }
     }
@@ -434,11 +577,82 @@ impl Handshake {
         }
     }
 
+    /// The capture shows one side only: `missing` is the other. Without
+    /// the client, the server's own records show completion: its
+    /// ChangeCipherSpec after the client's flight (full TLS 1.2), its
+    /// Finished (abbreviated), or for TLS 1.3 how much the server
+    /// acknowledged after its flight: at least a Finished's worth is the
+    /// client's Finished, exactly an encrypted alert's (with or without a
+    /// ChangeCipherSpec before it) is that alert.
+    pub fn one_sided(&mut self, missing: Dir) {
+        self.missing = Some(missing);
+        self.settle();
+        if missing != Dir::Client || self.is_over() {
+            return;
+        }
+        let server = &self.records[Dir::Server as usize];
+        let ccs = server
+            .iter()
+            .position(|r| r.content_type == ct::CHANGE_CIPHER_SPEC);
+        match self.state {
+            State::ServerDone12 => {
+                if let Some(ccs) = ccs.map(|i| server[i]) {
+                    self.complete(ccs.ts, Some(ccs));
+                }
+            }
+            State::ServerCcsResumed12 => {
+                if let Some(fin) = ccs.and_then(|i| server.get(i + 1)).copied() {
+                    self.complete(fin.ts, Some(fin));
+                }
+            }
+            State::ServerHello13 => {
+                let (Some(hello), Some(acked)) = (self.server_hello_ack, self.server_acked) else {
+                    return;
+                };
+                let sent = Seq(acked).diff(Seq(hello));
+                // Smallest Finished record: 5 + 4 + 32 (SHA-256) + 1 + 8 (CCM_8 tag).
+                const MIN_FINISHED_RECORD: i64 = 50;
+                if ENCRYPTED_ALERT_LENS
+                    .iter()
+                    .any(|&l| sent == 5 + i64::from(l) || sent == 6 + 5 + i64::from(l))
+                {
+                    self.fail("encrypted_alert".into());
+                } else if sent >= MIN_FINISHED_RECORD {
+                    // When is the client's: not shown.
+                    self.state = State::Complete;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// After a HelloRetryRequest, a ServerHello without a second ClientHello
+    /// (the capture shows the server only): it answers the one not shown.
+    fn missing_client_hello_after_hrr(&self) -> bool {
+        self.hrr && self.client_hello.is_none()
+    }
+
+    /// The client's ChangeCipherSpec was followed by an encrypted handshake
+    /// record (no second ClientHello came out of it): TLS 1.2 resumed.
+    fn abbreviated_without_server_hello(&mut self) -> bool {
+        if !std::mem::take(&mut self.ccs_then_handshake) || self.state != State::ClientHello {
+            return false;
+        }
+        let Some(ccs) = self.client_ccs.take() else {
+            return false;
+        };
+        self.client_shown_version = Some(ProtocolVersion(0x0300 | u16::from(ccs.minor)));
+        self.abbreviated = true;
+        self.complete(ccs.ts, Some(ccs));
+        true
+    }
+
     /// The connection ends (or the capture does) while a TLS 1.3 client's
     /// Finished was not recognised by its size: its first record after the
     /// ServerHello long enough to be a padded Finished completed the
     /// handshake, as without early data.
     pub fn settle(&mut self) {
+        self.abbreviated_without_server_hello();
         if self.state == State::ServerHello13 {
             if let Some(first) = self.second_flight_first.take() {
                 self.client_flight_start = Some(first.seq);
@@ -457,11 +671,26 @@ impl Handshake {
     /// For when the client received the server's Finished (TLS <= 1.2 full
     /// handshakes whose client sends no data).
     fn on_client_ack(&mut self, ts: f64, ack: u32) {
-        if self.client_acked_finished.is_none()
-            && self
-                .server_finished_end
-                .is_some_and(|end| Seq(ack) >= Seq(end))
-        {
+        if self.client_acked_finished.is_some() {
+            return;
+        }
+        let acked = match self.server_finished_end {
+            Some(end) => Seq(ack) >= Seq(end),
+            // Without the server's direction: full TLS 1.2 completed by the
+            // client's Finished, and the client acknowledges more than it
+            // had then (the server's ChangeCipherSpec and Finished).
+            None => {
+                self.server_hello.is_none()
+                    && self.state == State::Complete
+                    && !self.abbreviated
+                    && !self.is_tls13()
+                    && self
+                        .completed_by
+                        .and_then(|f| f.ack)
+                        .is_some_and(|a| Seq(ack) > Seq(a))
+            }
+        };
+        if acked {
             self.client_acked_finished = Some(ts);
         }
     }
@@ -482,6 +711,9 @@ impl Handshake {
             }
             (State::ClientCcs12, Dir::Server) | (State::ServerCcsResumed12, Dir::Client) => {
                 self.complete(rec.ts, Some(rec))
+            }
+            (State::ClientHello, Dir::Client) if self.server_hello.is_none() => {
+                self.client_ccs = Some(rec)
             }
             _ => {}
         }
@@ -511,6 +743,7 @@ impl Handshake {
     ) -> Option<Directive> {
         let sh = body.and_then(|b| self.parsed(ServerHello::parse(b)))?;
         self.server_hello_end = record.map(|r| r.end);
+        self.server_hello_ack = record.and_then(|r| r.ack);
         let mut directive = None;
         if sh.is_hrr {
             self.hrr = true;
@@ -603,6 +836,7 @@ impl Handshake {
             .as_ref()
             .filter(|sh| !sh.is_hrr)
             .map(|sh| sh.version())
+            .or(self.client_shown_version)
     }
 
     pub fn is_tls13(&self) -> bool {

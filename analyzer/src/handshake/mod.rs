@@ -11,7 +11,7 @@
 //! let mut hs = Handshake::new(Transport::Quic);
 //! hs.on(Dir::Client, Event::Begin { ts: 1.0 }, &mut NoMemory);
 //! hs.on(Dir::Server, Event::Close(Close::Quic("alert:handshake_failure".into())), &mut NoMemory);
-//! assert_eq!(hs.kind(), HandshakeKind::Failed);
+//! assert_eq!(hs.kind(), Some(HandshakeKind::Failed));
 //! ```
 
 mod event;

@@ -2,6 +2,7 @@
 //! transport layer knows (endpoints, round-trip time, byte counts, notes)
 //! becomes a [`ConnectionRecord`].
 
+use super::event::Dir;
 use super::machine::Handshake;
 use crate::flow::table::Endpoint;
 use crate::record::{endpoint, ConnectionRecord, HandshakeBytes, Transport};
@@ -62,6 +63,12 @@ impl Handshake {
         if self.false_start {
             notes.push("false_start");
         }
+        match self.missing {
+            Some(Dir::Client) => notes.push("one_sided:client"),
+            Some(Dir::Server) => notes.push("one_sided:server"),
+            None => {}
+        }
+        let shows_client = self.missing != Some(Dir::Client);
         notes.sort_unstable();
         notes.dedup();
         let ch = self.client_hello.as_deref();
@@ -73,13 +80,13 @@ impl Handshake {
             sni: ch.and_then(|c| c.server_name.clone()),
             version: self.version().and_then(|v| v.name()),
             cipher: self.cipher(),
-            alpn: ch.map(|c| c.alpn.clone()).unwrap_or_default(),
+            alpn: shows_client.then(|| ch.map(|c| c.alpn.clone()).unwrap_or_default()),
             handshake: self.kind(),
-            offered: self.offered(),
+            offered: shows_client.then(|| self.offered()),
             resumption: self
                 .resumption()
                 .filter(|_| self.state() == super::machine::State::Complete),
-            early_data: self.early_data(),
+            early_data: shows_client.then(|| self.early_data()),
             hrr: self.hrr,
             retry: self.retry,
             timing: self.timing(view.rtt),

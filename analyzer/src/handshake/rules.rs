@@ -2,18 +2,34 @@
 //! transports: what kind of handshake it was, what was offered and
 //! accepted, what happened to early data, how many round trips it took.
 
+use super::event::Dir;
 use super::machine::{Handshake, State};
 use crate::record::{EarlyData, HandshakeKind, Resumption};
 use crate::tls::enums::cipher_suite_name;
 
 impl Handshake {
-    pub fn kind(&self) -> HandshakeKind {
-        match self.state {
-            State::Complete if self.resumption().is_some() => HandshakeKind::Resumed,
+    /// None: a one-sided capture that does not show it (the client's
+    /// direction alone, TLS 1.3, a PSK offered: accepted or not is in the
+    /// server's hello).
+    pub fn kind(&self) -> Option<HandshakeKind> {
+        Some(match self.state {
+            State::Complete if self.resumed() => HandshakeKind::Resumed,
+            State::Complete
+                if self.server_hello.is_none()
+                    && self.is_tls13()
+                    && self.offered().contains(&Resumption::Psk) =>
+            {
+                return None
+            }
             State::Complete => HandshakeKind::Full,
             State::Failed => HandshakeKind::Failed,
             _ => HandshakeKind::Incomplete,
-        }
+        })
+    }
+
+    /// Resumed, whether or not the method is visible.
+    fn resumed(&self) -> bool {
+        self.resumption().is_some() || (self.abbreviated && !self.is_tls13())
     }
 
     /// The resumption method the server accepted.
@@ -21,11 +37,15 @@ impl Handshake {
         if self.sslv2 {
             return self.sslv2_session_hit.then_some(Resumption::SessionId);
         }
-        let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr)?;
-        if sh.version().is_tls13() {
+        if self.is_tls13() {
+            let sh = self.server_hello.as_ref().filter(|sh| !sh.is_hrr)?;
             return sh.psk_selected.map(|_| Resumption::Psk);
         }
         if !self.abbreviated {
+            return None;
+        }
+        // The server's direction alone: the method is in the ClientHello.
+        if self.client_hello.is_none() && self.missing == Some(Dir::Client) {
             return None;
         }
         // RFC 5077 §3.4: a server accepting a ticket echoes the client's
@@ -100,6 +120,14 @@ impl Handshake {
         if self.state != State::Complete || self.sslv2 {
             return None;
         }
+        // The server's direction alone shows neither early data under a
+        // PSK nor a TLS 1.2 client's False Start.
+        if self.missing == Some(Dir::Client)
+            && (self.resumption() == Some(Resumption::Psk)
+                || !(self.is_tls13() || self.abbreviated))
+        {
+            return None;
+        }
         Some(if self.is_tls13() {
             match self.early_data() {
                 EarlyData::Accepted => 0,
@@ -125,7 +153,7 @@ impl Handshake {
     /// handshake whose client offered resumption). The extras would have
     /// come again, so only the handshake's own flights count.
     pub fn avoidable_round_trips(&self) -> Option<u8> {
-        if self.kind() != HandshakeKind::Full || self.offered().is_empty() {
+        if self.kind() != Some(HandshakeKind::Full) || self.offered().is_empty() {
             return None;
         }
         let took = self.base_round_trips()?;

@@ -25,6 +25,7 @@ fn message(hs: &mut Handshake, dir: Dir, msg_type: u8, body: &[u8], r: RecordInf
 
 fn rec(ts: f64, content_type: u8, seq: u32, len: u16, ack: u32) -> RecordInfo {
     RecordInfo {
+        minor: 3,
         ts,
         content_type,
         len,
@@ -84,7 +85,7 @@ fn full12(false_start: bool) -> Handshake {
 #[test]
 fn tls12_full_is_two_round_trips() {
     let hs = full12(false);
-    assert_eq!(hs.kind(), HandshakeKind::Full);
+    assert_eq!(hs.kind(), Some(HandshakeKind::Full));
     assert_eq!(hs.round_trips(), Some(2));
     assert!(!hs.false_start);
 }
@@ -94,7 +95,7 @@ fn tls12_full_is_two_round_trips() {
 #[test]
 fn tls12_false_start_is_one_round_trip() {
     let hs = full12(true);
-    assert_eq!(hs.kind(), HandshakeKind::Full);
+    assert_eq!(hs.kind(), Some(HandshakeKind::Full));
     assert!(hs.false_start);
     assert_eq!(hs.round_trips(), Some(1));
 }
@@ -162,7 +163,7 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
 #[test]
 fn accepted_early_data_was_attempted_despite_end_of_early_data() {
     let hs = resumed13_early(&[(21, false), (69, true)]);
-    assert_eq!(hs.kind(), HandshakeKind::Resumed);
+    assert_eq!(hs.kind(), Some(HandshakeKind::Resumed));
     assert_eq!(hs.early_data(), EarlyData::Accepted);
     assert_eq!(hs.round_trips(), Some(0));
 }
@@ -206,7 +207,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
         (&[(566, false), (69, false)], false),
     ] {
         let hs = resumed13_early(tail);
-        assert_eq!(hs.kind(), HandshakeKind::Resumed, "{tail:?}");
+        assert_eq!(hs.kind(), Some(HandshakeKind::Resumed), "{tail:?}");
         let want = if accepted {
             EarlyData::Accepted
         } else {
@@ -218,16 +219,16 @@ fn late_zero_rtt_data_is_not_the_finished() {
         // Handshake bytes: EndOfEarlyData and Finished, never the 0-RTT data.
         let client_bytes = hs.record_bytes().client_handshake;
         let flight: u64 = if accepted { 5 + 21 + 5 + 69 } else { 5 + 69 };
-        assert_eq!(client_bytes, 5 + 578 + flight, "{tail:?}");
+        assert_eq!(client_bytes, Some(5 + 578 + flight), "{tail:?}");
     }
     // A padded Finished is never recognised by size: the first record
     // after the ServerHello completes the handshake once it closes.
     let mut hs = resumed13_early(&[(566, false), (120, false)]);
-    assert_eq!(hs.kind(), HandshakeKind::Incomplete);
+    assert_eq!(hs.kind(), Some(HandshakeKind::Incomplete));
     hs.on(Dir::Client, Event::Close(Close::Fin), &mut NoMemory);
     assert_eq!(
         (hs.kind(), hs.completed_by.map(|r| r.len)),
-        (HandshakeKind::Resumed, Some(566))
+        (Some(HandshakeKind::Resumed), Some(566))
     );
     assert_eq!(hs.early_data(), EarlyData::Attempted);
     // gnutls-cli sent its EndOfEarlyData, never its Finished, and was
@@ -236,7 +237,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
     hs.on(Dir::Client, Event::Close(Close::Reset), &mut NoMemory);
     assert_eq!(
         (hs.kind(), hs.failure.as_deref()),
-        (HandshakeKind::Failed, Some("reset"))
+        (Some(HandshakeKind::Failed), Some("reset"))
     );
 }
 

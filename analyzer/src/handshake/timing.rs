@@ -146,10 +146,12 @@ impl Handshake {
             (Some(s), Some(t)) if t >= s => Some(ms(t - s)),
             _ => None,
         };
+        // The server's direction alone shows no client times.
+        let shows_client = self.missing != Some(Dir::Client);
         Timing {
             tcp_rtt: rtt.map(ms),
-            handshake: since_start(self.handshake_end()),
-            ttfb: since_start(self.first_server_data()),
+            handshake: since_start(self.handshake_end()).filter(|_| shows_client),
+            ttfb: since_start(self.first_server_data()).filter(|_| shows_client),
             round_trips: self.round_trips(),
             avoidable: self
                 .avoidable_round_trips()
@@ -174,27 +176,35 @@ impl Handshake {
                 .sum()
         };
         let [client, server] = &self.records;
-        let mut out = HandshakeBytes {
-            client_handshake: before_data(client),
-            server_handshake: before_data(server),
-        };
+        let mut client_bytes = before_data(client);
+        let mut server_bytes = before_data(server);
         if self.is_tls13() {
             let fin = self.completed_by;
             let start = self.client_flight_start;
-            out.client_handshake += client
+            // The server's flight: what it sent before it had the client's
+            // Finished (without the client's direction: before it
+            // acknowledged anything past the hellos).
+            let flight_end = match self.missing {
+                Some(Dir::Client) => self.server_hello_ack.map(|a| a.wrapping_add(1)),
+                _ => fin.map(|f| f.end),
+            };
+            client_bytes += client
                 .iter()
                 .filter(is_data)
                 .filter(|r| start.is_some_and(|s| Seq(r.seq) >= Seq(s)))
                 .filter(|r| fin.is_some_and(|f| Seq(r.seq) <= Seq(f.seq)))
                 .map(size)
                 .sum::<u64>();
-            out.server_handshake += server
+            server_bytes += server
                 .iter()
                 .filter(is_data)
-                .filter(|r| fin.is_none_or(|f| !acked(r, f.end)))
+                .filter(|r| flight_end.is_none_or(|end| !acked(r, end)))
                 .map(size)
                 .sum::<u64>();
         }
-        out
+        HandshakeBytes {
+            client_handshake: (self.missing != Some(Dir::Client)).then_some(client_bytes),
+            server_handshake: (self.missing != Some(Dir::Server)).then_some(server_bytes),
+        }
     }
 }

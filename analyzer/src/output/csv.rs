@@ -71,15 +71,16 @@ impl<W: Write> CsvWriter<W> {
             opt(&r.sni),
             opt(&r.version),
             opt(&r.cipher),
-            r.alpn.join(";"),
-            r.handshake.as_str().into(),
+            r.alpn.as_ref().map(|l| l.join(";")).unwrap_or_default(),
+            opt(&r.handshake.map(|k| k.as_str())),
             r.offered
                 .iter()
+                .flatten()
                 .map(|m| m.as_str())
                 .collect::<Vec<_>>()
                 .join(";"),
             opt(&r.resumption.map(|m| m.as_str())),
-            r.early_data.as_str().into(),
+            opt(&r.early_data.map(|e| e.as_str())),
             r.hrr.to_string(),
             r.retry.to_string(),
         ];
@@ -90,8 +91,8 @@ impl<W: Write> CsvWriter<W> {
             })
         });
         row.extend([
-            r.bytes.client_handshake.to_string(),
-            r.bytes.server_handshake.to_string(),
+            opt(&r.bytes.client_handshake),
+            opt(&r.bytes.server_handshake),
             opt(&certs.map(|c| c.count)),
             opt(&certs.map(|c| c.bytes)),
             opt(&certs.and_then(|c| c.leaf_subject.clone())),

@@ -87,6 +87,20 @@ fn list<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a str>) {
     out.push(b']');
 }
 
+fn opt_list<'a>(out: &mut Vec<u8>, items: Option<impl Iterator<Item = &'a str>>) {
+    match items {
+        Some(items) => list(out, items),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
+    match v {
+        Some(v) => u64_(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 fn key(out: &mut Vec<u8>, k: &str) {
     out.push(b'"');
     out.extend_from_slice(k.as_bytes());
@@ -119,19 +133,22 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     opt_str(out, r.cipher.as_deref());
     out.push(b',');
     key(out, "alpn");
-    list(out, r.alpn.iter().map(|s| s.as_str()));
+    opt_list(out, r.alpn.as_ref().map(|l| l.iter().map(|s| s.as_str())));
     out.push(b',');
     key(out, "handshake");
-    str_(out, r.handshake.as_str());
+    opt_str(out, r.handshake.map(|k| k.as_str()));
     out.push(b',');
     key(out, "offered");
-    list(out, r.offered.iter().map(|m| m.as_str()));
+    opt_list(
+        out,
+        r.offered.as_ref().map(|l| l.iter().map(|m| m.as_str())),
+    );
     out.push(b',');
     key(out, "resumption");
     opt_str(out, r.resumption.map(|m| m.as_str()));
     out.push(b',');
     key(out, "early_data");
-    str_(out, r.early_data.as_str());
+    opt_str(out, r.early_data.map(|e| e.as_str()));
     out.extend_from_slice(if r.hrr {
         b",\"hrr\":true"
     } else {
@@ -157,10 +174,10 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     });
     out.extend_from_slice(b"},\"bytes\":{");
     key(out, "client_handshake");
-    u64_(out, r.bytes.client_handshake);
+    opt_u64(out, r.bytes.client_handshake);
     out.push(b',');
     key(out, "server_handshake");
-    u64_(out, r.bytes.server_handshake);
+    opt_u64(out, r.bytes.server_handshake);
     out.extend_from_slice(b"},");
     key(out, "certs");
     match &r.certs {
@@ -224,21 +241,25 @@ mod tests {
             sni: (!n.is_multiple_of(3)).then(|| text.to_string()),
             version: Some("TLS1.3"),
             cipher: (n.is_multiple_of(2)).then(|| "TLS_AES_128_GCM_SHA256".into()),
-            alpn: vec![text.to_string(), "h2".into()],
+            // Every nullable field null in some samples (one-sided captures).
+            alpn: (n % 5 != 4).then(|| vec![text.to_string(), "h2".into()]),
             handshake: [
-                HandshakeKind::Full,
-                HandshakeKind::Resumed,
-                HandshakeKind::Failed,
-                HandshakeKind::Incomplete,
-            ][n as usize % 4],
-            offered: vec![Resumption::SessionId, Resumption::Psk][..(n as usize % 3)].to_vec(),
+                Some(HandshakeKind::Full),
+                Some(HandshakeKind::Resumed),
+                Some(HandshakeKind::Failed),
+                Some(HandshakeKind::Incomplete),
+                None,
+            ][n as usize % 5],
+            offered: (n % 5 != 4)
+                .then(|| vec![Resumption::SessionId, Resumption::Psk][..(n as usize % 3)].to_vec()),
             resumption: (n % 2 == 1).then_some(Resumption::Ticket),
             early_data: [
-                EarlyData::None,
-                EarlyData::Accepted,
-                EarlyData::Rejected,
-                EarlyData::Attempted,
-            ][n as usize % 4],
+                Some(EarlyData::None),
+                Some(EarlyData::Accepted),
+                Some(EarlyData::Rejected),
+                Some(EarlyData::Attempted),
+                None,
+            ][n as usize % 5],
             hrr: n.is_multiple_of(5),
             retry: n.is_multiple_of(7),
             timing: Timing {
@@ -249,8 +270,8 @@ mod tests {
                 avoidable: (n.is_multiple_of(4)).then_some(100.0),
             },
             bytes: HandshakeBytes {
-                client_handshake: n as u64 * 517,
-                server_handshake: u64::MAX - n as u64,
+                client_handshake: (n % 5 != 4).then_some(n as u64 * 517),
+                server_handshake: (n % 5 != 3).then_some(u64::MAX - n as u64),
             },
             certs: (n.is_multiple_of(2)).then(|| Certs {
                 count: n as usize,

@@ -1148,8 +1148,8 @@ fn build_record(
         server: conn.server,
         rtt: act.rtt,
         bytes: HandshakeBytes {
-            client_handshake: act.crypto[0].highest + act.handshake_bytes[0],
-            server_handshake: act.crypto[1].highest + act.handshake_bytes[1],
+            client_handshake: Some(act.crypto[0].highest + act.handshake_bytes[0]),
+            server_handshake: Some(act.crypto[1].highest + act.handshake_bytes[1]),
         },
         notes: act.notes,
         proxied_client: None,
@@ -1331,25 +1331,25 @@ mod tests {
             ))))
         };
         for (keylog, accept, want, round_trips) in [
-            (None, true, EarlyData::Attempted, None),
-            (log(&secret), true, EarlyData::Accepted, Some(0)),
-            (log(&secret), false, EarlyData::Rejected, Some(1)),
-            (log(&[0x6f; 32]), true, EarlyData::Attempted, None),
+            (None, true, Some(EarlyData::Attempted), None),
+            (log(&secret), true, Some(EarlyData::Accepted), Some(0)),
+            (log(&secret), false, Some(EarlyData::Rejected), Some(1)),
+            (log(&[0x6f; 32]), true, Some(EarlyData::Attempted), None),
         ] {
-            let stale = keylog.is_some() && want == EarlyData::Attempted;
+            let stale = keylog.is_some() && want == Some(EarlyData::Attempted);
             let mut t = QuicTracker::new(100, 120.0).with_keylog(keylog);
             let mut st = QuicStats::default();
             run(&mut t, &mut st, &traffic(accept));
             let r = &t.out[0];
             assert_eq!(
                 (r.handshake, r.early_data, r.timing.round_trips),
-                (HandshakeKind::Resumed, want, round_trips),
+                (Some(HandshakeKind::Resumed), want, round_trips),
                 "{:?}",
                 r.notes
             );
             assert_eq!(
                 r.notes.contains(&"decrypted_with_keylog"),
-                want != EarlyData::Attempted
+                want != Some(EarlyData::Attempted)
             );
             assert_eq!(
                 (st.keylog_failed > 0, r.notes.contains(&"keylog_mismatch")),
@@ -1415,8 +1415,8 @@ mod tests {
         assert_eq!(t.out.len(), 1);
         let r = &t.out[0];
         assert_eq!(r.sni.as_deref(), Some("example.com"));
-        assert_eq!(r.alpn, vec!["alpn".to_string()]);
-        assert_eq!(r.handshake, HandshakeKind::Incomplete);
+        assert_eq!(r.alpn, Some(vec!["alpn".to_string()]));
+        assert_eq!(r.handshake, Some(HandshakeKind::Incomplete));
         assert_eq!(r.version, None);
         assert!(r.notes.contains(&"capture_ended"));
     }
@@ -1436,7 +1436,7 @@ mod tests {
         assert_eq!(
             (r.handshake, r.version, r.cipher.as_deref()),
             (
-                HandshakeKind::Full,
+                Some(HandshakeKind::Full),
                 Some("TLS1.3"),
                 Some("TLS_AES_128_GCM_SHA256")
             )
@@ -1446,7 +1446,7 @@ mod tests {
         assert_eq!(r.timing.ttfb, Some(30.0));
         assert_eq!(r.timing.round_trips, Some(1));
         assert_eq!(r.client, "10.0.0.1:50000");
-        assert!(r.bytes.client_handshake > 245 && r.bytes.server_handshake > 60);
+        assert!(r.bytes.client_handshake > Some(245) && r.bytes.server_handshake > Some(60));
         t.finish_all(&mut st);
         assert_eq!(t.out.len(), 1, "the tombstone emits nothing more");
         assert_eq!(
@@ -1473,9 +1473,9 @@ mod tests {
         );
         run(&mut t, &mut st, &d);
         let r = &t.out[0];
-        assert_eq!(r.handshake, HandshakeKind::Resumed);
+        assert_eq!(r.handshake, Some(HandshakeKind::Resumed));
         assert_eq!(r.resumption, Some(Resumption::Psk));
-        assert_eq!(r.early_data, EarlyData::None);
+        assert_eq!(r.early_data, Some(EarlyData::None));
         assert!(r.notes.contains(&"zero_rtt_packets"));
     }
 
@@ -1541,13 +1541,13 @@ mod tests {
         let full = t
             .out
             .iter()
-            .find(|r| r.handshake == HandshakeKind::Full)
+            .find(|r| r.handshake == Some(HandshakeKind::Full))
             .unwrap();
         assert_eq!(full.timing.tcp_rtt, Some(10.0));
         assert_eq!(
             t.out
                 .iter()
-                .filter(|r| r.handshake == HandshakeKind::Incomplete)
+                .filter(|r| r.handshake == Some(HandshakeKind::Incomplete))
                 .count(),
             1
         );
@@ -1597,7 +1597,7 @@ mod tests {
         run(&mut t, &mut st, &d);
         let r = &t.out[0];
         assert!(r.retry);
-        assert_eq!(r.handshake, HandshakeKind::Full);
+        assert_eq!(r.handshake, Some(HandshakeKind::Full));
         assert_eq!(r.timing.round_trips, Some(2));
         assert_eq!(
             r.timing.tcp_rtt,
@@ -1643,7 +1643,7 @@ mod tests {
         );
         let r = &t.out[0];
         assert!(r.hrr);
-        assert_eq!(r.handshake, HandshakeKind::Failed);
+        assert_eq!(r.handshake, Some(HandshakeKind::Failed));
         assert_eq!(r.failure.as_deref(), Some("alert:handshake_failure"));
     }
 

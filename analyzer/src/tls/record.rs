@@ -18,6 +18,9 @@ pub const DEFAULT_MAX_HANDSHAKE_MESSAGE: usize = 256 * 1024;
 pub struct RecordInfo {
     pub ts: f64,
     pub content_type: u8,
+    /// The header's minor version byte (3 = TLS 1.2): after the hellos, a
+    /// TLS <= 1.2 side writes the negotiated version here.
+    pub minor: u8,
     /// Payload length (without the 5-byte header).
     pub len: u16,
     /// TCP sequence number of the record's first byte, and one past its last.
@@ -72,6 +75,16 @@ pub enum StreamError {
     BadMessage(InvalidMessage),
 }
 
+/// A plaintext ClientHello or ServerHello at the start of a record: type,
+/// a length that holds at least version and random, legacy version 3.x.
+/// (Encrypted bytes match by chance about once in 2^24.)
+fn looks_like_hello(p: &[u8]) -> bool {
+    p.len() >= 6
+        && (p[0] == 1 || p[0] == 2)
+        && u32::from_be_bytes([0, p[1], p[2], p[3]]) >= 34
+        && p[4] == 3
+}
+
 /// Gathering buffers up to this capacity are kept for reuse; larger ones
 /// (a record or message split across segments) are freed once used.
 const KEPT_BUFFER: usize = 64;
@@ -95,6 +108,11 @@ pub struct RecordStream {
     pub encrypted: bool,
     /// Set once the negotiated version is known to be <= 1.2.
     pub ccs_encrypts: bool,
+    /// This side sent a ChangeCipherSpec. While the version is not known
+    /// (the capture lacks the peer's hello), what follows it is read as
+    /// encrypted unless it is plainly a hello (a TLS 1.3 side's second
+    /// hello after HelloRetryRequest) or a 2-byte alert.
+    ccs_seen: bool,
     /// Keep the next application_data record whole (to decrypt it with a key log).
     pub capture_encrypted: bool,
 
@@ -186,6 +204,7 @@ impl RecordStream {
             let record = RecordInfo {
                 ts,
                 content_type: ctype,
+                minor: self.buf[2],
                 len: len as u16,
                 seq: start,
                 end: start.wrapping_add(5 + len as u32),
@@ -196,7 +215,8 @@ impl RecordStream {
                 && (ctype == content_type::APPLICATION_DATA
                     || ctype == content_type::HEARTBEAT
                     || (self.encrypted
-                        && (ctype == content_type::HANDSHAKE || ctype == content_type::ALERT)));
+                        && (ctype == content_type::HANDSHAKE || ctype == content_type::ALERT))
+                    || (self.ccs_seen && ctype == content_type::ALERT && len != 2));
             if !self.announced {
                 sink(StreamEvent::Record(record));
                 self.announced = true;
@@ -287,7 +307,10 @@ impl RecordStream {
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
         match ctype {
-            content_type::CHANGE_CIPHER_SPEC if self.ccs_encrypts => self.encrypted = true,
+            content_type::CHANGE_CIPHER_SPEC => {
+                self.ccs_seen = true;
+                self.encrypted |= self.ccs_encrypts;
+            }
             content_type::ALERT => {
                 let mut r = Reader::new(payload);
                 while r.left() >= 2 {
@@ -301,6 +324,11 @@ impl RecordStream {
                     });
                 }
             }
+            content_type::HANDSHAKE
+                if self.ccs_seen
+                    && self.hs_buf.is_empty()
+                    && self.hs_skip == 0
+                    && !looks_like_hello(payload) => {}
             content_type::HANDSHAKE => self.handshake_bytes(payload, record, sink)?,
             _ => {}
         }
@@ -404,6 +432,7 @@ impl RecordStream {
         let record = RecordInfo {
             ts,
             content_type: 0,
+            minor: 0,
             len: len as u16,
             seq: start,
             end: start.wrapping_add(2 + len as u32),
