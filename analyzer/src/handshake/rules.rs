@@ -23,6 +23,9 @@ impl Handshake {
             }
             State::Complete => HandshakeKind::Full,
             State::Failed => HandshakeKind::Failed,
+            // The server's direction alone, none of it readable (QUIC
+            // Initials keyed from the client's first connection ID).
+            State::Start if self.missing == Some(Dir::Client) => return None,
             _ => HandshakeKind::Incomplete,
         })
     }

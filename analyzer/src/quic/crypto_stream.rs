@@ -96,6 +96,11 @@ impl CryptoStream {
     }
 
     /// Bytes are waiting behind a hole.
+    /// Bytes from offset 0 on have arrived.
+    pub fn has_start(&self) -> bool {
+        self.delivered > 0
+    }
+
     pub fn has_gap(&self) -> bool {
         !self.pending.is_empty()
     }

@@ -104,6 +104,8 @@ struct Hint {
     decrypt_failures: u8,
     /// 0-RTT packets that arrived before their connection's first Initial.
     early_zero_rtt: u8,
+    /// A Retry with no connection to join (the capture shows the server only).
+    retry: bool,
 }
 
 /// Handshake state of a connection whose record is not out yet.
@@ -139,6 +141,14 @@ struct Active {
     /// With a key log entry for this connection: its Handshake level.
     handshake_level: Option<Box<HandshakeLevel>>,
     notes: Vec<&'static str>,
+    /// A packet from each side was seen (else the capture shows one
+    /// direction only).
+    server_seen: bool,
+    client_seen: bool,
+    /// Made from the server's packets alone: its Initials are keyed from
+    /// the client's first Destination Connection ID, which only the
+    /// client's direction carries, so they cannot be opened.
+    keys_unknown: bool,
 }
 
 /// The Handshake packet number space, opened with a key log's traffic
@@ -522,6 +532,26 @@ impl QuicTracker {
                     l.ty, l.dcid
                 );
             }
+            if l.ty == LongType::Handshake {
+                if let Some(id) = self.server_without_client(ts, src, dst, &l, stats) {
+                    return Some(id);
+                }
+            }
+            if l.ty == LongType::Retry {
+                let key = FlowKey::new(src, dst);
+                match self.hints.get_mut(&key) {
+                    Some(h) => h.retry = true,
+                    None => {
+                        self.hints.put(
+                            key,
+                            Hint {
+                                retry: true,
+                                ..Hint::default()
+                            },
+                        );
+                    }
+                }
+            }
             stats.orphan_packets += 1;
             return None;
         };
@@ -535,6 +565,8 @@ impl QuicTracker {
         let Some(act) = conn.active.as_deref_mut() else {
             return Some(id);
         };
+        act.server_seen |= side == Side::Server;
+        act.client_seen |= side == Side::Client;
         let mut new_cids: Vec<(Cid, Side)> = Vec::new();
         if !l.dcid.is_empty() && !conn.cids.iter().any(|(c, _)| c.as_slice() == l.dcid) {
             // Found by tuple: an ID issued in encrypted frames (NEW_CONNECTION_ID).
@@ -557,6 +589,19 @@ impl QuicTracker {
                     act.keys = InitialKeys::new(act.version, l.dcid);
                     act.keys_cid = dcid;
                 }
+                if l.version != act.version && side == Side::Client && !act.server_seen {
+                    // A client changes version only after a Version
+                    // Negotiation (RFC 9000 §6.2), which the capture does
+                    // not show: it starts again, in the new version.
+                    act.version = l.version;
+                    act.keys_cid = dcid;
+                    act.keys = InitialKeys::new(l.version, l.dcid);
+                    act.crypto[0] = CryptoStream::default();
+                    act.largest_pn[0] = None;
+                    act.hs
+                        .on(Dir::Server, Event::VersionNegotiation, &mut NoMemory);
+                    act.notes.push("version_negotiation");
+                }
                 if l.version != act.version {
                     // Compatible version negotiation (RFC 9368): the server
                     // answers in another version, keyed from the same ID.
@@ -567,7 +612,9 @@ impl QuicTracker {
                 let pre_retry = side == Side::Client
                     && dcid != act.keys_cid
                     && act.pre_retry.as_ref().is_some_and(|(c, _)| *c == dcid);
-                if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
+                if act.keys_unknown {
+                    // Nothing to open with.
+                } else if act.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_CONN {
                     stats.decrypt_capped += 1;
                 } else if pre_retry {
                     // Only checked: its CRYPTO data belongs to the attempt
@@ -657,6 +704,9 @@ impl QuicTracker {
             return None;
         }
         let key = FlowKey::new(src, dst);
+        if let Some(id) = self.retried_without_server(ts, key, &l, stats) {
+            return Some(id);
+        }
         let hint = self.hints.peek(&key).copied().unwrap_or_default();
         if hint.decrypt_failures >= MAX_DECRYPT_FAILURES_PER_TUPLE {
             stats.decrypt_capped += 1;
@@ -664,7 +714,12 @@ impl QuicTracker {
         }
         // A Version Negotiation shortly before on this tuple answered this
         // client's first attempt: the handshake began then.
-        let vn = hint.vn.filter(|&v| ts - v <= VN_WINDOW && ts >= v);
+        // Without the server's direction, the client's own first attempt in
+        // a version tlsrum cannot read, then an Initial in another, shows it.
+        let vn = hint
+            .vn
+            .or(hint.first_attempt)
+            .filter(|&v| ts - v <= VN_WINDOW && ts >= v);
         let start = vn.map_or(ts, |v| hint.first_attempt.map_or(v, |f| f.min(v)));
         let mut hs = Handshake::new(Transport::Quic);
         hs.on(Dir::Client, Event::Begin { ts: start }, &mut NoMemory);
@@ -691,6 +746,9 @@ impl QuicTracker {
             decrypt_failures: 0,
             handshake_level: None,
             notes: Vec::new(),
+            server_seen: false,
+            client_seen: true,
+            keys_unknown: false,
         });
         if !open_initial(&mut act, Side::Client, ts, &l, &mut self.scratch, stats) {
             let h = match self.hints.get_mut(&key) {
@@ -736,6 +794,137 @@ impl QuicTracker {
         conn.cids.push((Cid::new(l.dcid), Side::Server));
         if !l.scid.is_empty() {
             conn.cids.push((Cid::new(l.scid), Side::Client));
+        }
+        for (cid, _) in &conn.cids {
+            self.by_cid.insert(*cid, id);
+        }
+        self.by_tuple.insert(key, id);
+        conn.charged = conn.footprint();
+        self.bytes += conn.charged;
+        if let Some((old_id, old)) = self.conns.push(id, conn) {
+            if old_id != id {
+                stats.evicted += 1;
+                self.emit(old_id, old, Finish::Evicted, stats);
+            }
+        }
+        Some(id)
+    }
+
+    /// The capture shows the client only: an Initial on the tuple of a
+    /// connection the server never answered (as far as the capture shows),
+    /// to a new Destination Connection ID, with a token, restarting its
+    /// CRYPTO stream at offset 0, is the client answering a Retry (RFC 9000
+    /// §17.2.5.2): the same connection, rekeyed from the new ID. (A token
+    /// from NEW_TOKEN comes on a connection's first Initial, not its second.)
+    fn retried_without_server(
+        &mut self,
+        ts: f64,
+        key: FlowKey,
+        l: &LongPacket<'_>,
+        stats: &mut QuicStats,
+    ) -> Option<u64> {
+        if l.token.is_empty() {
+            return None;
+        }
+        let id = *self.by_tuple.get(&key)?;
+        let conn = self.conns.get_mut(&id)?;
+        let act = conn.active.as_deref_mut()?;
+        if act.server_seen || act.retry || act.version != l.version {
+            return None;
+        }
+        let keys = InitialKeys::new(l.version, l.dcid);
+        let mut scratch = Vec::new();
+        let range = open_packet(&keys.client(), l, &mut scratch, &mut None)?;
+        let mut fresh = CryptoStream::default();
+        let _ = read_frames(&scratch[range], &mut fresh, &mut None);
+        if !fresh.has_start() {
+            return None;
+        }
+        stats.retry += 1;
+        act.retry = true;
+        act.hs.on(Dir::Server, Event::Retry, &mut NoMemory);
+        let old = std::mem::replace(&mut act.keys, keys);
+        act.pre_retry = Some((act.keys_cid, Box::new(old)));
+        act.keys_cid = Cid::new(l.dcid);
+        act.crypto[0] = CryptoStream::default();
+        act.largest_pn[0] = None;
+        open_initial(act, Side::Client, ts, l, &mut self.scratch, stats);
+        let cid = Cid::new(l.dcid);
+        conn.last_ts = ts;
+        if conn.cids.len() < MAX_CIDS_PER_CONN && !conn.cids.iter().any(|(c, _)| *c == cid) {
+            conn.cids.push((cid, Side::Server));
+            self.by_cid.insert(cid, id);
+        }
+        Some(id)
+    }
+
+    /// The capture shows the server only: a Handshake packet from a source
+    /// whose Initial on this tuple did not open as a client's (a client
+    /// sends Handshake packets only after the server's). Its record says
+    /// what the server's direction shows without the Initial keys: the
+    /// endpoints, that a QUIC handshake ran, the one-sided note.
+    fn server_without_client(
+        &mut self,
+        ts: f64,
+        src: Endpoint,
+        dst: Endpoint,
+        l: &LongPacket<'_>,
+        stats: &mut QuicStats,
+    ) -> Option<u64> {
+        let key = FlowKey::new(src, dst);
+        let hint = *self.hints.peek(&key)?;
+        if hint.decrypt_failures == 0 || self.by_tuple.contains_key(&key) {
+            return None;
+        }
+        self.hints.pop(&key);
+        let mut act = Box::new(Active {
+            version: l.version,
+            keys: InitialKeys::new(l.version, l.dcid),
+            keys_cid: Cid::new(l.dcid),
+            retry_cids: Vec::new(),
+            pre_retry: None,
+            largest_pn: [None; 2],
+            crypto: [CryptoStream::default(), CryptoStream::default()],
+            hs: Handshake::new(Transport::Quic),
+            retry: false,
+            start: ts,
+            last_client_initial: None,
+            server_initial: None,
+            rtt: None,
+            zero_rtt_packets: 0,
+            close: None,
+            handshake_bytes: [0, l.bytes.len() as u64],
+            decrypt_failures: 0,
+            handshake_level: None,
+            notes: vec!["initial_keys_unknown"],
+            server_seen: true,
+            client_seen: false,
+            keys_unknown: true,
+        });
+        act.notes.shrink_to_fit();
+        if hint.retry {
+            // Its Initials are keyed from the Retry's Source Connection ID
+            // then, which the capture holds; not followed yet.
+            act.retry = true;
+            act.hs.on(Dir::Server, Event::Retry, &mut NoMemory);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut conn = Conn {
+            client: dst,
+            server: src,
+            first_ts: ts,
+            last_ts: ts,
+            cids: Vec::with_capacity(2),
+            tuples: vec![key],
+            active: Some(act),
+            charged: 0,
+        };
+        if !l.dcid.is_empty() {
+            conn.cids.push((Cid::new(l.dcid), Side::Client));
+        }
+        if !l.scid.is_empty() {
+            conn.cids.push((Cid::new(l.scid), Side::Server));
         }
         for (cid, _) in &conn.cids {
             self.by_cid.insert(*cid, id);
@@ -807,6 +996,8 @@ impl QuicTracker {
         let Some(act) = conn.active.as_deref_mut() else {
             return id;
         };
+        act.server_seen |= side == Side::Server;
+        act.client_seen |= side == Side::Client;
         stats.packets += 1;
         act.hs.on(
             side.dir(),
@@ -1141,6 +1332,11 @@ fn build_record(
     if act.zero_rtt_packets > 0 {
         act.notes.push("zero_rtt_packets");
     }
+    if !act.server_seen {
+        act.hs.one_sided(Dir::Server);
+    } else if !act.client_seen {
+        act.hs.one_sided(Dir::Client);
+    }
     let view = TransportView {
         transport: Transport::Quic,
         first_ts: conn.first_ts,
@@ -1148,8 +1344,11 @@ fn build_record(
         server: conn.server,
         rtt: act.rtt,
         bytes: HandshakeBytes {
-            client_handshake: Some(act.crypto[0].highest + act.handshake_bytes[0]),
-            server_handshake: Some(act.crypto[1].highest + act.handshake_bytes[1]),
+            client_handshake: act
+                .client_seen
+                .then_some(act.crypto[0].highest + act.handshake_bytes[0]),
+            server_handshake: (act.server_seen && !act.keys_unknown)
+                .then_some(act.crypto[1].highest + act.handshake_bytes[1]),
         },
         notes: act.notes,
         proxied_client: None,
