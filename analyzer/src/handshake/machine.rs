@@ -150,6 +150,9 @@ pub struct Handshake {
     /// record tells).
     client_ccs: Option<RecordInfo>,
     ccs_then_handshake: bool,
+    /// Full TLS <= 1.2: the client sent an (encrypted) alert after its
+    /// Finished, before the server's ChangeCipherSpec.
+    client_alert_before_server_finished: bool,
     /// The acknowledgement numbers on the latest ClientHello's record and
     /// on the final ServerHello's: how much of the peer's stream each side
     /// had received then.
@@ -213,6 +216,7 @@ impl Handshake {
             client_shown_version: None,
             client_ccs: None,
             ccs_then_handshake: false,
+            client_alert_before_server_finished: false,
             client_hello_ack: None,
             server_hello_ack: None,
             server_acked: None,
@@ -470,6 +474,13 @@ impl Handshake {
             }
             (State::ServerDone12 | State::ClientCcs12, Dir::Client, ct::APPLICATION_DATA) => {
                 self.false_start = true
+            }
+            // An alert after the client's own CCS is encrypted: its level
+            // is not shown. If the server's CCS still comes, the handshake
+            // completed (the contract's moment); if the connection ends
+            // first, the client abandoned it: `encrypted_alert`.
+            (State::ClientCcs12, Dir::Client, ct::ALERT) => {
+                self.client_alert_before_server_finished = true
             }
             // Without the server's direction, the client's Finished after
             // its key exchange and ChangeCipherSpec completes it.
@@ -795,6 +806,7 @@ impl Handshake {
         let started = self.state != State::Start || matches!(how, Close::Quic(_));
         if !self.is_over() && started {
             self.fail(match how {
+                _ if self.client_alert_before_server_finished => "encrypted_alert".into(),
                 Close::Fin => "close".into(),
                 Close::Reset => "reset".into(),
                 Close::Quic(why) => why,

@@ -90,6 +90,46 @@ fn tls12_full_is_two_round_trips() {
     assert!(!hs.false_start);
 }
 
+/// Issue 13: a TLS 1.2 client that sends an (encrypted) alert after its
+/// Finished and closes before the server's ChangeCipherSpec abandoned the
+/// handshake; if the server's CCS comes anyway, it completed.
+#[test]
+fn tls12_client_alert_before_server_finished() {
+    let build = |server_ccs: bool| {
+        let mut hs = Handshake::new(Transport::Tcp);
+        let (c, s) = (Dir::Client, Dir::Server);
+        let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+        record(&mut hs, c, ch);
+        message(&mut hs, c, ht::CLIENT_HELLO, &client_hello12(), ch);
+        let sh = rec(0.1, ct::HANDSHAKE, 5000, 42, ch.end);
+        record(&mut hs, s, sh);
+        message(&mut hs, s, ht::SERVER_HELLO, &server_hello12(), sh);
+        message(&mut hs, s, ht::SERVER_HELLO_DONE, &[], sh);
+        record(
+            &mut hs,
+            c,
+            rec(0.2, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sh.end),
+        );
+        record(&mut hs, c, rec(0.2, ct::HANDSHAKE, ch.end + 6, 40, sh.end));
+        record(&mut hs, c, rec(0.2, ct::ALERT, ch.end + 51, 26, sh.end));
+        if server_ccs {
+            record(
+                &mut hs,
+                s,
+                rec(0.3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end + 82),
+            );
+        }
+        hs.on(c, Event::Close(Close::Fin), &mut NoMemory);
+        hs
+    };
+    let hs = build(false);
+    assert_eq!(
+        (hs.kind(), hs.failure.as_deref()),
+        (Some(HandshakeKind::Failed), Some("encrypted_alert"))
+    );
+    assert_eq!(build(true).kind(), Some(HandshakeKind::Full));
+}
+
 /// Regression: browsers' TLS 1.2 False Start (corpus browsers-x509.pcapng)
 /// sends data after one round trip; round_trips must say so.
 #[test]
