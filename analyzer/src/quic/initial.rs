@@ -1,7 +1,8 @@
 //! Initial packet protection (RFC 9001 §5.2, RFC 9369 §3.3): keys derived
 //! from the client's first Destination Connection ID with a per-version
-//! salt. Everything an observer can decrypt without the endpoints' secrets;
-//! [`protection`](super::protection) opens the packets.
+//! salt ([`version`](super::version) states each version's salt and
+//! labels). Everything an observer can decrypt without the endpoints'
+//! secrets; [`protection`](super::protection) opens the packets.
 
 use hkdf::Hkdf;
 use sha2::Sha256;
@@ -9,54 +10,6 @@ use sha2::Sha256;
 use super::packet::Version;
 pub use super::protection::{DecryptError, DirKeys};
 use crate::tls::keylog::label_info;
-
-const SALT_V1: [u8; 20] = hex20("38762cf7f55934b34d179ae6a4c80cadccbb7f0a");
-const SALT_V2: [u8; 20] = hex20("0dede3def700a6db819381be6e269dcbf9bd2ed9");
-const SALT_DRAFT_29: [u8; 20] = hex20("afbfec289993d24c9e9786f19c6111e04390a899");
-const SALT_DRAFT_23: [u8; 20] = hex20("c3eef712c72ebb5a11a7d2432bb46365bef9f502");
-const SALT_DRAFT_22: [u8; 20] = hex20("7fbcdb0e7c66bbe9193a96cd21519ebd7a02644a");
-
-const fn hex20(s: &str) -> [u8; 20] {
-    const fn nib(c: u8) -> u8 {
-        match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            _ => panic!("not hex"),
-        }
-    }
-    let b = s.as_bytes();
-    let mut out = [0u8; 20];
-    let mut i = 0;
-    while i < 20 {
-        out[i] = (nib(b[2 * i]) << 4) | nib(b[2 * i + 1]);
-        i += 1;
-    }
-    out
-}
-
-impl Version {
-    /// The Initial salt (RFC 9001 §5.2, RFC 9369 §3.3.1, drafts 23-34).
-    pub fn initial_salt(self) -> &'static [u8; 20] {
-        match self {
-            Version::V1 => &SALT_V1,
-            Version::V2 => &SALT_V2,
-            Version::Draft(n) if n >= 29 => &SALT_DRAFT_29,
-            Version::Draft(n) if n >= 23 => &SALT_DRAFT_23,
-            Version::Draft(_) => &SALT_DRAFT_22,
-            // mvfst 0xfaceb001 is draft-22, 0xfaceb002 draft-27.
-            Version::Mvfst(1) => &SALT_DRAFT_22,
-            Version::Mvfst(_) => &SALT_DRAFT_23,
-        }
-    }
-
-    /// HKDF labels for key, IV and header-protection key, at every level.
-    pub(crate) fn labels(self) -> [&'static str; 3] {
-        match self {
-            Version::V2 => ["quicv2 key", "quicv2 iv", "quicv2 hp"],
-            _ => ["quic key", "quic iv", "quic hp"],
-        }
-    }
-}
 
 /// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256.
 fn expand_label(secret: &[u8], label: &str, out: &mut [u8]) {
