@@ -31,6 +31,8 @@ pub mod initial;
 pub mod packet;
 pub mod protection;
 pub mod tracker;
+#[cfg(test)]
+mod vectors;
 pub mod version;
 
 pub use tracker::{QuicStats, QuicTracker};

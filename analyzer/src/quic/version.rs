@@ -503,3 +503,149 @@ impl serde::Serialize for VersionsSeen {
         seq.end()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::table::Endpoint;
+    use crate::quic::tracker::{QuicStats, QuicTracker};
+
+    const C: Endpoint = (
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)),
+        50000,
+    );
+    const S: Endpoint = (
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+        443,
+    );
+
+    /// A 1200-byte long header of `version` with RFC 8999's layout.
+    fn long(first: u8, version: u32) -> Vec<u8> {
+        let mut d = vec![first];
+        d.extend(version.to_be_bytes());
+        d.extend([8, 1, 2, 3, 4, 5, 6, 7, 8, 0]);
+        d.resize(1200, 0);
+        d
+    }
+
+    #[test]
+    fn every_row_is_reachable_and_names_are_unique() {
+        let mut names: Vec<&str> = TLS.iter().map(|t| t.name).collect();
+        for t in TLS {
+            assert!(matches!(classify(t.wire), Class::Tls(v) if v.wire() == t.wire));
+        }
+        for o in OTHER {
+            assert!(o.lo <= o.hi, "{}", o.name);
+            // A range's first number classifies as that row (or a decoded one).
+            match classify(o.lo) {
+                Class::Known(k) => assert_eq!(k.name, o.name),
+                Class::Tls(_) => {}
+                c => panic!("{}: {c:?}", o.name),
+            }
+            names.push(o.name);
+        }
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name twice");
+    }
+
+    /// Each kind of undecoded long header is counted by reason, with its
+    /// value listed; nothing is read as TLS and nothing is dropped silently.
+    #[test]
+    fn undecoded_versions_are_counted_with_their_values() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        // gQUIC Q043 client packet: public header (flags 0x09: version
+        // present, 8-byte connection ID), then "Q043".
+        let mut q043 = vec![0x09, 1, 2, 3, 4, 5, 6, 7, 8];
+        q043.extend(b"Q043");
+        q043.resize(1350, 0);
+        // gQUIC Q046: a long header whose connection ID lengths are nibbles.
+        let mut q046 = vec![0xc3];
+        q046.extend(b"Q046");
+        q046.push(0x50);
+        q046.resize(1350, 0);
+        let mut draft20 = vec![0xc3, 0xff, 0, 0, 0x14, 0x55];
+        draft20.resize(1200, 0);
+        for d in [
+            q043,
+            q046,
+            long(0xc3, 0x5130_3530), // Q050: IETF-style header, QUIC Crypto inside
+            draft20,                 // draft-20: the older header
+            long(0xc3, 0x91c1_7001), // Quicly's private range
+            long(0xc3, 0x5a6a_7a8a), // reserved: forces Version Negotiation
+            long(0xc3, 0x1234_5678), // in no table
+            long(0xc3, 0x1234_5678), // the same again
+            long(0x83, 0x8765_4321), // fixed bit clear: not QUIC
+            long(0x83, 0x5a6a_7a8a), // reserved number without the fixed bit: not QUIC
+        ] {
+            t.on_datagram(1.0, C, S, &d, &mut st);
+        }
+        t.finish_all(&mut st);
+        assert!(t.out.is_empty());
+        assert_eq!(
+            (
+                st.not_tls_version,
+                st.undecodable_version,
+                st.unknown_version,
+                st.not_quic
+            ),
+            (3, 3, 2, 2),
+            "{st:?}"
+        );
+        assert_eq!(
+            st.undecoded_versions.values(),
+            [
+                (0x5130_3433, 1),
+                (0x5130_3436, 1),
+                (0x5130_3530, 1),
+                (0xff00_0014, 1),
+                (0x91c1_7001, 1),
+                (0x5a6a_7a8a, 1),
+                (0x1234_5678, 2),
+            ]
+        );
+        let json = serde_json::to_value(&st).unwrap();
+        let list = json["undecoded_versions"].as_array().unwrap();
+        assert_eq!(list.len(), 7);
+        assert_eq!(list[2]["version"], "0x51303530");
+        assert_eq!(list[2]["name"], "Google Q050");
+        assert_eq!(list[2]["class"], "not_tls");
+        assert_eq!(list[3]["class"], "old_header");
+        assert_eq!(list[5]["class"], "reserved");
+        assert_eq!(list[6]["class"], "unknown");
+        assert_eq!(list[6]["name"], serde_json::Value::Null);
+        assert_eq!(list[6]["packets"], 2);
+        let line = st.undecoded_versions.describe();
+        assert!(
+            line.contains("0x51303530 Google Q050 (not_tls) x1"),
+            "{line}"
+        );
+        assert!(line.contains("0x12345678 (unknown) x2"), "{line}");
+    }
+
+    /// The list keeps MAX_VERSIONS_SEEN values; packets of any more are
+    /// counted as "other", across merges too.
+    #[test]
+    fn the_list_of_values_is_bounded() {
+        let mut a = VersionsSeen::default();
+        for v in 0..(MAX_VERSIONS_SEEN as u32 + 4) {
+            a.add(0x1000_0000 + v, 2);
+        }
+        assert_eq!(a.values().len(), MAX_VERSIONS_SEEN);
+        assert_eq!(a.other(), 8);
+        let mut b = VersionsSeen::default();
+        b.add(0x1000_0000, 1);
+        b.add(0x2000_0000, 5);
+        b.merge(&a);
+        assert_eq!(b.values().len(), MAX_VERSIONS_SEEN);
+        assert_eq!(b.values()[0], (0x1000_0000, 3));
+        // a's last listed value no longer fits, and a's own overflow comes along.
+        assert_eq!(b.other(), 2 + 8);
+        let json = serde_json::to_value(&b).unwrap();
+        let last = json.as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["version"], "other");
+        assert_eq!(last["packets"], 10);
+    }
+}
