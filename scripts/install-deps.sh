@@ -16,7 +16,7 @@ APT_PACKAGES=(
   nftables zstd gzip openvswitch-switch ethtool
   # load generators for bench/live/
   iperf3 wrk bpftool
-  python3 python3-pip
+  python3 python3-pip python3-venv
   # headless browser for the HTML report test
   chromium fonts-dejavu-core
   # real Prometheus for the dashboard test (agent/tests/dashboards.rs); the
@@ -66,6 +66,14 @@ req="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
 if ! python3 -c "import aioquic" >/dev/null 2>&1; then
   python3 -m pip install --quiet -r "$req" 2>/dev/null \
     || python3 -m pip install --quiet --break-system-packages -r "$req"
+fi
+# aioquic 0.9.25, the last release that speaks the IETF drafts (29-32;
+# aioquic 1.x speaks v1 and v2 only), in a venv of its own so that it does
+# not replace the aioquic above: agent/tests/quic_draft_versions.rs.
+venv_09=/opt/tlsrum-aioquic-0.9
+if ! "$venv_09/bin/python" -c "import aioquic; assert aioquic.__version__ == '0.9.25'" >/dev/null 2>&1; then
+  python3 -m venv "$venv_09"
+  "$venv_09/bin/python" -m pip install --quiet "aioquic==0.9.25"
 fi
 # matplotlib for `make experiment`'s charts (scripts/experiment/requirements.txt).
 req_exp="$(cd "$(dirname "$0")" && pwd)/experiment/requirements.txt"

@@ -355,7 +355,7 @@ pub const OTHER: &[OtherVersion] = &[
 pub const RESERVED: OtherVersion = other(
     0x0a0a_0a0a,
     0xfafa_fafa,
-    "reserved (forces Version Negotiation)",
+    "grease (forces Version Negotiation)",
     Undecoded::Reserved,
 );
 

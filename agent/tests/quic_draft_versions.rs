@@ -1,0 +1,184 @@
+//! QUIC drafts from a real implementation: aioquic 0.9.25 (the last
+//! release with drafts 29-32; aioquic 1.x speaks v1 and v2 only, which
+//! `pcaps/` and `live_quic.rs` cover) in a venv that scripts/install-deps.sh
+//! makes. Two network namespaces joined by a veth; tests/quic/draft_peer.py
+//! serves in one and connects from the other once per draft, offering only
+//! that version; tcpdump captures the veth; `tlsrum replay` must make one
+//! record per connection, labelled by the client's own report (its port,
+//! the version it used, the server name, a completed handshake), with the
+//! `quic_draft` note, and decode every long header it saw.
+//!
+//! Needs root, `ip`, tcpdump, openssl and the venv. Skipped locally without
+//! them; under CI=true a missing one is a failure.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{ns_cmd, skip_unless, wait_for_text, Need, Procs, Topology, SERVER_IP};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
+const PORT: u16 = 4433;
+/// scripts/install-deps.sh installs aioquic 0.9.25 here.
+const PYTHON: &str = "/opt/tlsrum-aioquic-0.9/bin/python";
+const DRAFTS: &str = "0xff00001d,0xff00001e,0xff00001f,0xff000020";
+
+#[test]
+fn aioquic_drafts_29_to_32_become_records() {
+    if skip_unless(
+        "quic_draft_versions",
+        &[
+            Need::Root,
+            Need::Netns,
+            Need::Tools(&["ip", "openssl", "tcpdump"]),
+            Need::Path(
+                Path::new(PYTHON),
+                "aioquic 0.9.25's venv: scripts/install-deps.sh",
+            ),
+        ],
+    ) {
+        return;
+    }
+    let topo = Topology::new("qd");
+    let peer = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/quic/draft_peer.py");
+    let (key, cert) = topo.self_signed("tlsrum.test");
+    let mut procs = Procs::default();
+
+    let pcap = topo.path("drafts.pcap");
+    let tcpdump_log = topo.path("tcpdump.log");
+    let filter = format!("udp port {PORT}");
+    procs.spawn_logged(
+        "tcpdump",
+        ns_cmd(
+            &topo.server_ns,
+            &[
+                "tcpdump",
+                "-i",
+                &topo.veth,
+                "-s",
+                "0",
+                "--immediate-mode",
+                "-U",
+                "-w",
+                pcap.to_str().unwrap(),
+                &filter,
+            ],
+        ),
+        &tcpdump_log,
+    );
+    wait_for_text(&tcpdump_log, "listening on", 10, &mut procs);
+
+    let server_log = topo.path("server.log");
+    procs.spawn_logged(
+        "server",
+        ns_cmd(
+            &topo.server_ns,
+            &[
+                PYTHON,
+                peer,
+                "server",
+                "--bind",
+                SERVER_IP,
+                "--port",
+                &PORT.to_string(),
+                "--cert",
+                cert.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap(),
+            ],
+        ),
+        &server_log,
+    );
+    wait_for_text(&server_log, "listening", 20, &mut procs);
+
+    let out = ns_cmd(
+        &topo.client_ns,
+        &[
+            PYTHON,
+            peer,
+            "client",
+            "--connect",
+            SERVER_IP,
+            "--port",
+            &PORT.to_string(),
+            "--cafile",
+            cert.to_str().unwrap(),
+            "--versions",
+            DRAFTS,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let labels: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let versions: Vec<&str> = labels
+        .iter()
+        .map(|l| l["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions.join(","), DRAFTS, "each draft was spoken");
+    assert!(labels.iter().all(|l| l["handshake_complete"] == true));
+
+    // tcpdump reads what the kernel holds before it stops (immediate mode).
+    std::thread::sleep(Duration::from_millis(500));
+    procs.stop("tcpdump", libc::SIGINT, Duration::from_secs(5));
+    procs.stop("server", libc::SIGTERM, Duration::from_secs(5));
+
+    let replay = Command::new(BIN)
+        .args(["replay", "--format", "ndjson", "--stats"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert!(replay.status.success(), "{stderr}");
+    let records: BTreeMap<u64, Value> = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            let port = r["client"].as_str().unwrap().rsplit(':').next().unwrap();
+            (port.parse().unwrap(), r)
+        })
+        .collect();
+    assert_eq!(records.len(), labels.len(), "{records:?}");
+    for want in &labels {
+        let port = want["client_port"].as_u64().unwrap();
+        let got = records
+            .get(&port)
+            .unwrap_or_else(|| panic!("no record for client port {port} ({want})"));
+        assert_eq!(got["transport"], "quic");
+        assert_eq!(got["sni"], want["sni"], "{got}");
+        assert_eq!(got["version"], "TLS1.3", "{got}");
+        assert_eq!(got["handshake"], "full", "{want}: {got}");
+        assert!(
+            got["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n == "quic_draft"),
+            "{got}"
+        );
+        assert!(got["timing"]["handshake"].as_f64().is_some(), "{got}");
+    }
+    // Every long header was of a version tlsrum decodes.
+    let stats: Value = serde_json::from_str(&stderr[stderr.find('{').unwrap()..]).unwrap();
+    let quic = &stats["quic"];
+    for counter in [
+        "unknown_version",
+        "not_tls_version",
+        "undecodable_version",
+        "decrypt_failed",
+    ] {
+        assert_eq!(quic[counter], 0, "{counter}: {stderr}");
+    }
+    assert_eq!(quic["undecoded_versions"], serde_json::json!([]));
+}
