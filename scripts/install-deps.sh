@@ -69,7 +69,7 @@ if ! python3 -c "import aioquic" >/dev/null 2>&1; then
 fi
 # aioquic 0.9.25, the last release that speaks the IETF drafts (29-32;
 # aioquic 1.x speaks v1 and v2 only), in a venv of its own so that it does
-# not replace the aioquic above: agent/tests/quic_draft_versions.rs.
+# not replace the aioquic above: agent/tests/quic_versions.rs.
 venv_09=/opt/tlsrum-aioquic-0.9
 if ! "$venv_09/bin/python" -c "import aioquic; assert aioquic.__version__ == '0.9.25'" >/dev/null 2>&1; then
   python3 -m venv "$venv_09"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """aioquic 0.9 peers speaking the IETF drafts it implements, for
-agent/tests/quic_draft_versions.rs. Run with the interpreter of the
+agent/tests/quic_versions.rs. Run with the interpreter of the
 aioquic 0.9.25 venv that scripts/install-deps.sh makes (aioquic 1.x
 dropped the drafts).
 

@@ -1,4 +1,6 @@
-//! QUIC drafts from a real implementation: aioquic 0.9.25 (the last
+//! QUIC versions other than v1 and v2 on real traffic.
+//!
+//! Drafts from a real implementation: aioquic 0.9.25 (the last
 //! release with drafts 29-32; aioquic 1.x speaks v1 and v2 only, which
 //! `pcaps/` and `live_quic.rs` cover) in a venv that scripts/install-deps.sh
 //! makes. Two network namespaces joined by a veth; tests/quic/draft_peer.py
@@ -10,6 +12,10 @@
 //!
 //! Needs root, `ip`, tcpdump, openssl and the venv. Skipped locally without
 //! them; under CI=true a missing one is a failure.
+//!
+//! Versions tlsrum does not decode, in public captures (`../shared/corpus`):
+//! Google's Q050 and a grease version forcing Version Negotiation are
+//! counted by reason, listed in `--stats` and named on stderr.
 
 mod common;
 
@@ -30,7 +36,7 @@ const DRAFTS: &str = "0xff00001d,0xff00001e,0xff00001f,0xff000020";
 #[test]
 fn aioquic_drafts_29_to_32_become_records() {
     if skip_unless(
-        "quic_draft_versions",
+        "quic_versions (drafts)",
         &[
             Need::Root,
             Need::Netns,
@@ -181,4 +187,64 @@ fn aioquic_drafts_29_to_32_become_records() {
         assert_eq!(quic[counter], 0, "{counter}: {stderr}");
     }
     assert_eq!(quic["undecoded_versions"], serde_json::json!([]));
+}
+
+fn corpus() -> Option<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+    if dir.join("EXPECTED.tsv").exists() {
+        return Some(dir);
+    }
+    assert!(
+        !common::ci(),
+        "CI=true but the public corpus is missing at {}",
+        dir.display()
+    );
+    eprintln!("skipping: no public corpus at {}", dir.display());
+    None
+}
+
+#[test]
+fn public_captures_of_undecoded_versions_are_counted_and_named() {
+    let Some(dir) = corpus() else { return };
+    for (file, counter, value, name, records) in [
+        (
+            "ndpi/pcap/gquic.pcap",
+            "not_tls_version",
+            "0x51303530",
+            "Google Q050",
+            0,
+        ),
+        (
+            "ndpi/pcap/quic-forcing-vn-with-data.pcapng",
+            "undecodable_version",
+            "0xbabababa",
+            "grease (forces Version Negotiation)",
+            1,
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["replay", "--format", "ndjson", "--stats"])
+            .arg(dir.join(file))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{file}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            records,
+            "{file}"
+        );
+        assert!(
+            stderr.contains(&format!("does not decode (no record): {value} {name}")),
+            "{file}: {stderr}"
+        );
+        let stats: Value = serde_json::from_str(&stderr[stderr.find("\n{").unwrap()..]).unwrap();
+        let quic = &stats["quic"];
+        assert_eq!(quic[counter], 1, "{file}: {quic}");
+        assert_eq!(quic["unknown_version"], 0, "{file}: {quic}");
+        let listed = &quic["undecoded_versions"][0];
+        assert_eq!(listed["version"], value, "{file}");
+        assert_eq!(listed["name"], name, "{file}");
+        assert_eq!(listed["packets"], 1, "{file}");
+    }
 }
