@@ -1,14 +1,15 @@
 //! QUIC versions other than v1 and v2 on real traffic.
 //!
-//! Drafts from a real implementation: aioquic 0.9.25 (the last
-//! release with drafts 29-32; aioquic 1.x speaks v1 and v2 only, which
-//! `pcaps/` and `live_quic.rs` cover) in a venv that scripts/install-deps.sh
-//! makes. Two network namespaces joined by a veth; tests/quic/draft_peer.py
-//! serves in one and connects from the other once per draft, offering only
-//! that version; tcpdump captures the veth; `tlsrum replay` must make one
-//! record per connection, labelled by the client's own report (its port,
-//! the version it used, the server name, a completed handshake), with the
-//! `quic_draft` note, and decode every long header it saw.
+//! Drafts from a real implementation: old aioquic releases (aioquic 1.x
+//! speaks v1 and v2 only, which `pcaps/` and `live_quic.rs` cover), each in
+//! a venv that scripts/install-deps.sh makes: 0.9.25 speaks drafts 29-32
+//! (draft-29's salt), 0.8.8 drafts 25-27 (draft-23's salt). Two network
+//! namespaces joined by a veth; tests/quic/draft_peer.py serves in one and
+//! connects from the other once per draft, offering only that version;
+//! tcpdump captures the veth; `tlsrum replay` must make one record per
+//! connection, labelled by the client's own report (its port, the version
+//! it used, the server name, a completed handshake), with the `quic_draft`
+//! note, and decode every long header it saw.
 //!
 //! Needs root, `ip`, tcpdump, openssl and the venv. Skipped locally without
 //! them; under CI=true a missing one is a failure.
@@ -29,27 +30,42 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 const PORT: u16 = 4433;
-/// scripts/install-deps.sh installs aioquic 0.9.25 here.
-const PYTHON: &str = "/opt/tlsrum-aioquic-0.9/bin/python";
-const DRAFTS: &str = "0xff00001d,0xff00001e,0xff00001f,0xff000020";
+#[test]
+fn aioquic_0_9_drafts_29_to_32_become_records() {
+    drafts(
+        "q9",
+        "/opt/tlsrum-aioquic-0.9/bin/python",
+        "0xff00001d,0xff00001e,0xff00001f,0xff000020",
+    );
+}
 
 #[test]
-fn aioquic_drafts_29_to_32_become_records() {
+fn aioquic_0_8_drafts_25_to_27_become_records() {
+    drafts(
+        "q8",
+        "/opt/tlsrum-aioquic-0.8/bin/python",
+        "0xff000019,0xff00001a,0xff00001b",
+    );
+}
+
+/// One connection per draft in `versions` with the aioquic of the venv
+/// whose interpreter is `python`; its capture replayed.
+fn drafts(tag: &str, python: &str, versions: &str) {
     if skip_unless(
-        "quic_versions (drafts)",
+        &format!("quic_versions ({versions})"),
         &[
             Need::Root,
             Need::Netns,
             Need::Tools(&["ip", "openssl", "tcpdump"]),
             Need::Path(
-                Path::new(PYTHON),
-                "aioquic 0.9.25's venv: scripts/install-deps.sh",
+                Path::new(python),
+                "an aioquic venv: scripts/install-deps.sh",
             ),
         ],
     ) {
         return;
     }
-    let topo = Topology::new("qd");
+    let topo = Topology::new(tag);
     let peer = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/quic/draft_peer.py");
     let (key, cert) = topo.self_signed("tlsrum.test");
     let mut procs = Procs::default();
@@ -84,7 +100,7 @@ fn aioquic_drafts_29_to_32_become_records() {
         ns_cmd(
             &topo.server_ns,
             &[
-                PYTHON,
+                python,
                 peer,
                 "server",
                 "--bind",
@@ -104,7 +120,7 @@ fn aioquic_drafts_29_to_32_become_records() {
     let out = ns_cmd(
         &topo.client_ns,
         &[
-            PYTHON,
+            python,
             peer,
             "client",
             "--connect",
@@ -114,7 +130,7 @@ fn aioquic_drafts_29_to_32_become_records() {
             "--cafile",
             cert.to_str().unwrap(),
             "--versions",
-            DRAFTS,
+            versions,
         ],
     )
     .output()
@@ -128,11 +144,11 @@ fn aioquic_drafts_29_to_32_become_records() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let versions: Vec<&str> = labels
+    let spoken: Vec<&str> = labels
         .iter()
         .map(|l| l["version"].as_str().unwrap())
         .collect();
-    assert_eq!(versions.join(","), DRAFTS, "each draft was spoken");
+    assert_eq!(spoken.join(","), versions, "each draft was spoken");
     assert!(labels.iter().all(|l| l["handshake_complete"] == true));
 
     // tcpdump reads what the kernel holds before it stops (immediate mode).

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""aioquic 0.9 peers speaking the IETF drafts it implements, for
-agent/tests/quic_versions.rs. Run with the interpreter of the
-aioquic 0.9.25 venv that scripts/install-deps.sh makes (aioquic 1.x
-dropped the drafts).
+"""Old aioquic peers speaking the IETF drafts they implement, for
+agent/tests/quic_versions.rs. Run with the interpreter of one of the venvs
+that scripts/install-deps.sh makes: aioquic 0.9.25 (drafts 29-32) or 0.8.8
+(drafts 25-27); aioquic 1.x dropped the drafts.
 
   draft_peer.py server --bind IP --port N --cert C --key K
   draft_peer.py client --connect IP --port N --cafile C --versions 0xff00001d,...
