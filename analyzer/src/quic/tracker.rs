@@ -392,11 +392,12 @@ impl QuicTracker {
         stats: &mut QuicStats,
     ) {
         let known = matches!(class, Class::Known(k) if k.why != Undecoded::Reserved);
-        let parsed = packet::parse(d);
-        let plausible = known
-            || d.first().is_some_and(|b| b & 0x40 != 0)
-                && matches!(parsed, Ok((Packet::UnknownVersion { dcid, scid, .. }, _)) if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN);
-        let Some(version) = packet::long_header_version(d).filter(|_| plausible) else {
+        let plausible = || {
+            d.first().is_some_and(|b| b & 0x40 != 0)
+                && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _))
+                    if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN)
+        };
+        let Some(version) = packet::long_header_version(d).filter(|_| known || plausible()) else {
             stats.not_quic += 1;
             return;
         };
