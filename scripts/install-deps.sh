@@ -5,7 +5,7 @@ set -euo pipefail
 
 APT_PACKAGES=(
   # build
-  build-essential pkg-config libpcap-dev clang llvm libbpf-dev linux-libc-dev
+  build-essential pkg-config libpcap-dev libssl-dev clang llvm libbpf-dev linux-libc-dev
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
   # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs)
@@ -16,7 +16,7 @@ APT_PACKAGES=(
   nftables zstd gzip openvswitch-switch ethtool
   # load generators for bench/live/
   iperf3 wrk bpftool
-  python3 python3-pip
+  python3 python3-pip python3-venv
   # headless browser for the HTML report test
   chromium fonts-dejavu-core
   # real Prometheus for the dashboard test (agent/tests/dashboards.rs); the
@@ -67,6 +67,21 @@ if ! python3 -c "import aioquic" >/dev/null 2>&1; then
   python3 -m pip install --quiet -r "$req" 2>/dev/null \
     || python3 -m pip install --quiet --break-system-packages -r "$req"
 fi
+# Old aioquic releases that speak the IETF drafts (aioquic 1.x speaks v1
+# and v2 only), each in a venv of its own so that none replaces the aioquic
+# above: agent/tests/quic_versions.rs. 0.9.25 (drafts 29-32) has a wheel;
+# 0.8.8 (drafts 25-27) builds from source against libssl and needs a
+# cryptography from before its OpenSSL bindings were trimmed.
+aioquic_venv() { # dir, aioquic version, extra requirements...
+  local dir=$1 version=$2
+  shift 2
+  if ! "$dir/bin/python" -c "import aioquic; assert aioquic.__version__ == '$version'" >/dev/null 2>&1; then
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet "aioquic==$version" "$@"
+  fi
+}
+aioquic_venv /opt/tlsrum-aioquic-0.9 0.9.25
+aioquic_venv /opt/tlsrum-aioquic-0.8 0.8.8 "cryptography==3.3.2"
 # matplotlib for `make experiment`'s charts (scripts/experiment/requirements.txt).
 req_exp="$(cd "$(dirname "$0")" && pwd)/experiment/requirements.txt"
 if ! python3 -c "import matplotlib" >/dev/null 2>&1; then

@@ -136,6 +136,16 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             progress,
         );
         pipeline::finish(&mut analyzer, &mut sink)?;
+        // Never silent: QUIC of versions tlsrum does not decode is named,
+        // like a short snap length, once per capture.
+        let undecoded = &analyzer.stats().quic.undecoded_versions;
+        if !undecoded.is_empty() {
+            eprintln!(
+                "tlsrum: {}: QUIC packets of versions tlsrum does not decode (no record): {}",
+                file.display(),
+                undecoded.describe()
+            );
+        }
         total.merge(analyzer.stats());
         if let Err(e) = res {
             failures += 1;

@@ -176,8 +176,17 @@ counters! {
         bad_header,
         /// Connection IDs longer than 20 bytes, or a first Initial's DCID shorter than 8.
         bad_cid_len,
-        /// Long headers of versions tlsrum cannot decrypt (gQUIC, grease, future versions).
+        /// Long headers of versions in no table (a future or private
+        /// number): their values are listed in `undecoded_versions`.
         unknown_version,
+        /// Packets of Google QUIC versions whose handshake is QUIC Crypto,
+        /// not TLS (Q043, Q046, Q050...): known, counted, not decoded.
+        not_tls_version,
+        /// Long headers of known versions tlsrum cannot decrypt: IETF
+        /// drafts before 22 (older header), vendor experiments whose keys
+        /// were never published, the reserved 0x?a?a?a?a numbers that force
+        /// Version Negotiation.
+        undecodable_version,
         /// Initial packets that did not decrypt (wrong keys, corruption, truncation).
         decrypt_failed,
         /// Handshake packets opened with key-log secrets.
@@ -207,6 +216,10 @@ counters! {
         version_negotiation,
         /// Retry packets that restarted a connection's handshake.
         retry,
+        ;
+        /// The version values of the three counters above, with packets
+        /// per value (bounded: `MAX_VERSIONS_SEEN` values, the rest as `other`).
+        undecoded_versions: crate::quic::version::VersionsSeen,
     }
 }
 

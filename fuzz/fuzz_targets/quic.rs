@@ -26,18 +26,12 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use analyzer::quic::packet::Version;
+use analyzer::quic::version::TLS;
 use analyzer::quic::{QuicStats, QuicTracker};
 use analyzer::Endpoint;
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::{crypto_frame, seal_initial, Input, Side};
 
-const VERSIONS: [Version; 5] = [
-    Version::V1,
-    Version::V2,
-    Version::Draft(29),
-    Version::Draft(23),
-    Version::Mvfst(2),
-];
 
 fn cid<'a>(input: &mut Input<'a>) -> &'a [u8] {
     let n = usize::from(input.u8() % 21);
@@ -93,7 +87,9 @@ fuzz_target!(|data: &[u8]| {
                 (clients[c], server, d)
             }
         } else {
-            let version = VERSIONS[usize::from(input.u8()) % VERSIONS.len()];
+            // Any version of the table (v1, v2, drafts, mvfst, Google T05x).
+            let row = &TLS[usize::from(input.u8()) % TLS.len()];
+            let version = Version::from_wire(row.wire).expect("a row of the table");
             let dcid = cid(&mut input);
             let scid = cid(&mut input);
             let pn = u32::from(input.u8());

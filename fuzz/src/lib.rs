@@ -10,7 +10,7 @@ use aes::cipher::BlockEncrypt;
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes128Gcm, KeyInit, Nonce};
 use analyzer::quic::initial::{initial_secrets, key_iv_hp};
-use analyzer::quic::packet::Version;
+use analyzer::quic::packet::{LongType, Version};
 
 /// Reads choices off the fuzzer's input.
 pub struct Input<'a> {
@@ -72,8 +72,8 @@ pub enum Side {
 
 /// A QUIC long-header Initial packet, protected with the Initial keys
 /// derived from `key_dcid` (the client's first Destination Connection ID)
-/// as RFC 9001 §5.2 says, for `version` (v1 and drafts: type bits 00; v2:
-/// 01, RFC 9369 §3.2). `frames` is the plaintext; it is padded with PADDING
+/// as RFC 9001 §5.2 says, for `version` (its family's type bits: v1 00,
+/// v2 01, RFC 9369 §3.2). `frames` is the plaintext; it is padded with PADDING
 /// frames to `pad_to` bytes of packet, and to the 20 bytes that header
 /// protection samples (RFC 9001 §5.4.2). Packet number on `pn_len` bytes.
 #[allow(clippy::too_many_arguments)]
@@ -90,7 +90,7 @@ pub fn seal_initial(
     pad_to: usize,
 ) -> Vec<u8> {
     let pn_len = pn_len.clamp(1, 4);
-    let type_bits: u8 = if version == Version::V2 { 1 } else { 0 };
+    let type_bits = version.type_bits(LongType::Initial);
     let mut header = vec![0xc0 | (type_bits << 4) | (pn_len as u8 - 1)];
     header.extend(version.wire().to_be_bytes());
     header.push(dcid.len() as u8);

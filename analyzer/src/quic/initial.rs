@@ -1,7 +1,8 @@
 //! Initial packet protection (RFC 9001 §5.2, RFC 9369 §3.3): keys derived
 //! from the client's first Destination Connection ID with a per-version
-//! salt. Everything an observer can decrypt without the endpoints' secrets;
-//! [`protection`](super::protection) opens the packets.
+//! salt ([`version`](super::version) states each version's salt and
+//! labels). Everything an observer can decrypt without the endpoints'
+//! secrets; [`protection`](super::protection) opens the packets.
 
 use hkdf::Hkdf;
 use sha2::Sha256;
@@ -9,54 +10,6 @@ use sha2::Sha256;
 use super::packet::Version;
 pub use super::protection::{DecryptError, DirKeys};
 use crate::tls::keylog::label_info;
-
-const SALT_V1: [u8; 20] = hex20("38762cf7f55934b34d179ae6a4c80cadccbb7f0a");
-const SALT_V2: [u8; 20] = hex20("0dede3def700a6db819381be6e269dcbf9bd2ed9");
-const SALT_DRAFT_29: [u8; 20] = hex20("afbfec289993d24c9e9786f19c6111e04390a899");
-const SALT_DRAFT_23: [u8; 20] = hex20("c3eef712c72ebb5a11a7d2432bb46365bef9f502");
-const SALT_DRAFT_22: [u8; 20] = hex20("7fbcdb0e7c66bbe9193a96cd21519ebd7a02644a");
-
-const fn hex20(s: &str) -> [u8; 20] {
-    const fn nib(c: u8) -> u8 {
-        match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            _ => panic!("not hex"),
-        }
-    }
-    let b = s.as_bytes();
-    let mut out = [0u8; 20];
-    let mut i = 0;
-    while i < 20 {
-        out[i] = (nib(b[2 * i]) << 4) | nib(b[2 * i + 1]);
-        i += 1;
-    }
-    out
-}
-
-impl Version {
-    /// The Initial salt (RFC 9001 §5.2, RFC 9369 §3.3.1, drafts 23-34).
-    pub fn initial_salt(self) -> &'static [u8; 20] {
-        match self {
-            Version::V1 => &SALT_V1,
-            Version::V2 => &SALT_V2,
-            Version::Draft(n) if n >= 29 => &SALT_DRAFT_29,
-            Version::Draft(n) if n >= 23 => &SALT_DRAFT_23,
-            Version::Draft(_) => &SALT_DRAFT_22,
-            // mvfst 0xfaceb001 is draft-22, 0xfaceb002 draft-27.
-            Version::Mvfst(1) => &SALT_DRAFT_22,
-            Version::Mvfst(_) => &SALT_DRAFT_23,
-        }
-    }
-
-    /// HKDF labels for key, IV and header-protection key, at every level.
-    pub(crate) fn labels(self) -> [&'static str; 3] {
-        match self {
-            Version::V2 => ["quicv2 key", "quicv2 iv", "quicv2 hp"],
-            _ => ["quic key", "quic iv", "quic hp"],
-        }
-    }
-}
 
 /// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256.
 fn expand_label(secret: &[u8], label: &str, out: &mut [u8]) {
@@ -132,13 +85,13 @@ pub(crate) mod tests {
             .collect()
     }
 
-    const DCID: &str = "8394c8f03e515708";
+    pub(crate) const DCID: &str = "8394c8f03e515708";
 
     /// RFC 9001 A.2 (and RFC 9369 A.2): the CRYPTO frame with the ClientHello; PADDING follows.
     pub(crate) const CLIENT_PAYLOAD: &str = "060040f1010000ed0303ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c00000413011302010000c000000010000e00000b6578616d706c652e636f6dff01000100000a00080006001d0017001800100007000504616c706e000500050100000000003300260024001d00209370b2c9caa47fbabaf4559fedba753de171fa71f50f1ce15d43e994ec74d748002b0003020304000d0010000e0403050306030203080408050806002d00020101001c00024001003900320408ffffffffffffffff05048000ffff07048000ffff0801100104800075300901100f088394c8f03e51570806048000ffff";
 
     /// RFC 9001 A.3 (and RFC 9369 A.3): ACK frame + CRYPTO frame with the ServerHello.
-    const SERVER_PAYLOAD: &str = "02000000000600405a020000560303eefce7f7b37ba1d1632e96677825ddf73988cfc79825df566dc5430b9a045a1200130100002e00330024001d00209d3c940d89690b84d08a60993c144eca684d1081287c834d5311bcf32bb9da1a002b00020304";
+    pub(crate) const SERVER_PAYLOAD: &str = "02000000000600405a020000560303eefce7f7b37ba1d1632e96677825ddf73988cfc79825df566dc5430b9a045a1200130100002e00330024001d00209d3c940d89690b84d08a60993c144eca684d1081287c834d5311bcf32bb9da1a002b00020304";
 
     /// RFC 9001 A.2: the protected client Initial (1200 bytes).
     pub(crate) const V1_CLIENT: &str = "c000000001088394c8f03e5157080000449e7b9aec34d1b1c98dd7689fb8ec11d242b123dc9bd8bab936b47d92ec356c0bab7df5976d27cd449f63300099f3991c260ec4c60d17b31f8429157bb35a1282a643a8d2262cad67500cadb8e7378c8eb7539ec4d4905fed1bee1fc8aafba17c750e2c7ace01e6005f80fcb7df621230c83711b39343fa028cea7f7fb5ff89eac2308249a02252155e2347b63d58c5457afd84d05dfffdb20392844ae812154682e9cf012f9021a6f0be17ddd0c2084dce25ff9b06cde535d0f920a2db1bf362c23e596d11a4f5a6cf3948838a3aec4e15daf8500a6ef69ec4e3feb6b1d98e610ac8b7ec3faf6ad760b7bad1db4ba3485e8a94dc250ae3fdb41ed15fb6a8e5eba0fc3dd60bc8e30c5c4287e53805db059ae0648db2f64264ed5e39be2e20d82df566da8dd5998ccabdae053060ae6c7b4378e846d29f37ed7b4ea9ec5d82e7961b7f25a9323851f681d582363aa5f89937f5a67258bf63ad6f1a0b1d96dbd4faddfcefc5266ba6611722395c906556be52afe3f565636ad1b17d508b73d8743eeb524be22b3dcbc2c7468d54119c7468449a13d8e3b95811a198f3491de3e7fe942b330407abf82a4ed7c1b311663ac69890f4157015853d91e923037c227a33cdd5ec281ca3f79c44546b9d90ca00f064c99e3dd97911d39fe9c5d0b23a229a234cb36186c4819e8b9c5927726632291d6a418211cc2962e20fe47feb3edf330f2c603a9d48c0fcb5699dbfe5896425c5bac4aee82e57a85aaf4e2513e4f05796b07ba2ee47d80506f8d2c25e50fd14de71e6c418559302f939b0e1abd576f279c4b2e0feb85c1f28ff18f58891ffef132eef2fa09346aee33c28eb130ff28f5b766953334113211996d20011a198e3fc433f9f2541010ae17c1bf202580f6047472fb36857fe843b19f5984009ddc324044e847a4f4a0ab34f719595de37252d6235365e9b84392b061085349d73203a4a13e96f5432ec0fd4a1ee65accdd5e3904df54c1da510b0ff20dcc0c77fcb2c0e0eb605cb0504db87632cf3d8b4dae6e705769d1de354270123cb11450efc60ac47683d7b8d0f811365565fd98c4c8eb936bcab8d069fc33bd801b03adea2e1fbc5aa463d08ca19896d2bf59a071b851e6c239052172f296bfb5e72404790a2181014f3b94a4e97d117b438130368cc39dbb2d198065ae3986547926cd2162f40a29f0c3c8745c0f50fba3852e566d44575c29d39a03f0cda721984b6f440591f355e12d439ff150aab7613499dbd49adabc8676eef023b15b65bfc5ca06948109f23f350db82123535eb8a7433bdabcb909271a6ecbcb58b936a88cd4e8f2e6ff5800175f113253d8fa9ca8885c2f552e657dc603f252e1a8e308f76f0be79e2fb8f5d5fbbe2e30ecadd220723c8c0aea8078cdfcb3868263ff8f0940054da48781893a7e49ad5aff4af300cd804a6b6279ab3ff3afb64491c85194aab760d58a606654f9f4400e8b38591356fbf6425aca26dc85244259ff2b19c41b9f96f3ca9ec1dde434da7d2d392b905ddf3d1f9af93d1af5950bd493f5aa731b4056df31bd267b6b90a079831aaf579be0a39013137aac6d404f518cfd46840647e78bfe706ca4cf5e9c5453e9f7cfd2b8b4c8d169a44e55c88d4a9a7f9474241e221af44860018ab0856972e194cd934";
@@ -152,7 +105,7 @@ pub(crate) mod tests {
     /// RFC 9369 A.3: the protected v2 server Initial.
     const V2_SERVER: &str = "dc6b3343cf0008f067a5502a4262b5004075d92faaf16f05d8a4398c47089698baeea26b91eb761d9b89237bbf87263017915358230035f7fd3945d88965cf17f9af6e16886c61bfc703106fbaf3cb4cfa52382dd16a393e42757507698075b2c984c707f0a0812d8cd5a6881eaf21ceda98f4bd23f6fe1a3e2c43edd9ce7ca84bed8521e2e140";
 
-    fn check_keys(version: Version, want: [&str; 8]) {
+    pub(crate) fn check_keys(version: Version, want: [&str; 8]) {
         let (c, s) = initial_secrets(version, &hex(DCID));
         assert_eq!(c.to_vec(), hex(want[0]), "client secret");
         assert_eq!(s.to_vec(), hex(want[4]), "server secret");
@@ -199,7 +152,7 @@ pub(crate) mod tests {
     }
 
     /// Parses and opens a protected packet; returns (pn, plaintext, unprotected header).
-    fn open(packet: &str, client: bool) -> (u64, Vec<u8>, Vec<u8>, LongType) {
+    pub(crate) fn open(packet: &str, client: bool) -> (u64, Vec<u8>, Vec<u8>, LongType) {
         let bytes = hex(packet);
         let (Packet::Long(l), used) = parse(&bytes).unwrap() else {
             panic!("not a long header")

@@ -1,7 +1,9 @@
 //! QUIC: the TLS 1.3 handshakes inside QUIC v1 (RFC 9000/9001), v2 (RFC
 //! 9369) and the late drafts, as seen by a passive observer.
 //!
-//! Data flows down the modules: [`packet`] reads the version-independent
+//! Data flows down the modules: [`version`] is the table of version
+//! numbers (name, salt, labels; what tlsrum cannot decode and why);
+//! [`packet`] reads the version-independent
 //! header and the long-header fields; [`initial`] derives the Initial keys
 //! from the client's first Destination Connection ID; [`protection`] removes
 //! header protection and decrypts, with those keys or (given a key log)
@@ -29,5 +31,8 @@ pub mod initial;
 pub mod packet;
 pub mod protection;
 pub mod tracker;
+#[cfg(test)]
+mod vectors;
+pub mod version;
 
 pub use tracker::{QuicStats, QuicTracker};

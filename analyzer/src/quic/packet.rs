@@ -5,12 +5,9 @@
 //! parsed [`LongPacket`] says where the packet number starts and how long the
 //! protected part is (quinn-proto's `PartialDecode`).
 
+pub use super::version::{Family, Version};
 use crate::tls::codec::{InvalidMessage, Reader};
 
-/// QUIC version 1 (RFC 9000).
-pub const VERSION_1: u32 = 0x0000_0001;
-/// QUIC version 2 (RFC 9369).
-pub const VERSION_2: u32 = 0x6b33_43cf;
 /// Longest connection ID QUIC v1/v2 allow (RFC 9000 §17.2); the invariants allow 255.
 pub const MAX_CID_LEN: usize = 20;
 
@@ -53,51 +50,34 @@ pub fn varint(r: &mut Reader<'_>, what: &'static str) -> Result<u64, InvalidMess
     Ok(v)
 }
 
-/// A QUIC version whose Initial packets tlsrum can decrypt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Version {
-    V1,
-    V2,
-    /// draft-ietf-quic-transport-NN, 22..=34 (0xff0000NN): v1's layout with
-    /// their own Initial salts.
-    Draft(u8),
-    /// Facebook mvfst's own version numbers (0xfaceb0NN), drafts under another name.
-    Mvfst(u8),
-}
-
 impl Version {
-    pub fn from_wire(v: u32) -> Option<Self> {
-        match v {
-            VERSION_1 => Some(Self::V1),
-            VERSION_2 => Some(Self::V2),
-            0xff00_0016..=0xff00_0022 => Some(Self::Draft((v & 0xff) as u8)),
-            0xface_b001 | 0xface_b002 => Some(Self::Mvfst((v & 0xff) as u8)),
-            _ => None,
-        }
-    }
-
-    pub fn wire(self) -> u32 {
-        match self {
-            Self::V1 => VERSION_1,
-            Self::V2 => VERSION_2,
-            Self::Draft(n) => 0xff00_0000 | u32::from(n),
-            Self::Mvfst(n) => 0xface_b000 | u32::from(n),
-        }
-    }
-
     /// The long-header packet type from the two type bits (RFC 9369 §3.2
     /// rotates them for v2).
     pub fn long_type(self, first: u8) -> LongType {
         let bits = (first >> 4) & 3;
-        match (self, bits) {
-            (Self::V2, 0) => LongType::Retry,
-            (Self::V2, 1) => LongType::Initial,
-            (Self::V2, 2) => LongType::ZeroRtt,
-            (Self::V2, _) => LongType::Handshake,
-            (_, 0) => LongType::Initial,
-            (_, 1) => LongType::ZeroRtt,
-            (_, 2) => LongType::Handshake,
-            _ => LongType::Retry,
+        match (self.family(), bits) {
+            (Family::V2, 0) => LongType::Retry,
+            (Family::V2, 1) => LongType::Initial,
+            (Family::V2, 2) => LongType::ZeroRtt,
+            (Family::V2, _) => LongType::Handshake,
+            (Family::V1, 0) => LongType::Initial,
+            (Family::V1, 1) => LongType::ZeroRtt,
+            (Family::V1, 2) => LongType::Handshake,
+            (Family::V1, _) => LongType::Retry,
+        }
+    }
+
+    /// The two type bits of a packet type (the inverse of [`Self::long_type`]).
+    pub fn type_bits(self, ty: LongType) -> u8 {
+        let v1 = match ty {
+            LongType::Initial => 0,
+            LongType::ZeroRtt => 1,
+            LongType::Handshake => 2,
+            LongType::Retry => 3,
+        };
+        match self.family() {
+            Family::V1 => v1,
+            Family::V2 => (v1 + 1) & 3,
         }
     }
 }
@@ -135,7 +115,9 @@ pub enum Packet<'a> {
         scid: &'a [u8],
         versions: &'a [u8],
     },
-    /// A long header of a version tlsrum does not know: the rest of the datagram.
+    /// A long header of a version tlsrum does not decrypt (not in
+    /// [`version::TLS`](super::version::TLS)), its connection IDs read as
+    /// RFC 8999 lays them out: the rest of the datagram.
     UnknownVersion {
         version: u32,
         dcid: &'a [u8],
@@ -242,14 +224,35 @@ pub fn parse(datagram: &[u8]) -> Result<(Packet<'_>, usize), HeaderError> {
     ))
 }
 
-/// Cheap test of a UDP payload: could this be a QUIC long-header packet of
-/// a version tlsrum knows, or a Version Negotiation? (No crypto, no allocation.)
-pub fn looks_like_long_header(d: &[u8]) -> bool {
-    if d.len() < 7 || d[0] & 0x80 == 0 {
-        return false;
+/// The version field of a datagram that starts with a long header (RFC
+/// 8999 §5.1), if it is long enough to hold one and connection ID lengths.
+/// (No crypto, no allocation.)
+pub fn long_header_version(d: &[u8]) -> Option<u32> {
+    match d {
+        [first, a, b, c, e, _, _, ..] if first & 0x80 != 0 => {
+            Some(u32::from_be_bytes([*a, *b, *c, *e]))
+        }
+        _ => None,
     }
-    let v = u32::from_be_bytes([d[1], d[2], d[3], d[4]]);
-    v == 0 || Version::from_wire(v).is_some()
+}
+
+/// The version of a Google QUIC packet with a gQUIC public header (Q043
+/// and before: no long-header bit, flags 0x01 "version present" and 0x08
+/// "8-byte connection ID", the version after the connection ID), if it is
+/// one of Google's "Q0nn" numbers. Such a client packet would otherwise
+/// look like a short header.
+pub fn gquic_public_header_version(d: &[u8]) -> Option<u32> {
+    let (&flags, rest) = d.split_first()?;
+    if flags & 0x80 != 0 || flags & 0x09 != 0x09 {
+        return None;
+    }
+    let v = rest.get(8..12)?;
+    match v {
+        [b'Q', x, y, z] if [x, y, z].iter().all(|c| c.is_ascii_digit()) => {
+            Some(u32::from_be_bytes([v[0], v[1], v[2], v[3]]))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -325,7 +328,9 @@ mod tests {
         long_cid.extend([0; 21]);
         long_cid.extend([0, 0, 0x40, 0x20]);
         assert_eq!(parse(&long_cid).unwrap_err(), HeaderError::CidLen);
-        assert!(looks_like_long_header(&vn) && !looks_like_long_header(&unknown));
+        assert_eq!(long_header_version(&vn), Some(0));
+        assert_eq!(long_header_version(&unknown), Some(0xbabababa));
+        assert_eq!(long_header_version(&unknown[..6]), None);
     }
 
     #[test]

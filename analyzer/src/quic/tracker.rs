@@ -30,6 +30,7 @@ use super::packet::{
     self, varint, HeaderError, LongPacket, LongType, Packet, Version, MAX_CID_LEN,
 };
 use super::protection::DirKeys;
+use super::version::{classify, Class, Undecoded};
 use crate::flow::table::{Endpoint, FlowKey};
 use crate::handshake::{Close, Dir, Event, Finish, Handshake, NoMemory, Space, TransportView};
 use crate::memory::{HeapSize, ALLOC_OVERHEAD, ENTRY_OVERHEAD};
@@ -300,22 +301,38 @@ impl QuicTracker {
         };
         if first & 0x80 == 0 {
             // Short header: only worth a look on a tuple with a known connection.
-            if self.by_tuple.is_empty() {
-                stats.not_quic += 1;
-                return;
-            }
-            match self.by_tuple.get(&FlowKey::new(src, dst)).copied() {
+            let id = if self.by_tuple.is_empty() {
+                None
+            } else {
+                self.by_tuple.get(&FlowKey::new(src, dst)).copied()
+            };
+            match id {
                 Some(id) => {
                     let id = self.short(id, ts, src, d, stats);
                     self.recharge(id);
                 }
-                None => stats.not_quic += 1,
+                None => match packet::gquic_public_header_version(d) {
+                    // A gQUIC client's packet (Q043 and before): counted
+                    // by version, never read as TLS.
+                    Some(v) if matches!(classify(v), Class::Known(_)) => {
+                        stats.packets += 1;
+                        count_undecoded(v, stats);
+                    }
+                    _ => stats.not_quic += 1,
+                },
             }
             return;
         }
-        if !packet::looks_like_long_header(d) {
-            self.unknown_long(ts, src, dst, d, stats);
-            return;
+        match packet::long_header_version(d).map(classify) {
+            Some(Class::Tls(_) | Class::Negotiation) => {}
+            Some(class) => {
+                self.undecoded_long(ts, src, dst, d, class, stats);
+                return;
+            }
+            None => {
+                stats.not_quic += 1;
+                return;
+            }
         }
         let mut rest = d;
         let mut size = d.len();
@@ -345,7 +362,7 @@ impl QuicTracker {
                         Packet::VersionNegotiation { dcid, scid, .. } => {
                             self.version_negotiation(ts, src, dst, dcid, scid, stats)
                         }
-                        Packet::UnknownVersion { .. } => stats.unknown_version += 1,
+                        Packet::UnknownVersion { version, .. } => count_undecoded(version, stats),
                         Packet::Short { .. } => {}
                     }
                     rest = &rest[used..];
@@ -369,25 +386,33 @@ impl QuicTracker {
         }
     }
 
-    /// A long header of a version tlsrum cannot read: counted; a plausible
-    /// one is remembered on its tuple (a client's first try before a
-    /// Version Negotiation).
-    fn unknown_long(
+    /// A long header of a version tlsrum does not decode: counted with its
+    /// value, and remembered on its tuple (a client's first try before a
+    /// Version Negotiation). A number in a table is evidence enough; any
+    /// other (unknown, or reserved to force Version Negotiation) must also
+    /// set the fixed bit and keep its connection IDs within v1's 20
+    /// bytes, or the datagram is counted as not QUIC.
+    fn undecoded_long(
         &mut self,
         ts: f64,
         src: Endpoint,
         dst: Endpoint,
         d: &[u8],
+        class: Class,
         stats: &mut QuicStats,
     ) {
-        let plausible = d.len() >= 7
-            && d[0] & 0x40 != 0
-            && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _)) if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN);
-        if !plausible {
+        let known = matches!(class, Class::Known(k) if k.why != Undecoded::Reserved);
+        let plausible = || {
+            d.first().is_some_and(|b| b & 0x40 != 0)
+                && matches!(packet::parse(d), Ok((Packet::UnknownVersion { dcid, scid, .. }, _))
+                    if dcid.len() <= MAX_CID_LEN && scid.len() <= MAX_CID_LEN)
+        };
+        let Some(version) = packet::long_header_version(d).filter(|_| known || plausible()) else {
             stats.not_quic += 1;
             return;
-        }
-        stats.unknown_version += 1;
+        };
+        stats.packets += 1;
+        count_undecoded(version, stats);
         let key = FlowKey::new(src, dst);
         match self.hints.get_mut(&key) {
             Some(h) => {
@@ -774,10 +799,8 @@ impl QuicTracker {
             first_ts = start;
             self.hints.pop(&key);
         }
-        match l.version {
-            Version::V2 => act.notes.push("quic_v2"),
-            Version::Draft(_) | Version::Mvfst(_) => act.notes.push("quic_draft"),
-            Version::V1 => {}
+        if let Some(note) = l.version.note() {
+            act.notes.push(note);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -1356,6 +1379,17 @@ fn build_record(
     act.hs.to_record(view, why)
 }
 
+/// Counts one long header tlsrum does not decode by its version's class,
+/// and its value.
+fn count_undecoded(version: u32, stats: &mut QuicStats) {
+    match classify(version) {
+        Class::Known(k) if k.why == Undecoded::NotTls => stats.not_tls_version += 1,
+        Class::Known(_) => stats.undecodable_version += 1,
+        _ => stats.unknown_version += 1,
+    }
+    stats.undecoded_versions.add(version, 1);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1867,7 +1901,9 @@ mod tests {
         assert!(r.notes.contains(&"version_negotiation"));
         assert_eq!(r.timing.round_trips, Some(2));
         assert_eq!(r.timing.handshake, Some(25.0));
-        assert_eq!((st.unknown_version, st.version_negotiation), (1, 1));
+        // 0x1a2a3a4a is reserved to force Version Negotiation (RFC 9000 §15).
+        assert_eq!((st.undecodable_version, st.version_negotiation), (1, 1));
+        assert_eq!(st.undecoded_versions.values(), [(0x1a2a_3a4a, 1)]);
     }
 
     #[test]

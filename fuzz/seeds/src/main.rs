@@ -356,13 +356,10 @@ mod tests {
 
     #[test]
     fn sealed_initials_open_and_reach_the_client_hello() {
-        for version in [
-            Version::V1,
-            Version::V2,
-            Version::Draft(29),
-            Version::Draft(23),
-            Version::Mvfst(2),
-        ] {
+        for version in analyzer::quic::version::TLS
+            .iter()
+            .filter_map(|row| Version::from_wire(row.wire))
+        {
             for pn_len in 1..=4 {
                 let dcid = [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
                 let frames = harness::crypto_frame(0, &unhex(CH));
