@@ -336,7 +336,7 @@ fn published_client_initials_make_records() {
         assert_eq!(t.out.len(), 1, "{sni}: {st:?}");
         let r = &t.out[0];
         assert_eq!(r.sni.as_deref(), Some(sni));
-        assert_eq!(r.handshake, HandshakeKind::Incomplete);
+        assert_eq!(r.handshake, Some(HandshakeKind::Incomplete));
         assert!(note.is_none_or(|n| r.notes.contains(&n)), "{:?}", r.notes);
         assert_eq!(st.decrypt_failed + st.unknown_version, 0);
     }
