@@ -671,6 +671,42 @@ mod tests {
         handshake_record(3, 2, &body)
     }
 
+    /// Issue 13: a connection whose ClientHello the capture lost still gets
+    /// a record from the server's answer (it had none), noted
+    /// `client_hello_lost`; with the server's direction alone the same
+    /// answer is noted `one_sided:client` instead.
+    #[test]
+    fn a_lost_client_hello_or_a_missing_client_still_gives_a_record() {
+        let (c, s) = ((1, 40000), (2, 443));
+        let ch = client_hello();
+        let sh = server_hello(0xc02f);
+        let ack = 101 + ch.len() as u32;
+        for client_visible in [true, false] {
+            let mut a = Analyzer::new(Config::default());
+            if client_visible {
+                a.push_frame(1.0, LinkType::RawIp, &tcp(c, s, 100, 0, SYN, &[]));
+            }
+            a.push_frame(1.01, LinkType::RawIp, &tcp(s, c, 500, 101, SYN | ACK, &[]));
+            if client_visible {
+                a.push_frame(1.02, LinkType::RawIp, &tcp(c, s, 101, 501, ACK, &[]));
+            }
+            a.push_frame(1.03, LinkType::RawIp, &tcp(s, c, 501, ack, ACK, &sh));
+            a.finish();
+            let r = a.take_records();
+            assert_eq!(r.len(), 1, "client visible: {client_visible}");
+            assert_eq!(
+                (r[0].client.as_str(), r[0].version),
+                ("10.0.0.1:40000", Some("TLS1.2"))
+            );
+            let want = if client_visible {
+                "client_hello_lost"
+            } else {
+                "one_sided:client"
+            };
+            assert!(r[0].notes.contains(&want), "{:?}", r[0].notes);
+        }
+    }
+
     /// Regression (IDS evasion, server side): a forged ServerHello with
     /// another cipher, sent first, was reported as the truth, silently.
     #[test]

@@ -287,9 +287,9 @@ impl Handshake {
                     ..
                 },
             ) if self.state == S::Start || self.missing_client_hello_after_hrr() => {
-                // Without even the ClientHello's record the capture shows
-                // the server alone (one-sided) or started late.
-                self.client_hello_lost = self.started.is_some();
+                // Not even the ClientHello's record: the capture shows the
+                // server alone (noted one_sided instead), or lost it.
+                self.client_hello_lost = true;
                 self.state = S::ClientHello;
                 return self.on(dir, ev, mem);
             }

@@ -53,7 +53,9 @@ impl Handshake {
             notes.push("record_limit");
         }
         match view.transport {
-            Transport::Tcp if self.client_hello_lost => notes.push("client_hello_lost"),
+            Transport::Tcp if self.client_hello_lost && self.missing != Some(Dir::Client) => {
+                notes.push("client_hello_lost")
+            }
             Transport::Quic if self.client_hello.is_none() => notes.push("no_client_hello"),
             _ => {}
         }
