@@ -133,12 +133,20 @@ counters! {
         unidentified_flows,
         /// TLS record streams that could not be followed (bad record header, caps).
         stream_errors,
+        /// Times a TLS record stream found its framing again after bytes
+        /// the capture lost: a segment started with a plausible record
+        /// header. Noted on the record as `client_resync` / `server_resync`.
+        stream_resyncs,
         /// Handshake messages that did not parse.
         handshake_parse_errors,
-        /// Holes in a TCP stream the capture never filled.
+        /// Holes in a TCP stream the capture never filled and no ACK
+        /// explained, skipped to read what followed (when waiting behind
+        /// them would break a cap, or the flow ended), or that the stream
+        /// ends in (a segment cut short by the snap length). Noted as
+        /// `client_gap` / `server_gap`.
         reassembly_gaps,
-        /// Of those, out-of-order segments past the per-direction limit
-        /// (too many holes at once): the stream is given up there.
+        /// Of those, skipped because out-of-order segments hit the
+        /// per-direction limit (too many holes at once).
         reassembly_hole_limit,
         /// Payload bytes seen more than once.
         retransmitted_bytes,
@@ -150,7 +158,9 @@ counters! {
         conflicting_retransmissions,
         /// Segments cut short by the capture's snap length.
         truncated_segments,
-        /// Bytes the peer acknowledged that the capture never showed.
+        /// Bytes of a TCP stream the capture never showed, skipped to read
+        /// what followed: acknowledged by the peer (noted `client_capture_loss`
+        /// / `server_capture_loss`), or in a hole counted in `reassembly_gaps`.
         capture_loss_bytes,
         /// Connections that hit the per-direction record limit.
         record_limit_hits,

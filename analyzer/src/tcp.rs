@@ -289,6 +289,8 @@ impl TcpFlow {
         let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
         let missing = self.missing_side();
         if let Some(act) = self.active.as_mut().filter(|_| closed) {
+            // No more bytes will come: what waits behind a hole is read first.
+            act.skip_holes(&mut self.status, ctx);
             if let Some(side) = missing {
                 act.up.hs.one_sided(side);
             }
@@ -423,14 +425,19 @@ impl TcpFlow {
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
         let client_side =
             up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
-        if out.gap {
-            ctx.stats.reassembly_gaps += 1;
+        if out.skipped_holes > 0 {
+            // Waiting behind holes would have broken a cap: they were skipped.
+            ctx.stats.reassembly_gaps += u64::from(out.skipped_holes);
             ctx.stats.reassembly_hole_limit += u64::from(out.hole_limit);
-            up.notes.push(if client_side {
-                "client_gap"
-            } else {
-                "server_gap"
-            });
+            ctx.stats.capture_loss_bytes += out.skipped_bytes as u64;
+            note(
+                &mut up.notes,
+                if client_side {
+                    "client_gap"
+                } else {
+                    "server_gap"
+                },
+            );
         }
         // A retransmission whose bytes differ from the copy already read
         // (corruption, or a forged copy: IDS evasion): counted and noted.
@@ -475,6 +482,13 @@ impl TcpFlow {
         timed: bool,
         ctx: &mut Ctx<'_>,
     ) -> Option<ConnectionRecord> {
+        if !timed {
+            // The capture will show no more of this flow: what waits behind
+            // a hole is read before the record is made.
+            if let Some(act) = self.active.as_deref_mut() {
+                act.skip_holes(&mut self.status, ctx);
+            }
+        }
         let missing = self.missing_side();
         let act = self.active.take();
         let status = std::mem::replace(&mut self.status, Status::Done);
@@ -494,11 +508,13 @@ impl TcpFlow {
         if act.hs.records_overflowed() {
             ctx.stats.record_limit_hits += 1;
         }
-        // Bytes still waiting behind a hole the capture never filled (a
-        // connection finished because it is fully timed may simply have the
-        // rest of a segment in flight).
+        // A direction that ends where the capture cut a segment short
+        // misses bytes no later segment or ACK accounted for (a connection
+        // finished because it is fully timed may simply have the rest of a
+        // segment in flight).
         for (d, r) in reasm.iter().enumerate() {
-            if !timed && r.buffered() > 0 && !r.has_gap() {
+            if !timed && r.cut_short() {
+                ctx.stats.reassembly_gaps += 1;
                 act.notes.push(if d == client_dir {
                     "client_gap"
                 } else {
@@ -537,39 +553,45 @@ impl TcpFlow {
 
 impl Active {
     /// The peer acknowledged bytes of direction `dir` that the capture never
-    /// showed: skip the hole and tell the record layer what was lost.
+    /// showed: skip the hole. The record layer sees the bytes after it
+    /// start past where the last ones ended, and resynchronises.
     fn skip_capture_loss(&mut self, status: &mut Status, dir: usize, ack: u32, ctx: &mut Ctx<'_>) {
         if *status != Status::Tls {
             return;
         }
-        let mut pending = Vec::new();
-        let Some((_, n)) = self.reasm[dir].acked(ack, &mut |c| {
-            pending.push((c.data.to_vec(), c.seq, c.ts, c.ack))
-        }) else {
+        let Active { reasm, up } = self;
+        let Some((_, n)) = reasm[dir].acked(ack, &mut |c| up.route(status, dir, c, ctx)) else {
             return;
         };
         ctx.stats.capture_loss_bytes += n as u64;
-        let up = &mut self.up;
-        up.notes.push(if up.client == Some(dir) {
+        let side = if up.client == Some(dir) {
             "client_capture_loss"
         } else {
             "server_capture_loss"
-        });
-        if up.stream[dir].lost(n).is_err() {
-            ctx.stats.stream_errors += 1;
+        };
+        note(&mut up.notes, side);
+    }
+
+    /// The flow is ending (closed, or finished by the end of the capture,
+    /// the idle timeout or eviction): holes the capture never filled and no
+    /// ACK explained are skipped, so that the handshake is finished from
+    /// what waited behind them. Each is a gap, its bytes capture loss.
+    fn skip_holes(&mut self, status: &mut Status, ctx: &mut Ctx<'_>) {
+        if *status != Status::Tls {
+            return;
         }
-        for (data, seq, ts, ack) in &pending {
-            up.route(
-                status,
-                dir,
-                Chunk {
-                    data,
-                    seq: *seq,
-                    ts: *ts,
-                    ack: *ack,
-                },
-                ctx,
-            );
+        let Active { reasm, up } = self;
+        for (dir, r) in reasm.iter_mut().enumerate() {
+            while let Some((_, n)) = r.skip_hole(&mut |c| up.route(status, dir, c, ctx)) {
+                ctx.stats.reassembly_gaps += 1;
+                ctx.stats.capture_loss_bytes += n as u64;
+                let side = if up.client == Some(dir) {
+                    "client_gap"
+                } else {
+                    "server_gap"
+                };
+                note(&mut up.notes, side);
+            }
         }
     }
 }
@@ -658,6 +680,7 @@ impl Upper {
         } = self;
         let mut ccs_encrypts = false;
         let mem = &mut *ctx.mem;
+        let resyncs = stream[dir].resyncs();
         let res = stream[dir].push(chunk, &mut |ev| {
             let directive = match ev {
                 StreamEvent::Record(r) => hs.on(side, Event::Record(r), mem),
@@ -740,6 +763,15 @@ impl Upper {
             stream[0].ccs_encrypts = true;
             stream[1].ccs_encrypts = true;
         }
+        if stream[dir].resyncs() > resyncs {
+            ctx.stats.stream_resyncs += u64::from(stream[dir].resyncs() - resyncs);
+            let name = if side == Dir::Client {
+                "client_resync"
+            } else {
+                "server_resync"
+            };
+            note(notes, name);
+        }
         if res.is_err() {
             ctx.stats.stream_errors += 1;
             notes.push(if side == Dir::Client {
@@ -748,6 +780,14 @@ impl Upper {
                 "server_stream_error"
             });
         }
+    }
+}
+
+/// Adds a note once: holes and resynchronisations may come by the
+/// thousand on hostile traffic, and the notes are kept until the record.
+fn note(notes: &mut Vec<&'static str>, name: &'static str) {
+    if !notes.contains(&name) {
+        notes.push(name);
     }
 }
 

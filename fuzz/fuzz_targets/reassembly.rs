@@ -8,11 +8,13 @@
 //! flags; 4 bytes of ISN; then operations: op byte (mod 8: 0-4 push a
 //! segment at a 16-bit signed offset from the ISN with an 8-bit length,
 //! 5 push a truncated segment, 6 an ACK at an offset, 7 `restart_at`).
-//! Checks: chunks come out contiguous (ACKed holes aside), hold the
-//! reference stream's bytes, and the buffer stays under its cap.
+//! At the end, holes are skipped until nothing waits (a flow ending).
+//! Checks: chunks come out contiguous, but for holes that are reported
+//! skipped (ACKed, over a cap, given up at the end) with their sizes; they
+//! hold the reference stream's bytes, and the buffer stays under its cap.
 #![no_main]
 
-use analyzer::flow::reassembly::{Reassembler, Segment, DEFAULT_MAX_BUFFERED};
+use analyzer::flow::reassembly::{seq_diff, Reassembler, Segment, DEFAULT_MAX_BUFFERED};
 use libfuzzer_sys::fuzz_target;
 use tlsrum_fuzz::Input;
 
@@ -78,7 +80,33 @@ fuzz_target!(|data: &[u8]| {
                     ts,
                     ack: Some(isn),
                 };
-                r.push(seg, truncated, &mut |c| check(&mut expect, c.seq, c.data));
+                // Where the stream stood: holes skipped start there.
+                let from = expect.or(r.next_seq());
+                let mut chunks = Vec::new();
+                let out = r.push(seg, truncated, &mut |c| {
+                    chunks.push((c.seq, c.data.to_vec()))
+                });
+                let mut skipped = 0i64;
+                let mut at = from;
+                for (seq, d) in chunks {
+                    if let Some(a) = at {
+                        let jump = seq_diff(seq, a);
+                        assert!(jump >= 0, "a chunk went back");
+                        skipped += jump;
+                    }
+                    at = Some(seq.wrapping_add(d.len() as u32));
+                    expect = Some(seq);
+                    check(&mut expect, seq, &d);
+                }
+                assert_eq!(
+                    skipped as usize, out.skipped_bytes,
+                    "skipped bytes misreported"
+                );
+                assert_eq!(
+                    out.skipped_holes == 0,
+                    out.skipped_bytes == 0,
+                    "a skipped hole has bytes"
+                );
             }
             6 => {
                 let mut chunks = Vec::new();
@@ -114,5 +142,24 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(next, e, "next_seq disagrees with what was delivered");
         }
     }
-    let _ = r.has_gap();
+    // The flow ends: every hole is given up, everything waiting delivered.
+    loop {
+        let mut chunks = Vec::new();
+        let Some((from, n)) = r.skip_hole(&mut |c| chunks.push((c.seq, c.data.to_vec()))) else {
+            break;
+        };
+        if let Some(e) = expect {
+            assert_eq!(from, e, "hole does not start where the stream stopped");
+        }
+        assert!(
+            n > 0 && !chunks.is_empty(),
+            "a skipped hole delivers what waited"
+        );
+        expect = Some(from.wrapping_add(n as u32));
+        for (seq, d) in chunks {
+            check(&mut expect, seq, &d);
+        }
+    }
+    assert_eq!(r.buffered(), 0, "bytes left waiting");
+    let _ = r.cut_short();
 });

@@ -1,8 +1,14 @@
 //! In-order delivery of one TCP direction's bytes, despite reordering,
 //! retransmission and overlap (after smoltcp's `Assembler`: bounded holes).
-//! Out-of-order segments wait in a small buffer with a byte cap; when the
-//! cap is hit, or a segment arrives cut short by the capture, the stream has
-//! a gap that TLS cannot resynchronise across, and the caller is told.
+//! Out-of-order segments wait in a small buffer with caps on bytes and
+//! segments. A hole the capture never fills is skipped -- when the peer
+//! acknowledges past it ([`Reassembler::acked`]), when waiting behind it
+//! would break a cap (the push says so), or when the caller gives up on it
+//! ([`Reassembler::skip_hole`], at the end of a flow) -- and the bytes after
+//! it are delivered: a chunk that does not continue the previous one tells
+//! the layer above (the TLS record layer resynchronises) what was lost. A
+//! segment cut short by the capture (snap length) delivers the bytes it has:
+//! the rest is such a hole.
 
 use std::collections::VecDeque;
 
@@ -41,6 +47,8 @@ struct Pending {
     ack: Option<u32>,
     /// Arrival order among the waiting segments.
     arrival: u64,
+    /// The capture cut the segment short: bytes after `data` are missing.
+    cut: bool,
 }
 
 /// What one push did, for the counters.
@@ -50,9 +58,12 @@ pub struct PushOutcome {
     pub duplicate_bytes: usize,
     /// The segment was held for later.
     pub queued: bool,
-    /// The stream now has a hole it will never fill.
-    pub gap: bool,
-    /// ... because [`MAX_PENDING_SEGMENTS`] were waiting already.
+    /// Holes given up on because waiting behind them would break a cap
+    /// (bytes or segments): the stream went on after them.
+    pub skipped_holes: u32,
+    /// The bytes of those holes, lost to the capture.
+    pub skipped_bytes: usize,
+    /// A hole was given up on because [`MAX_PENDING_SEGMENTS`] were waiting.
     pub hole_limit: bool,
     /// Sequence number of the first byte of this push that arrived again
     /// with other contents than the copy already delivered (within the
@@ -85,7 +96,9 @@ pub struct Reassembler {
     pending: VecDeque<Pending>,
     buffered: usize,
     max_buffered: usize,
-    gap: bool,
+    /// The last bytes delivered were a segment cut short by the capture:
+    /// bytes after `next` are missing, until more arrive or a hole is skipped.
+    cut: bool,
     delivered: bool,
     /// Segments queued so far (their arrival order).
     arrivals: u64,
@@ -111,7 +124,7 @@ impl Reassembler {
             pending: VecDeque::new(),
             buffered: 0,
             max_buffered,
-            gap: false,
+            cut: false,
             delivered: false,
             arrivals: 0,
         }
@@ -137,15 +150,23 @@ impl Reassembler {
         self.next
     }
 
-    pub fn has_gap(&self) -> bool {
-        self.gap
+    /// The stream ends, for now, where the capture cut a segment short.
+    pub fn cut_short(&self) -> bool {
+        self.cut
+    }
+
+    /// Segments waiting behind a hole.
+    pub fn waiting(&self) -> usize {
+        self.pending.len()
     }
 
     pub fn buffered(&self) -> usize {
         self.buffered
     }
 
-    /// Adds a segment; calls `out` with every run of bytes that became contiguous.
+    /// Adds a segment; calls `out` with every run of bytes that became
+    /// contiguous. `truncated`: the capture cut the segment short, so bytes
+    /// after its `data` are missing.
     pub fn push(
         &mut self,
         seg: Segment<'_>,
@@ -153,18 +174,12 @@ impl Reassembler {
         out: &mut dyn FnMut(Chunk<'_>),
     ) -> PushOutcome {
         let mut outcome = PushOutcome::default();
-        if self.gap || seg.data.is_empty() {
+        if seg.data.is_empty() {
             return outcome;
         }
-        let next = *self.next.get_or_insert(seg.seq);
-        let d = seq_diff(seg.seq, next);
+        let mut next = *self.next.get_or_insert(seg.seq);
+        let mut d = seq_diff(seg.seq, next);
         if d > 0 {
-            if truncated {
-                // A cut-short segment cannot be buffered faithfully.
-                self.gap = true;
-                outcome.gap = true;
-                return outcome;
-            }
             if self
                 .pending
                 .iter()
@@ -174,15 +189,31 @@ impl Reassembler {
                 outcome.duplicate_bytes = seg.data.len();
                 return outcome;
             }
-            let too_many = self.pending.len() >= MAX_PENDING_SEGMENTS;
-            if too_many || self.buffered + seg.data.len() > self.max_buffered {
-                self.gap = true;
-                outcome.gap = true;
-                outcome.hole_limit = too_many;
-                self.pending = VecDeque::new();
-                self.buffered = 0;
-                return outcome;
+            // Waiting for the hole to fill must not break the caps: give up
+            // on holes, first one first, until the segment fits or is next.
+            while d > 0
+                && (self.pending.len() >= MAX_PENDING_SEGMENTS
+                    || self.buffered + seg.data.len() > self.max_buffered)
+            {
+                outcome.hole_limit |= self.pending.len() >= MAX_PENDING_SEGMENTS;
+                let lost = match self.skip_first_hole(out, &mut outcome) {
+                    Some((_, n)) => n,
+                    None => {
+                        // Nothing waits, and the segment alone is over the
+                        // cap: the hole is the one before it.
+                        self.next = Some(seg.seq);
+                        self.delivered = true;
+                        self.cut = false;
+                        d as usize
+                    }
+                };
+                outcome.skipped_holes += 1;
+                outcome.skipped_bytes += lost;
+                next = self.next.unwrap_or(seg.seq);
+                d = seq_diff(seg.seq, next);
             }
+        }
+        if d > 0 {
             self.buffered += seg.data.len();
             // After those that start before or with it: sequence order,
             // then arrival order.
@@ -198,6 +229,7 @@ impl Reassembler {
                     ts: seg.ts,
                     ack: seg.ack,
                     arrival: self.arrivals,
+                    cut: truncated,
                 },
             );
             outcome.queued = true;
@@ -208,10 +240,10 @@ impl Reassembler {
             outcome.conflict = self.differs(seg.seq, &seg.data[..skip.min(seg.data.len())]);
         }
         if skip >= seg.data.len() {
-            outcome.duplicate_bytes = seg.data.len();
+            outcome.duplicate_bytes += seg.data.len();
             return outcome;
         }
-        outcome.duplicate_bytes = skip;
+        outcome.duplicate_bytes += skip;
         let fresh = &seg.data[skip..];
         self.deliver(
             Chunk {
@@ -220,15 +252,35 @@ impl Reassembler {
                 ts: seg.ts,
                 ack: seg.ack,
             },
+            truncated,
             out,
         );
-        if truncated {
-            self.gap = true;
-            outcome.gap = true;
-            return outcome;
-        }
         self.drain(out, &mut outcome);
         outcome
+    }
+
+    /// Gives up on the hole in front of the first waiting segment (the
+    /// capture will not fill it: the flow is ending) and delivers what can
+    /// be delivered after it. Returns `(first lost seq, lost bytes)`, or
+    /// None if nothing waits.
+    pub fn skip_hole(&mut self, out: &mut dyn FnMut(Chunk<'_>)) -> Option<(u32, usize)> {
+        self.skip_first_hole(out, &mut PushOutcome::default())
+    }
+
+    fn skip_first_hole(
+        &mut self,
+        out: &mut dyn FnMut(Chunk<'_>),
+        outcome: &mut PushOutcome,
+    ) -> Option<(u32, usize)> {
+        let next = self.next?;
+        let first = self.pending.front()?.seq;
+        // Waiting segments all start after `next` (drain took the others).
+        let n = seq_diff(first, next).max(0) as usize;
+        self.next = Some(first);
+        self.delivered = true;
+        self.cut = false;
+        self.drain(out, outcome);
+        Some((next, n))
     }
 
     /// The peer acknowledged `ack`: bytes before it that were never seen were
@@ -243,7 +295,7 @@ impl Reassembler {
             lost = 0;
         }
         // Only holes of plausible size; a wild ACK is not evidence.
-        if self.gap || lost <= 0 || lost > self.max_buffered as i64 * 4 {
+        if lost <= 0 || lost > self.max_buffered as i64 * 4 {
             return None;
         }
         // The hole ends at the ACK or at the first queued byte, whichever is first.
@@ -259,6 +311,7 @@ impl Reassembler {
         // The stream has moved past those bytes: a later SYN or SYN-ACK
         // must not restart it (fuzz regression restart-after-acked-hole).
         self.delivered = true;
+        self.cut = false;
         let mut outcome = PushOutcome::default();
         self.drain(out, &mut outcome);
         Some((next, n))
@@ -294,19 +347,22 @@ impl Reassembler {
                     ts: p.ts,
                     ack: p.ack,
                 },
+                p.cut,
                 out,
             );
         }
     }
 
-    /// Hands over in-order bytes, keeping the stream's first ones.
-    fn deliver(&mut self, c: Chunk<'_>, out: &mut dyn FnMut(Chunk<'_>)) {
+    /// Hands over in-order bytes, keeping the stream's first ones. `cut`:
+    /// they end where the capture cut their segment short.
+    fn deliver(&mut self, c: Chunk<'_>, cut: bool, out: &mut dyn FnMut(Chunk<'_>)) {
         self.first.get_or_insert(c.seq);
         if self.keep {
             let at = *self.kept_at.get_or_insert(c.seq);
             self.keep_bytes(at, c.seq, c.data);
         }
         self.delivered = true;
+        self.cut = cut;
         self.next = Some(c.seq.wrapping_add(c.data.len() as u32));
         out(c);
     }
@@ -388,7 +444,7 @@ impl Reassembler {
 mod tests {
     use super::*;
 
-    fn run(segs: &[(u32, &[u8])], start: u32) -> (Vec<u8>, bool) {
+    fn run(segs: &[(u32, &[u8])], start: u32) -> (Vec<u8>, usize) {
         let mut r = Reassembler::new(1024);
         r.start_at(start);
         let mut got = Vec::new();
@@ -404,7 +460,7 @@ mod tests {
                 &mut |c| got.extend_from_slice(c.data),
             );
         }
-        (got, r.has_gap())
+        (got, r.waiting())
     }
 
     #[test]
@@ -556,33 +612,90 @@ mod tests {
         let mut got = Vec::new();
         for i in 0..MAX_PENDING_SEGMENTS as u32 {
             let out = push(&mut r, 2 + 2 * i, b"x", &mut got);
-            assert!(out.queued && !out.gap, "segment {i}");
+            assert!(out.queued && out.skipped_holes == 0, "segment {i}");
         }
         assert_eq!(
             push(&mut r, 2, b"x", &mut got).duplicate_bytes,
             1,
             "a copy of a waiting segment is not queued"
         );
+        // One more: the first hole is given up on, its byte lost, and the
+        // byte waiting behind it delivered.
         let out = push(&mut r, 1001, b"x", &mut got);
-        assert!(out.gap && out.hole_limit && r.has_gap());
-        assert_eq!(r.buffered(), 0);
+        assert!(out.hole_limit && out.queued);
+        assert_eq!((out.skipped_holes, out.skipped_bytes), (1, 2));
+        assert_eq!(got, b"x");
+        assert_eq!(r.next_seq(), Some(3));
+        assert_eq!(r.waiting(), MAX_PENDING_SEGMENTS);
     }
 
     #[test]
-    fn buffer_cap_makes_a_gap() {
+    fn over_the_byte_cap_the_first_holes_are_skipped() {
         let mut r = Reassembler::new(4);
         r.start_at(0);
+        let mut got = Vec::new();
+        assert!(push(&mut r, 2, b"cd", &mut got).queued);
+        assert!(push(&mut r, 6, b"gh", &mut got).queued);
+        // 2 more bytes would make 6 waiting: the hole at 0..2 goes, "cd"
+        // comes out, and the segment waits behind the hole at 4..6.
+        let out = push(&mut r, 9, b"jk", &mut got);
+        assert_eq!((out.skipped_holes, out.skipped_bytes), (1, 2));
+        assert!(out.queued && !out.hole_limit);
+        assert_eq!(got, b"cd");
+        assert_eq!(r.buffered(), 4);
+        // A segment alone over the cap: every hole before it goes.
+        let mut chunks = Vec::new();
         let out = r.push(
             Segment {
-                seq: 10,
-                data: b"abcdef",
+                seq: 20,
+                data: b"uvwxyz",
                 ts: 0.0,
                 ack: None,
             },
             false,
-            &mut |_| {},
+            &mut |c| chunks.push((c.seq, c.data.to_vec())),
         );
-        assert!(out.gap && r.has_gap());
+        assert_eq!((out.skipped_holes, out.skipped_bytes), (3, 2 + 1 + 9));
+        assert_eq!(
+            chunks,
+            [
+                (6, b"gh".to_vec()),
+                (9, b"jk".to_vec()),
+                (20, b"uvwxyz".to_vec())
+            ]
+        );
         assert_eq!(r.buffered(), 0);
+    }
+
+    #[test]
+    fn a_cut_segment_delivers_what_it_has_and_leaves_a_hole() {
+        let mut r = Reassembler::new(1024);
+        r.start_at(0);
+        let mut got = Vec::new();
+        let seg = |seq, data| Segment {
+            seq,
+            data,
+            ts: 0.0,
+            ack: None,
+        };
+        r.push(seg(0, b"abc"), true, &mut |c| got.extend_from_slice(c.data));
+        assert!(r.cut_short());
+        // The segment was 6 bytes long: the next one waits behind the hole.
+        assert!(r.push(seg(6, b"ghi"), false, &mut |_| {}).queued);
+        assert_eq!(
+            r.acked(9, &mut |c| got.extend_from_slice(c.data)),
+            Some((3, 3))
+        );
+        assert_eq!(got, b"abcghi");
+        assert!(!r.cut_short());
+        // Cut and out of order: queued, then skipped to at the end.
+        r.push(seg(12, b"m"), true, &mut |_| {});
+        assert_eq!(
+            r.skip_hole(&mut |c| got.extend_from_slice(c.data)),
+            Some((9, 3))
+        );
+        assert!(r.cut_short());
+        assert_eq!(r.skip_hole(&mut |_| {}), None, "nothing waits");
+        assert_eq!(got, b"abcghim");
     }
 }

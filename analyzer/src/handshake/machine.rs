@@ -721,6 +721,9 @@ impl Handshake {
                 self.state = State::ClientCcs12
             }
             (State::ClientCcs12, Dir::Server) | (State::ServerCcsResumed12, Dir::Client) => {
+                if dir == Dir::Server && self.false_start {
+                    self.false_start = self.client_data_before(rec.ts);
+                }
                 self.complete(rec.ts, Some(rec))
             }
             (State::ClientHello, Dir::Client) if self.server_hello.is_none() => {
@@ -728,6 +731,16 @@ impl Handshake {
             }
             _ => {}
         }
+    }
+
+    /// Did the client send application data before `ts`, as captured? The
+    /// server's bytes that waited behind a hole the capture never filled
+    /// (skipped when the flow ended, `tcp.rs`) reach the machine after
+    /// client records captured later: those were no False Start.
+    fn client_data_before(&self, ts: f64) -> bool {
+        self.records[Dir::Client as usize]
+            .iter()
+            .any(|r| r.content_type == ct::APPLICATION_DATA && r.ts <= ts)
     }
 
     fn accept_client_hello(&mut self, ch: ClientHello, ts: f64, mem: &mut dyn TraceMemory) {

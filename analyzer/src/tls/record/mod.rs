@@ -2,11 +2,22 @@
 //! in-order stream bytes into record headers and plaintext handshake
 //! messages (RFC 8446 §5, RFC 5246 §6.2), buffering at most one record and
 //! one handshake message.
+//!
+//! Bytes the capture lost (a chunk that does not continue the previous one,
+//! or [`RecordStream::lost`]) are survived: inside one record's payload
+//! that record is dropped; otherwise the framing is unknown and the stream
+//! *resynchronises*: it discards bytes until a chunk starts with a
+//! plausible record header (see [`RecordStream::resyncs`]) and parses
+//! records from there. Handshake messages are trusted again from the first
+//! handshake record whose payload is whole messages, end to end.
+
+mod resync;
 
 use super::codec::{InvalidMessage, Reader};
 use super::enums::content_type;
 pub use crate::flow::reassembly::Chunk;
 use crate::memory::HeapSize;
+use resync::{header_fits, whole_messages};
 
 pub use crate::caps::MAX_RECORD_PAYLOAD;
 /// Default cap on one handshake message (certificate chains are the big ones).
@@ -69,8 +80,6 @@ pub enum StreamError {
     BadRecordHeader,
     #[error("record longer than 2^14+2048")]
     RecordTooLong,
-    #[error("bytes lost across a record boundary")]
-    Gap,
     #[error("malformed handshake message: {0}")]
     BadMessage(InvalidMessage),
 }
@@ -101,8 +110,24 @@ pub struct RecordStream {
     hs_buf: Vec<u8>,
     /// Bytes of an oversized handshake message still to drop.
     hs_skip: usize,
-    /// Handshake bytes were lost: message boundaries are unknown from here.
+    /// Handshake bytes were lost: message boundaries are unknown until a
+    /// handshake record holds whole messages end to end.
     hs_lost: bool,
+    /// Sequence number one past the last byte this stream was given.
+    next_seq: Option<u32>,
+    /// The record framing was lost: bytes are discarded until a chunk
+    /// starts with a plausible record header.
+    hunting: bool,
+    /// The record found by the latest resynchronisation, until the header
+    /// after it confirms it (none was in the same chunk): its sequence
+    /// number and version. A bad header there means the match was chance,
+    /// and hunting goes on instead of failing the stream.
+    unconfirmed: Option<(u32, [u8; 2])>,
+    /// Times the stream resynchronised.
+    resyncs: u32,
+    /// Version field of the latest record header, and records read.
+    version: Option<[u8; 2]>,
+    records: u32,
     /// After this side's ChangeCipherSpec in TLS <= 1.2, handshake and
     /// alert records are encrypted.
     pub encrypted: bool,
@@ -142,6 +167,21 @@ impl RecordStream {
         self.failed
     }
 
+    /// Times the stream found its framing again after lost bytes: a chunk
+    /// started with a plausible record header (content type 20..=24,
+    /// version 3.x with x <= 4 -- the direction's own version once it has
+    /// read more than its first record --, a length within the cap, and a
+    /// ChangeCipherSpec 1 byte long), followed in the same chunk by the end
+    /// of the chunk or another such header of the same version.
+    pub fn resyncs(&self) -> u32 {
+        self.resyncs
+    }
+
+    /// Is the stream discarding bytes until it finds a record header?
+    pub fn hunting(&self) -> bool {
+        self.hunting
+    }
+
     /// Bytes held in buffers (for the per-flow memory cap).
     pub fn buffered(&self) -> usize {
         self.buf.capacity() + self.hs_buf.capacity()
@@ -155,6 +195,10 @@ impl RecordStream {
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
         if self.failed {
+            return Ok(());
+        }
+        self.follow(chunk.seq, chunk.data.len());
+        if self.hunting && !self.resync_at(chunk.seq, chunk.data) {
             return Ok(());
         }
         let mut data = chunk.data;
@@ -193,6 +237,15 @@ impl RecordStream {
             self.started = true;
             let ctype = self.buf[0];
             let len = u16::from_be_bytes([self.buf[3], self.buf[4]]) as usize;
+            if let Some((_, version)) = self.unconfirmed.filter(|&(at, _)| at != start) {
+                // The header after a resynchronised record: if it is not
+                // one, that record was a chance match.
+                if !header_fits(&self.buf, Some(version)) {
+                    self.hunt();
+                    return Ok(());
+                }
+                self.unconfirmed = None;
+            }
             if !(content_type::CHANGE_CIPHER_SPEC..=content_type::HEARTBEAT).contains(&ctype)
                 || self.buf[1] != 3
             {
@@ -200,6 +253,10 @@ impl RecordStream {
             }
             if len > MAX_RECORD_PAYLOAD {
                 return self.fail(StreamError::RecordTooLong);
+            }
+            if !self.announced {
+                self.version = Some([self.buf[1], self.buf[2]]);
+                self.records = self.records.saturating_add(1);
             }
             let record = RecordInfo {
                 ts,
@@ -343,7 +400,14 @@ impl RecordStream {
         sink: &mut dyn FnMut(StreamEvent<'_>),
     ) -> Result<(), StreamError> {
         if self.hs_lost {
-            return Ok(());
+            // Message boundaries were lost with bytes of an earlier record:
+            // this record may begin inside a message. Only one that is
+            // whole messages end to end is trusted (and ends on a boundary,
+            // so the next record starts on one).
+            if !whole_messages(payload) {
+                return Ok(());
+            }
+            self.hs_lost = false;
         }
         while !payload.is_empty() {
             if self.hs_skip > 0 {
@@ -459,38 +523,6 @@ impl RecordStream {
         need
     }
 
-    /// `n` bytes of the stream were lost by the capture. A loss inside one
-    /// record's payload is survivable: that record is dropped (and, if it
-    /// carried handshake bytes, message parsing stops for this direction);
-    /// a loss across a record boundary loses the framing for good.
-    pub fn lost(&mut self, n: usize) -> Result<(), StreamError> {
-        if self.failed || n == 0 {
-            return Ok(());
-        }
-        if self.skip > 0 {
-            if n <= self.skip {
-                self.skip -= n;
-                return Ok(());
-            }
-            return self.fail(StreamError::Gap);
-        }
-        if self.buf.len() >= 5 && !self.sslv2 {
-            let len = u16::from_be_bytes([self.buf[3], self.buf[4]]) as usize;
-            let remaining = (5 + len).saturating_sub(self.buf.len());
-            if n <= remaining {
-                if self.buf[0] == content_type::HANDSHAKE {
-                    self.hs_lost = true;
-                }
-                self.skip = remaining - n;
-                self.buf.clear();
-                self.current = None;
-                self.announced = false;
-                return Ok(());
-            }
-        }
-        self.fail(StreamError::Gap)
-    }
-
     fn fail(&mut self, err: StreamError) -> Result<(), StreamError> {
         self.failed = true;
         self.buf = Vec::new();
@@ -500,162 +532,4 @@ impl RecordStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn collect(stream: &mut RecordStream, pieces: &[&[u8]]) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut seq = 1000u32;
-        for (i, p) in pieces.iter().enumerate() {
-            let chunk = Chunk {
-                data: p,
-                seq,
-                ts: i as f64,
-                ack: Some(7),
-            };
-            seq = seq.wrapping_add(p.len() as u32);
-            stream
-                .push(chunk, &mut |ev| {
-                    out.push(match ev {
-                        StreamEvent::Record(r) => {
-                            format!("rec {} {} @{} seq{}", r.content_type, r.len, r.ts, r.seq)
-                        }
-                        StreamEvent::Handshake { msg_type, body, .. } => {
-                            format!("hs {} {:?}", msg_type, body.map(|b| b.len()))
-                        }
-                        StreamEvent::Alert {
-                            level, description, ..
-                        } => format!("alert {level} {description}"),
-                        StreamEvent::Sslv2 { msg_type, .. } => format!("v2 {msg_type}"),
-                        StreamEvent::Encrypted { payload, .. } => format!("enc {}", payload.len()),
-                    })
-                })
-                .unwrap();
-        }
-        out
-    }
-
-    /// Two handshake messages in one record, the second one continued in a
-    /// second record, the whole thing cut at every byte.
-    #[test]
-    fn messages_across_records_split_anywhere() {
-        let mut wire = vec![22, 3, 3, 0, 11, 1, 0, 0, 2, 0xaa, 0xbb, 2, 0, 0, 5, 0xcc];
-        wire.extend([22, 3, 3, 0, 4, 0xdd, 0xee, 0xff, 0x11]);
-        wire.extend([23, 3, 3, 0, 3, 1, 2, 3]);
-        let whole = collect(&mut RecordStream::new(1024), &[&wire]);
-        assert_eq!(
-            whole,
-            [
-                "rec 22 11 @0 seq1000",
-                "hs 1 Some(2)",
-                "rec 22 4 @0 seq1016",
-                "hs 2 Some(5)",
-                "rec 23 3 @0 seq1025"
-            ]
-        );
-        for cut in 1..wire.len() {
-            let got = collect(&mut RecordStream::new(1024), &[&wire[..cut], &wire[cut..]]);
-            let plain: Vec<String> = got
-                .iter()
-                .map(|s| s.split(" @").next().unwrap().to_string())
-                .collect();
-            let want: Vec<String> = whole
-                .iter()
-                .map(|s| s.split(" @").next().unwrap().to_string())
-                .collect();
-            assert_eq!(plain, want, "cut at {cut}");
-        }
-    }
-
-    #[test]
-    fn capture_keeps_one_encrypted_record_whole() {
-        let mut s = RecordStream::new(1024);
-        s.capture_encrypted = true;
-        let wire = [23u8, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 9, 9];
-        let got = collect(&mut s, &[&wire[..6], &wire[6..]]);
-        assert_eq!(got, ["rec 23 3 @0 seq1000", "enc 3", "rec 23 2 @1 seq1008"]);
-    }
-
-    #[test]
-    fn record_time_is_first_byte_time() {
-        let wire = [22u8, 3, 1, 0, 4, 1, 0, 0, 0];
-        let got = collect(&mut RecordStream::new(1024), &[&wire[..3], &wire[3..]]);
-        assert_eq!(got[0], "rec 22 4 @0 seq1000");
-    }
-
-    #[test]
-    fn oversized_message_is_reported_without_body() {
-        let wire = [22u8, 3, 3, 0, 8, 11, 0, 0, 4, 1, 2, 3, 4];
-        let got = collect(&mut RecordStream::new(2), &[&wire]);
-        assert_eq!(got[1], "hs 11 None");
-    }
-
-    #[test]
-    fn garbage_is_an_error_not_a_panic() {
-        let mut s = RecordStream::new(1024);
-        let chunk = Chunk {
-            data: b"GET / HTTP/1.1\r\n",
-            seq: 0,
-            ts: 0.0,
-            ack: None,
-        };
-        assert_eq!(
-            s.push(chunk, &mut |_| {}),
-            Err(StreamError::BadRecordHeader)
-        );
-        assert!(s.failed());
-    }
-
-    #[test]
-    fn loss_inside_a_record_resynchronises_at_the_next() {
-        let mut s = RecordStream::new(1024);
-        let mut events = 0;
-        let first = [22u8, 3, 3, 0, 6, 1, 0];
-        s.push(
-            Chunk {
-                data: &first,
-                seq: 0,
-                ts: 0.0,
-                ack: None,
-            },
-            &mut |_| events += 1,
-        )
-        .unwrap();
-        assert!(s.lost(3).is_ok());
-        let rest = [9u8, 20, 3, 3, 0, 1, 1];
-        let mut types = Vec::new();
-        s.push(
-            Chunk {
-                data: &rest,
-                seq: 10,
-                ts: 0.0,
-                ack: None,
-            },
-            &mut |e| {
-                if let StreamEvent::Record(r) = e {
-                    types.push(r.content_type)
-                }
-            },
-        )
-        .unwrap();
-        assert_eq!(types, [20]);
-        assert_eq!(
-            s.lost(1),
-            Err(StreamError::Gap),
-            "a loss at a record boundary is fatal"
-        );
-    }
-
-    #[test]
-    fn encrypted_after_ccs_in_tls12() {
-        let mut s = RecordStream::new(1024);
-        s.ccs_encrypts = true;
-        let wire = [20u8, 3, 3, 0, 1, 1, 22, 3, 3, 0, 3, 9, 9, 9];
-        let got = collect(&mut s, &[&wire]);
-        assert_eq!(
-            got.len(),
-            2,
-            "no handshake message parsed from the encrypted Finished: {got:?}"
-        );
-    }
-}
+mod tests;
