@@ -195,6 +195,37 @@ impl Conn {
     }
 }
 
+impl Active {
+    /// A connection's handshake state, keyed from the Initial `l`'s
+    /// Destination Connection ID, as its client's first Initial makes it.
+    fn new(l: &LongPacket<'_>, hs: Handshake, ts: f64) -> Self {
+        Active {
+            version: l.version,
+            keys: InitialKeys::new(l.version, l.dcid),
+            keys_cid: Cid::new(l.dcid),
+            retry_cids: Vec::new(),
+            pre_retry: None,
+            largest_pn: [None; 2],
+            crypto: [CryptoStream::default(), CryptoStream::default()],
+            hs,
+            retry: false,
+            start: ts,
+            last_client_initial: None,
+            server_initial: None,
+            rtt: None,
+            zero_rtt_packets: 0,
+            close: None,
+            handshake_bytes: [0; 2],
+            decrypt_failures: 0,
+            handshake_level: None,
+            notes: Vec::new(),
+            server_seen: false,
+            client_seen: true,
+            keys_unknown: false,
+        }
+    }
+}
+
 impl HeapSize for Active {
     fn heap_size(&self) -> usize {
         let level = self.handshake_level.as_ref().map_or(0, |l| {
@@ -751,30 +782,7 @@ impl QuicTracker {
         if vn.is_some() {
             hs.on(Dir::Server, Event::VersionNegotiation, &mut NoMemory);
         }
-        let mut act = Box::new(Active {
-            version: l.version,
-            keys: InitialKeys::new(l.version, l.dcid),
-            keys_cid: Cid::new(l.dcid),
-            retry_cids: Vec::new(),
-            pre_retry: None,
-            largest_pn: [None; 2],
-            crypto: [CryptoStream::default(), CryptoStream::default()],
-            hs,
-            retry: false,
-            start: ts,
-            last_client_initial: None,
-            server_initial: None,
-            rtt: None,
-            zero_rtt_packets: 0,
-            close: None,
-            handshake_bytes: [0; 2],
-            decrypt_failures: 0,
-            handshake_level: None,
-            notes: Vec::new(),
-            server_seen: false,
-            client_seen: true,
-            keys_unknown: false,
-        });
+        let mut act = Box::new(Active::new(&l, hs, ts));
         if !open_initial(&mut act, Side::Client, ts, &l, &mut self.scratch, stats) {
             let h = match self.hints.get_mut(&key) {
                 Some(h) => h,
@@ -802,8 +810,6 @@ impl QuicTracker {
         if let Some(note) = l.version.note() {
             act.notes.push(note);
         }
-        let id = self.next_id;
-        self.next_id += 1;
         let mut conn = Conn {
             client: src,
             server: dst,
@@ -818,19 +824,7 @@ impl QuicTracker {
         if !l.scid.is_empty() {
             conn.cids.push((Cid::new(l.scid), Side::Client));
         }
-        for (cid, _) in &conn.cids {
-            self.by_cid.insert(*cid, id);
-        }
-        self.by_tuple.insert(key, id);
-        conn.charged = conn.footprint();
-        self.bytes += conn.charged;
-        if let Some((old_id, old)) = self.conns.push(id, conn) {
-            if old_id != id {
-                stats.evicted += 1;
-                self.emit(old_id, old, Finish::Evicted, stats);
-            }
-        }
-        Some(id)
+        Some(self.register(key, conn, stats))
     }
 
     /// The capture shows the client only: an Initial on the tuple of a
@@ -901,38 +895,19 @@ impl QuicTracker {
         }
         self.hints.pop(&key);
         let mut act = Box::new(Active {
-            version: l.version,
-            keys: InitialKeys::new(l.version, l.dcid),
-            keys_cid: Cid::new(l.dcid),
-            retry_cids: Vec::new(),
-            pre_retry: None,
-            largest_pn: [None; 2],
-            crypto: [CryptoStream::default(), CryptoStream::default()],
-            hs: Handshake::new(Transport::Quic),
-            retry: false,
-            start: ts,
-            last_client_initial: None,
-            server_initial: None,
-            rtt: None,
-            zero_rtt_packets: 0,
-            close: None,
             handshake_bytes: [0, l.bytes.len() as u64],
-            decrypt_failures: 0,
-            handshake_level: None,
             notes: vec!["initial_keys_unknown"],
             server_seen: true,
             client_seen: false,
             keys_unknown: true,
+            ..Active::new(l, Handshake::new(Transport::Quic), ts)
         });
-        act.notes.shrink_to_fit();
         if hint.retry {
             // Its Initials are keyed from the Retry's Source Connection ID
             // then, which the capture holds; not followed yet.
             act.retry = true;
             act.hs.on(Dir::Server, Event::Retry, &mut NoMemory);
         }
-        let id = self.next_id;
-        self.next_id += 1;
         let mut conn = Conn {
             client: dst,
             server: src,
@@ -949,6 +924,14 @@ impl QuicTracker {
         if !l.scid.is_empty() {
             conn.cids.push((Cid::new(l.scid), Side::Server));
         }
+        Some(self.register(key, conn, stats))
+    }
+
+    /// Adds a new connection: its IDs and tuple to the indexes, its bytes
+    /// to the budget; the least recent one makes room. Returns its id.
+    fn register(&mut self, key: FlowKey, mut conn: Conn, stats: &mut QuicStats) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
         for (cid, _) in &conn.cids {
             self.by_cid.insert(*cid, id);
         }
@@ -961,7 +944,7 @@ impl QuicTracker {
                 self.emit(old_id, old, Finish::Evicted, stats);
             }
         }
-        Some(id)
+        id
     }
 
     /// A short-header packet on a tuple whose latest connection is `id`.
