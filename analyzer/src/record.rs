@@ -110,6 +110,18 @@ timing_fields! {
     round_trips: Count,
     /// What a resumed handshake would have saved.
     avoidable: Ms,
+    /// TCP handshake's end (the client's ACK of the SYN-ACK) -> the
+    /// ClientHello: time the client spent before it started (curl 7.87's
+    /// CA-store load). Null for QUIC.
+    client_hello_delay: Ms,
+    /// The server's own time between receiving a client flight and sending
+    /// its answer, summed over the handshake (the observer's round trip to
+    /// the server taken out).
+    server_think: Ms,
+    /// The client's own time between receiving a server flight and sending
+    /// its next one, summed up to the handshake's end (the observer's round
+    /// trip to the client taken out).
+    client_think: Ms,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

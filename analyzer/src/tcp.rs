@@ -8,7 +8,7 @@ use crate::counters::Stats;
 use crate::flow::reassembly::{Chunk, Reassembler, Segment};
 use crate::flow::table::{Endpoint, FlowKey, Footprint};
 use crate::handshake::{
-    Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView,
+    Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView, Vantage,
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
 use crate::proxy_protocol;
@@ -40,6 +40,19 @@ impl TcpHandshake {
         match (self.syn, self.syn_ack, self.ack) {
             (Some(syn), Some(_), Some(ack)) if ack >= syn => Some(ack - syn),
             _ => None,
+        }
+    }
+}
+
+impl TcpHandshake {
+    /// The observer's round trips to each side and when the client's ACK
+    /// ended the handshake.
+    pub fn vantage(&self) -> Vantage {
+        let gap = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a).filter(|d| *d >= 0.0);
+        Vantage {
+            to_server: gap(self.syn, self.syn_ack),
+            to_client: gap(self.syn_ack, self.ack),
+            connected: self.ack,
         }
     }
 }
@@ -543,6 +556,7 @@ impl TcpFlow {
                 Some(Dir::Server) => self.tcp.syn.zip(self.tcp.ack).map(|(s, a)| a - s),
                 _ => self.tcp.rtt(),
             },
+            vantage: self.tcp.vantage(),
             bytes: act.hs.record_bytes(),
             notes: act.notes,
             proxied_client: act.proxied[client_dir],

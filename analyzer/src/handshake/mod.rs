@@ -23,7 +23,7 @@ mod timing;
 pub use event::{Close, Dir, Directive, Event, Space};
 pub use machine::{leaf_names, Handshake, NoMemory, State, TraceMemory};
 pub use record_builder::{Finish, TransportView};
-pub use timing::ms;
+pub use timing::{ms, Vantage};
 
 #[cfg(test)]
 mod tests;

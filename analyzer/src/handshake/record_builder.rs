@@ -4,6 +4,7 @@
 
 use super::event::Dir;
 use super::machine::Handshake;
+use super::timing::Vantage;
 use crate::flow::table::Endpoint;
 use crate::record::{endpoint, ConnectionRecord, HandshakeBytes, Transport};
 
@@ -30,6 +31,8 @@ pub struct TransportView {
     pub server: Endpoint,
     /// TCP's three-way handshake, QUIC's Initial exchange (seconds).
     pub rtt: Option<f64>,
+    /// Where the observer sits on the path (TCP's three-way handshake).
+    pub vantage: Vantage,
     pub bytes: HandshakeBytes,
     /// What limited the transport's view (gaps, losses, decryption).
     pub notes: Vec<&'static str>,
@@ -91,7 +94,7 @@ impl Handshake {
             early_data: shows_client.then(|| self.early_data()),
             hrr: self.hrr,
             retry: self.retry,
-            timing: self.timing(view.rtt),
+            timing: self.timing(view.rtt, view.vantage),
             bytes: view.bytes,
             certs: self.certs.clone(),
             failure: self.failure.clone(),

@@ -140,6 +140,64 @@ fn tls12_false_start_is_one_round_trip() {
     assert_eq!(hs.round_trips(), Some(1));
 }
 
+/// Issue 14: a full TLS 1.2 handshake seen from the middle of the path
+/// (30 ms round trip to the server, 20 to the client) whose server thought
+/// 4 ms then 2 ms and whose client thought 10 ms then 1 ms: the split
+/// recovers each side's time and the identity holds exactly.
+#[test]
+fn think_times_from_a_middle_vantage() {
+    let (to_server, to_client) = (0.030, 0.020);
+    let mut hs = Handshake::new(Transport::Tcp);
+    let (c, s) = (Dir::Client, Dir::Server);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+    record(&mut hs, c, ch);
+    message(&mut hs, c, ht::CLIENT_HELLO, &client_hello12(), ch);
+    let t1 = to_server + 0.004;
+    let sh = rec(t1, ct::HANDSHAKE, 5000, 42, ch.end);
+    record(&mut hs, s, sh);
+    message(&mut hs, s, ht::SERVER_HELLO, &server_hello12(), sh);
+    message(&mut hs, s, ht::SERVER_HELLO_DONE, &[], sh);
+    let t2 = t1 + to_client + 0.010;
+    let cke = rec(t2, ct::HANDSHAKE, ch.end, 37, sh.end);
+    let ccs = rec(t2, ct::CHANGE_CIPHER_SPEC, cke.end, 1, sh.end);
+    // A record the client wrote without waiting stays in its flight.
+    let fin = rec(t2 + 0.0001, ct::HANDSHAKE, ccs.end, 40, sh.end);
+    for r in [cke, ccs, fin] {
+        record(&mut hs, c, r);
+    }
+    let t3 = fin.ts + to_server + 0.002;
+    let sccs = rec(t3, ct::CHANGE_CIPHER_SPEC, sh.end, 1, fin.end);
+    let sfin = rec(t3, ct::HANDSHAKE, sccs.end, 40, fin.end);
+    record(&mut hs, s, sccs);
+    record(&mut hs, s, sfin);
+    let t4 = t3 + to_client + 0.001;
+    record(&mut hs, c, rec(t4, ct::APPLICATION_DATA, fin.end, 80, sfin.end));
+    let v = Vantage {
+        to_server: Some(to_server),
+        to_client: Some(to_client),
+        connected: Some(-0.0005),
+    };
+    let t = hs.timing(Some(to_server + to_client), v);
+    assert_eq!(t.round_trips, Some(2));
+    assert_eq!(t.server_think, Some(6.0));
+    assert_eq!(t.client_think, Some(11.1));
+    assert_eq!(t.client_hello_delay, Some(0.5));
+    let sum = 2.0 * t.tcp_rtt.unwrap() + 6.0 + 11.1;
+    assert!((t.handshake.unwrap() - sum).abs() < 1e-9, "{t:?}");
+    // Seen from the server (everything shifted; the round trip is all on
+    // the client's side) the split is the same.
+    let at_server = Vantage {
+        to_server: Some(0.0),
+        to_client: Some(to_server + to_client),
+        connected: None,
+    };
+    let t = hs.timing(None, at_server);
+    assert_eq!((t.server_think, t.client_hello_delay), (Some(66.0), None));
+    // Without the three-way handshake the split is unknown, not guessed.
+    let t = hs.timing(None, Vantage::default());
+    assert_eq!((t.server_think, t.client_think), (None, None));
+}
+
 /// A TLS 1.3 PSK resumption whose client sent early data (AES_256_GCM:
 /// EndOfEarlyData 21 bytes, Finished 69), as openssl s_client sends it to
 /// nginx with ssl_early_data on. `client_tail` is the client's records
@@ -213,7 +271,7 @@ fn accepted_early_data_was_attempted_despite_end_of_early_data() {
 #[test]
 fn zero_rtt_ttfb_was_null() {
     let hs = resumed13_early(&[(21, false), (69, true)]);
-    let t = hs.timing(None);
+    let t = hs.timing(None, Vantage::default());
     assert_eq!(t.ttfb, Some(100.2));
     assert_eq!(t.handshake, Some(200.1));
 }

@@ -14,6 +14,30 @@ pub fn ms(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e3
 }
 
+/// Where the observer sits on the path, from TCP's three-way handshake
+/// (seconds at the observer). At the client `to_server` is the whole round
+/// trip and `to_client` about zero, at the server the reverse, in the
+/// middle each is the round trip to that side (DESIGN.md "RTT from any
+/// vantage point"). Think times are observed gaps minus these.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Vantage {
+    /// SYN -> SYN-ACK.
+    pub to_server: Option<f64>,
+    /// SYN-ACK -> the client's ACK of it.
+    pub to_client: Option<f64>,
+    /// The client's ACK of the SYN-ACK: the TCP handshake's end.
+    pub connected: Option<f64>,
+}
+
+/// What each side spent thinking (seconds), and how many round trips of
+/// the handshake the split covered.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Think {
+    server: f64,
+    client: f64,
+    rounds: u8,
+}
+
 fn acked(rec: &RecordInfo, seq: u32) -> bool {
     rec.ack.is_some_and(|ack| Seq(ack) >= Seq(seq))
 }
@@ -139,15 +163,129 @@ impl Handshake {
         }
     }
 
+    /// Splits a TLS-over-TCP handshake into round trips and each side's
+    /// think time, from the record logs' timestamps and acknowledgement
+    /// numbers alone (any vantage point, no decryption).
+    ///
+    /// The client's records up to the handshake's end fall into flights: a
+    /// record starts a new flight when its sender had by then received a
+    /// server record sent in answer to the current flight (one whose ACK
+    /// covers the flight's first record). Each such turn is a round trip:
+    /// the server thought from the last client record its answer had seen
+    /// to the last answer record the client had received when it answered
+    /// in turn, minus the observer's round trip to the server; the client
+    /// thought from there to the end of its next flight (the handshake's
+    /// end for the last), minus the observer's round trip to the client.
+    /// Causality by ACK rather than by alternation keeps records a side
+    /// wrote without waiting (0-RTT data, a compatibility-mode
+    /// ChangeCipherSpec, False Start data) in the flight they belong to.
+    /// Terms within noise of zero are clamped at zero.
+    fn think_tcp(&self, v: Vantage) -> Option<Think> {
+        let (to_server, to_client) = (v.to_server?, v.to_client?);
+        if self.missing.is_some() || self.transport != Transport::Tcp {
+            return None;
+        }
+        let end = self.handshake_end()?;
+        let [client, server] = &self.records;
+        let mut sent: Vec<RecordInfo> = client
+            .iter()
+            .skip_while(|r| r.content_type != ct::HANDSHAKE)
+            .take_while(|r| r.ts <= end)
+            .copied()
+            .collect();
+        // Full TLS 1.2 ending with the client's ACK of the server's
+        // Finished (no data of its own): that ACK is the last reaction.
+        if sent.last().is_none_or(|r| r.ts < end) {
+            let fin = self.server_finished_end?;
+            let at = sent.last()?.end;
+            sent.push(RecordInfo {
+                ts: end,
+                content_type: 0,
+                minor: 0,
+                len: 0,
+                seq: at,
+                end: at,
+                ack: Some(fin),
+            });
+        }
+        let answers = |first: &RecordInfo, s: &RecordInfo| acked(s, first.end);
+        let mut think = Think::default();
+        let mut flight = (0usize, 0usize);
+        // The last server record of the previous answer, once the client
+        // answered it: the client's think time runs from there.
+        let mut answered_at: Option<f64> = None;
+        for i in 1..sent.len() {
+            let (r, first) = (&sent[i], &sent[flight.0]);
+            let got = server
+                .iter()
+                .filter(|s| answers(first, s) && acked(r, s.end) && s.ts <= r.ts)
+                .last();
+            let Some(got) = got else {
+                flight.1 = i;
+                continue;
+            };
+            let began = server.iter().find(|s| answers(first, s))?;
+            let heard = sent[flight.0..=flight.1]
+                .iter()
+                .filter(|c| began.ack.is_some_and(|a| Seq(a) >= Seq(c.end)))
+                .last()?;
+            if let Some(at) = answered_at {
+                think.client += (sent[flight.1].ts - at - to_client).max(0.0);
+            }
+            think.server += (got.ts - heard.ts - to_server).max(0.0);
+            think.rounds = think.rounds.saturating_add(1);
+            answered_at = Some(got.ts);
+            flight = (i, i);
+        }
+        think.client += (end - answered_at? - to_client).max(0.0);
+        Some(think)
+    }
+
+    /// QUIC: the server's think time on the client's Initial. The gap from
+    /// the client Initial it answers to its first Initial (`rtt`, the QUIC
+    /// RTT sample) less the observer's round trip to the server, which the
+    /// server's prompt answer to the client's first 1-RTT packet (its
+    /// HANDSHAKE_DONE and ACKs: nothing to compute) gives. The client's
+    /// think time has no such counterpart: clients acknowledge the server's
+    /// Initial together with their Finished, after verifying the
+    /// certificate, so no packet shows the round trip to the client alone.
+    fn think_quic(&self, rtt: Option<f64>) -> Option<f64> {
+        if self.transport != Transport::Quic || self.missing.is_some() {
+            return None;
+        }
+        let to_server = self.server_data? - self.completed_at?;
+        Some((rtt? - to_server).max(0.0))
+    }
+
+    /// Round trips the `handshake` field spans: `round_trips`, except that
+    /// TLS 1.3 with early data (accepted or of unknown outcome) still waits
+    /// one for the client's Finished.
+    fn spanned_round_trips(&self) -> Option<u8> {
+        if self.is_tls13() && self.state == State::Complete && self.early_data() != EarlyData::None {
+            let extra = u8::from(self.hrr) + u8::from(self.retry) + u8::from(self.version_negotiation);
+            return Some(1 + extra);
+        }
+        self.round_trips()
+    }
+
     /// The record's timing; `rtt` is the transport's round trip (seconds):
     /// TCP's three-way handshake, QUIC's Initial exchange.
-    pub fn timing(&self, rtt: Option<f64>) -> Timing {
+    pub fn timing(&self, rtt: Option<f64>, vantage: Vantage) -> Timing {
         let since_start = |t: Option<f64>| match (self.started, t) {
             (Some(s), Some(t)) if t >= s => Some(ms(t - s)),
             _ => None,
         };
         // The server's direction alone shows no client times.
         let shows_client = self.missing != Some(Dir::Client);
+        // A split whose turns disagree with the classification's round
+        // trips (a capture hole, an unusual stack) is not reported.
+        let think = self
+            .think_tcp(vantage)
+            .filter(|t| Some(t.rounds) == self.spanned_round_trips());
+        let client_hello_delay = match (self.transport, vantage.connected, self.started) {
+            (Transport::Tcp, Some(c), Some(s)) if shows_client => Some(ms((s - c).max(0.0))),
+            _ => None,
+        };
         Timing {
             tcp_rtt: rtt.map(ms),
             handshake: since_start(self.handshake_end()).filter(|_| shows_client),
@@ -157,6 +295,9 @@ impl Handshake {
                 .avoidable_round_trips()
                 .zip(rtt)
                 .map(|(n, rtt)| ms(f64::from(n) * rtt)),
+            client_hello_delay,
+            server_think: think.map(|t| t.server).or_else(|| self.think_quic(rtt)).map(ms),
+            client_think: think.map(|t| ms(t.client)),
         }
     }
 

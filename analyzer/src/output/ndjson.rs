@@ -268,6 +268,9 @@ mod tests {
                 ttfb: Some(1e-7 * n as f64),
                 round_trips: (!n.is_multiple_of(3)).then_some((n % 4) as u8),
                 avoidable: (n.is_multiple_of(4)).then_some(100.0),
+                client_hello_delay: (n % 3 != 1).then_some(0.001 * n as f64),
+                server_think: (n % 4 != 1).then_some(2.5),
+                client_think: (n % 6 != 1).then_some(1e3 / (n as f64 + 1.0)),
             },
             bytes: HandshakeBytes {
                 client_handshake: (n % 5 != 4).then_some(n as u64 * 517),

@@ -1349,6 +1349,7 @@ fn build_record(
         client: conn.client,
         server: conn.server,
         rtt: act.rtt,
+        vantage: Default::default(),
         bytes: HandshakeBytes {
             client_handshake: act
                 .client_seen
