@@ -53,6 +53,7 @@ impl TcpHandshake {
             to_server: gap(self.syn, self.syn_ack),
             to_client: gap(self.syn_ack, self.ack),
             connected: self.ack,
+            retransmission: None,
         }
     }
 }
@@ -165,6 +166,8 @@ struct Upper {
     server_secret: Option<Vec<u8>>,
     /// The original client a PROXY protocol header named, per direction.
     proxied: [Option<Endpoint>; 2],
+    /// When bytes first came again (either direction): a retransmission.
+    first_retransmission: Option<f64>,
 }
 
 /// One TCP flow. Until its first payload byte it is only this struct (a
@@ -276,6 +279,7 @@ impl TcpFlow {
                     notes: Vec::new(),
                     server_secret: None,
                     proxied: [None; 2],
+                    first_retransmission: None,
                 },
             })
         }
@@ -436,6 +440,9 @@ impl TcpFlow {
         // its own buffer): each is routed right away.
         let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
+        if out.duplicate_bytes > 0 {
+            up.first_retransmission.get_or_insert(ts);
+        }
         let client_side =
             up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
         if out.skipped_holes > 0 {
@@ -556,7 +563,10 @@ impl TcpFlow {
                 Some(Dir::Server) => self.tcp.syn.zip(self.tcp.ack).map(|(s, a)| a - s),
                 _ => self.tcp.rtt(),
             },
-            vantage: self.tcp.vantage(),
+            vantage: Vantage {
+                retransmission: act.first_retransmission,
+                ..self.tcp.vantage()
+            },
             bytes: act.hs.record_bytes(),
             notes: act.notes,
             proxied_client: act.proxied[client_dir],

@@ -176,6 +176,7 @@ fn think_times_from_a_middle_vantage() {
         to_server: Some(to_server),
         to_client: Some(to_client),
         connected: Some(-0.0005),
+        retransmission: None,
     };
     let t = hs.timing(Some(to_server + to_client), v);
     assert_eq!(t.round_trips, Some(2));
@@ -190,9 +191,22 @@ fn think_times_from_a_middle_vantage() {
         to_server: Some(0.0),
         to_client: Some(to_server + to_client),
         connected: None,
+        retransmission: None,
     };
     let t = hs.timing(None, at_server);
     assert_eq!((t.server_think, t.client_hello_delay), (Some(66.0), None));
+    // A retransmission before the handshake's end hides who waited.
+    let lost = Vantage {
+        retransmission: Some(0.001),
+        ..v
+    };
+    let t = hs.timing(None, lost);
+    assert_eq!((t.server_think, t.client_think), (None, None));
+    let late = Vantage {
+        retransmission: Some(t4 + 0.001),
+        ..v
+    };
+    assert_eq!(hs.timing(None, late).server_think, Some(6.0));
     // Without the three-way handshake the split is unknown, not guessed.
     let t = hs.timing(None, Vantage::default());
     assert_eq!((t.server_think, t.client_think), (None, None));

@@ -27,6 +27,10 @@ pub struct Vantage {
     pub to_client: Option<f64>,
     /// The client's ACK of the SYN-ACK: the TCP handshake's end.
     pub connected: Option<f64>,
+    /// When the connection first retransmitted bytes (either side). Before
+    /// the handshake's end it hides who waited (the copy the peer answered
+    /// is unknown, as in Karn's algorithm): no split then.
+    pub retransmission: Option<f64>,
 }
 
 /// What each side spent thinking (seconds), and how many round trips of
@@ -186,6 +190,9 @@ impl Handshake {
             return None;
         }
         let end = self.handshake_end()?;
+        if v.retransmission.is_some_and(|t| t <= end) {
+            return None;
+        }
         let [client, server] = &self.records;
         let mut sent: Vec<RecordInfo> = client
             .iter()
