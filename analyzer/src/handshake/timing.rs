@@ -225,8 +225,8 @@ impl Handshake {
             let (r, first) = (&sent[i], &sent[flight.0]);
             let got = server
                 .iter()
-                .filter(|s| answers(first, s) && acked(r, s.end) && s.ts <= r.ts)
-                .last();
+                .rev()
+                .find(|s| answers(first, s) && acked(r, s.end) && s.ts <= r.ts);
             let Some(got) = got else {
                 flight.1 = i;
                 continue;
@@ -234,8 +234,8 @@ impl Handshake {
             let began = server.iter().find(|s| answers(first, s))?;
             let heard = sent[flight.0..=flight.1]
                 .iter()
-                .filter(|c| began.ack.is_some_and(|a| Seq(a) >= Seq(c.end)))
-                .last()?;
+                .rev()
+                .find(|c| began.ack.is_some_and(|a| Seq(a) >= Seq(c.end)))?;
             if let Some(at) = answered_at {
                 think.client += (sent[flight.1].ts - at - to_client).max(0.0);
             }
@@ -268,8 +268,10 @@ impl Handshake {
     /// TLS 1.3 with early data (accepted or of unknown outcome) still waits
     /// one for the client's Finished.
     fn spanned_round_trips(&self) -> Option<u8> {
-        if self.is_tls13() && self.state == State::Complete && self.early_data() != EarlyData::None {
-            let extra = u8::from(self.hrr) + u8::from(self.retry) + u8::from(self.version_negotiation);
+        if self.is_tls13() && self.state == State::Complete && self.early_data() != EarlyData::None
+        {
+            let extra =
+                u8::from(self.hrr) + u8::from(self.retry) + u8::from(self.version_negotiation);
             return Some(1 + extra);
         }
         self.round_trips()
@@ -303,7 +305,10 @@ impl Handshake {
                 .zip(rtt)
                 .map(|(n, rtt)| ms(f64::from(n) * rtt)),
             client_hello_delay,
-            server_think: think.map(|t| t.server).or_else(|| self.think_quic(rtt)).map(ms),
+            server_think: think
+                .map(|t| t.server)
+                .or_else(|| self.think_quic(rtt))
+                .map(ms),
             client_think: think.map(|t| ms(t.client)),
         }
     }
