@@ -48,7 +48,8 @@ impl TcpHandshake {
     /// The observer's round trips to each side and when the client's ACK
     /// ended the handshake.
     pub fn vantage(&self) -> Vantage {
-        let gap = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a).filter(|d| *d >= 0.0);
+        let gap =
+            |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a).filter(|d| *d >= 0.0);
         Vantage {
             to_server: gap(self.syn, self.syn_ack),
             to_client: gap(self.syn_ack, self.ack),

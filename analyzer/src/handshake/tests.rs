@@ -171,7 +171,11 @@ fn think_times_from_a_middle_vantage() {
     record(&mut hs, s, sccs);
     record(&mut hs, s, sfin);
     let t4 = t3 + to_client + 0.001;
-    record(&mut hs, c, rec(t4, ct::APPLICATION_DATA, fin.end, 80, sfin.end));
+    record(
+        &mut hs,
+        c,
+        rec(t4, ct::APPLICATION_DATA, fin.end, 80, sfin.end),
+    );
     let v = Vantage {
         to_server: Some(to_server),
         to_client: Some(to_client),

@@ -261,8 +261,10 @@ impl Handshake {
     /// TLS 1.3 with early data (accepted or of unknown outcome) still waits
     /// one for the client's Finished.
     fn spanned_round_trips(&self) -> Option<u8> {
-        if self.is_tls13() && self.state == State::Complete && self.early_data() != EarlyData::None {
-            let extra = u8::from(self.hrr) + u8::from(self.retry) + u8::from(self.version_negotiation);
+        if self.is_tls13() && self.state == State::Complete && self.early_data() != EarlyData::None
+        {
+            let extra =
+                u8::from(self.hrr) + u8::from(self.retry) + u8::from(self.version_negotiation);
             return Some(1 + extra);
         }
         self.round_trips()
@@ -296,7 +298,10 @@ impl Handshake {
                 .zip(rtt)
                 .map(|(n, rtt)| ms(f64::from(n) * rtt)),
             client_hello_delay,
-            server_think: think.map(|t| t.server).or_else(|| self.think_quic(rtt)).map(ms),
+            server_think: think
+                .map(|t| t.server)
+                .or_else(|| self.think_quic(rtt))
+                .map(ms),
             client_think: think.map(|t| ms(t.client)),
         }
     }
