@@ -287,7 +287,8 @@ h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
 th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
 .chart{max-width:100%;height:auto;background:#fff}.label{font-size:11px;fill:#444}.value{font-size:11px;fill:#222}
-.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.note{color:#666;font-size:12px}";
+.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.note{color:#666;font-size:12px}
+#summary{font-size:12px}#summary td,#summary th{padding:3px 5px}.scroll{overflow-x:auto}";
 
 /// Renders the whole report.
 pub fn render(summary: &Summary, title: &str, top: usize) -> String {
@@ -315,12 +316,12 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
         t.avoidable_ms
     );
 
-    h.push_str("<h2>Summary by server name</h2><table id=\"summary\"><thead><tr><th>server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>ClientHello delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th></tr></thead><tbody>");
+    h.push_str("<h2>Summary by server name</h2><div class=\"scroll\"><table id=\"summary\"><thead><tr><th>server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>CH delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th></tr></thead><tbody>");
     for (n, a) in &rows {
         h.push_str(&summary_row(n, a));
     }
     h.push_str(&summary_row("TOTAL", t));
-    h.push_str("</tbody></table><p class=\"note\">Times in ms (medians from ~1%-precision histograms). Declined: full handshakes whose client offered resumption. ClientHello delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
+    h.push_str("</tbody></table></div><p class=\"note\">Times in ms (medians from ~1%-precision histograms). Declined: full handshakes whose client offered resumption. CH delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
 
     h.push_str("<h2>Handshakes and resumption by server name</h2>");
     let kinds: Vec<(String, Vec<f64>)> = rows
