@@ -29,6 +29,10 @@ const LABELS = {
   tls_handshake_round_trips: ['server_name', 'transport'],
   tls_tcp_rtt_seconds: ['transport', 'server_name'],
   tls_avoidable_handshake_seconds_total: ['transport', 'server_name'],
+  tls_client_hello_delay_seconds: ['server_name', 'transport'],
+  tls_server_think_seconds: ['server_name', 'transport'],
+  tls_client_think_seconds: ['server_name', 'transport'],
+  tls_handshake_network_seconds: ['server_name', 'transport'],
 };
 
 /** `metric{instance=~"$instance", <variable filters>, <extra>}` */
@@ -555,19 +559,30 @@ const resumption = dashboard({
 
 // ---- the handshake cost dashboard ----
 
-const quantiles = (metric, by) =>
-  [0.5, 0.9, 0.99].map((q) =>
+const quantiles = (metric, by, qs = [0.5, 0.9, 0.99]) =>
+  qs.map((q) =>
     target(`histogram_quantile(${q}, sum by (${by}, le) (${rate(metric, '', '_bucket')}))`, `p${Math.round(q * 100)} {{${by}}}`),
   );
 const mean = (metric, by) =>
   target(`sum by (${by}) (${rate(metric, '', '_sum')})\n/\nsum by (${by}) (${rate(metric, '', '_count')})`, `mean {{${by}}}`);
+
+// Mean seconds per handshake of one part of the split, over the handshakes
+// whose split is known: tls_handshake_network_seconds and
+// tls_client_think_seconds hold exactly those (TLS over TCP with its
+// three-way handshake in view), and so does tls_server_think_seconds on
+// TCP; its QUIC series (no client think time there) stay out, or the three
+// parts would not describe the same handshakes. Means, not quantiles: means
+// add up, so the stack's height is the mean handshake time of those
+// handshakes.
+const splitMean = (metric, extra = '') =>
+  `sum(${rate(metric, extra, '_sum')})\n/\nsum(${rate(metric, extra, '_count')})`;
 
 const cost = dashboard({
   uid: 'tlsrum-handshake-cost',
   title: 'tlsrum / Handshake cost',
   otherTitle: 'tlsrum',
   description:
-    'What TLS handshakes cost real users: duration, time to first byte, round trips, TCP round-trip time and the time resumption would have saved.',
+    'What TLS handshakes cost real users: duration, time to first byte, where the time goes (network, server, client), ClientHello delay, round trips, TCP round-trip time and the time resumption would have saved.',
   panels: [
     [row('Handshake duration')],
     [
@@ -593,6 +608,29 @@ const cost = dashboard({
         'Time to first byte p50 / p90 / p99 by kind',
         'ClientHello to the server\'s first application data.',
         [...quantiles('tls_time_to_first_byte_seconds', 'kind'), mean('tls_time_to_first_byte_seconds', 'kind')],
+        { unit: 's' },
+      ),
+      12,
+    ],
+    [row('Where the time goes')],
+    [
+      timeseries(
+        'Where the time goes',
+        'Mean handshake time split into network (round trips x TCP RTT: the handshake time less both think times), the server\'s own processing and the client\'s own processing, stacked: the stack\'s height is the mean handshake time. Over TLS-over-TCP handshakes whose split is known (three-way handshake in view); QUIC shows no client think time and is left out.',
+        [
+          target(splitMean('tls_handshake_network_seconds'), 'network'),
+          target(splitMean('tls_server_think_seconds', 'transport="tcp"'), 'server'),
+          target(splitMean('tls_client_think_seconds'), 'client'),
+        ],
+        { unit: 's', stack: true, overrides: outcomeColours([['network', 'blue'], ['server', 'orange'], ['client', 'purple']]) },
+      ),
+      12,
+    ],
+    [
+      timeseries(
+        'ClientHello delay p50 / p95 by server name',
+        'TCP handshake\'s end (the client\'s ACK) to its ClientHello: time the client spent before starting TLS (loading a CA store, resolving a proxy). TLS over TCP only. Quantiles from the histogram buckets (0.5 ms to 5 s).',
+        quantiles('tls_client_hello_delay_seconds', 'server_name', [0.5, 0.95]),
         { unit: 's' },
       ),
       12,

@@ -80,6 +80,32 @@ impl Histogram {
     }
 }
 
+/// Where a kind's handshake time went, over the handshakes whose split is
+/// known ([`crate::record::Timing::network`]): one population for all
+/// three, so that their medians describe the same handshakes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Split {
+    pub network_ms: Histogram,
+    pub server_ms: Histogram,
+    pub client_ms: Histogram,
+}
+
+impl Split {
+    fn add(&mut self, t: &crate::record::Timing) {
+        if let (Some(n), Some(s), Some(c)) = (t.network(), t.server_think, t.client_think) {
+            self.network_ms.add(n);
+            self.server_ms.add(s);
+            self.client_ms.add(c);
+        }
+    }
+
+    fn merge(&mut self, o: &Split) {
+        self.network_ms.merge(&o.network_ms);
+        self.server_ms.merge(&o.server_ms);
+        self.client_ms.merge(&o.client_ms);
+    }
+}
+
 /// Counts for one server name (or the total).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Aggregate {
@@ -110,6 +136,12 @@ pub struct Aggregate {
     /// Connections by handshake round trips: 0, 1, 2, 3, 4+.
     pub round_trips: [u64; 5],
     pub avoidable_ms: f64,
+    /// Every record's value where it has one (QUIC has server think only).
+    pub client_hello_delay_ms: Histogram,
+    pub server_think_ms: Histogram,
+    pub client_think_ms: Histogram,
+    pub split_full: Split,
+    pub split_resumed: Split,
 }
 
 impl Aggregate {
@@ -161,6 +193,21 @@ impl Aggregate {
             self.round_trips[(n as usize).min(4)] += 1;
         }
         self.avoidable_ms += r.timing.avoidable.unwrap_or(0.0);
+        let t = &r.timing;
+        for (h, v) in [
+            (&mut self.client_hello_delay_ms, t.client_hello_delay),
+            (&mut self.server_think_ms, t.server_think),
+            (&mut self.client_think_ms, t.client_think),
+        ] {
+            if let Some(ms) = v {
+                h.add(ms);
+            }
+        }
+        match r.handshake {
+            Some(HandshakeKind::Full) => self.split_full.add(t),
+            Some(HandshakeKind::Resumed) => self.split_resumed.add(t),
+            _ => {}
+        }
     }
 
     pub fn resumed(&self) -> u64 {
@@ -198,6 +245,11 @@ impl Aggregate {
             *a += b;
         }
         self.avoidable_ms += o.avoidable_ms;
+        self.client_hello_delay_ms.merge(&o.client_hello_delay_ms);
+        self.server_think_ms.merge(&o.server_think_ms);
+        self.client_think_ms.merge(&o.client_think_ms);
+        self.split_full.merge(&o.split_full);
+        self.split_resumed.merge(&o.split_resumed);
     }
 }
 

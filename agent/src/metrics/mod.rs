@@ -54,6 +54,10 @@ pub struct Metrics {
     tcp_rtt_seconds: Family<NameTransportLabels, Histogram>,
     round_trips: Family<KindLabels, Histogram>,
     avoidable_seconds: Family<NameTransportLabels, Counter<f64, AtomicU64>>,
+    client_hello_delay_seconds: Family<NameTransportLabels, Histogram>,
+    server_think_seconds: Family<NameTransportLabels, Histogram>,
+    client_think_seconds: Family<NameTransportLabels, Histogram>,
+    network_seconds: Family<NameTransportLabels, Histogram>,
     // agent health
     records: Counter,
     flows_active: Gauge,
@@ -125,6 +129,37 @@ impl Metrics {
             "Time full handshakes cost beyond a resumed one, where the client offered resumption",
             avoidable_seconds.clone(),
         );
+        // Issue 14: where the handshake time goes. Each family holds the
+        // records that have its field; the network part only those whose
+        // split is complete (Timing::network), the population of
+        // tls_client_think_seconds, so that a view can stack the three.
+        let seconds_by_name = |registry: &mut Registry, name: &str, help: &str| {
+            let family = Family::<NameTransportLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(seconds_buckets())
+            });
+            registry.register(name, help, family.clone());
+            family
+        };
+        let client_hello_delay_seconds = seconds_by_name(
+            &mut registry,
+            "tls_client_hello_delay_seconds",
+            "TCP handshake's end (the client's ACK) to the ClientHello: the client's time before it started TLS",
+        );
+        let server_think_seconds = seconds_by_name(
+            &mut registry,
+            "tls_server_think_seconds",
+            "The server's own processing, summed over the handshake (round trips taken out)",
+        );
+        let client_think_seconds = seconds_by_name(
+            &mut registry,
+            "tls_client_think_seconds",
+            "The client's own processing, summed over the handshake (round trips taken out); TLS over TCP only",
+        );
+        let network_seconds = seconds_by_name(
+            &mut registry,
+            "tls_handshake_network_seconds",
+            "Handshake time less both sides' think time (about round trips x TCP RTT), where both are known",
+        );
         let records = Counter::default();
         registry.register(
             "tlsrum_connection_records",
@@ -156,6 +191,10 @@ impl Metrics {
             tcp_rtt_seconds,
             round_trips,
             avoidable_seconds,
+            client_hello_delay_seconds,
+            server_think_seconds,
+            client_think_seconds,
+            network_seconds,
             records,
             flows_active,
             flow_memory,
@@ -236,6 +275,19 @@ impl Metrics {
         }
         if let Some(ms) = r.timing.avoidable {
             self.avoidable_seconds.get_or_create(&nt).inc_by(ms / 1e3);
+        }
+        for (family, ms) in [
+            (
+                &self.client_hello_delay_seconds,
+                r.timing.client_hello_delay,
+            ),
+            (&self.server_think_seconds, r.timing.server_think),
+            (&self.client_think_seconds, r.timing.client_think),
+            (&self.network_seconds, r.timing.network()),
+        ] {
+            if let Some(ms) = ms {
+                family.get_or_create(&nt).observe(ms / 1e3);
+            }
         }
     }
 
@@ -409,10 +461,9 @@ mod tests {
         }
     }
 
-    /// A capture replayed through the pipeline into the metrics and NDJSON
-    /// at once: both see every record.
-    #[test]
-    fn records_reach_metrics_and_ndjson_through_one_fan_out() {
+    /// (NDJSON lines, /metrics) after replaying a capture through the
+    /// pipeline into the metrics and NDJSON at once.
+    fn replay_into_metrics(capture: &str) -> (Vec<String>, String) {
         use std::io::Write;
         use std::sync::{Arc, Mutex};
 
@@ -434,7 +485,8 @@ mod tests {
         }
 
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../pcaps/openssl-nginx-tls13-0rtt.pcapng");
+            .join("../pcaps")
+            .join(capture);
         let mut source = PcapFile::open(&path, None).unwrap();
         let mut analyzer = analyzer::Analyzer::new(analyzer::Config::default());
         let metrics = Arc::new(Mutex::new(Metrics::new(
@@ -461,9 +513,27 @@ mod tests {
         let lines = String::from_utf8(ndjson.0.lock().unwrap().clone())
             .unwrap()
             .lines()
-            .count();
-        assert!(lines > 1);
+            .map(str::to_string)
+            .collect();
         let text = metrics.lock().unwrap().encode();
+        (lines, text)
+    }
+
+    /// The sum of a metric's samples over every label set.
+    fn total(text: &str, metric: &str) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    }
+
+    /// A capture replayed through the pipeline into the metrics and NDJSON
+    /// at once: both see every record.
+    #[test]
+    fn records_reach_metrics_and_ndjson_through_one_fan_out() {
+        let (lines, text) = replay_into_metrics("openssl-nginx-tls13-0rtt.pcapng");
+        let lines = lines.len();
+        assert!(lines > 1);
         assert!(
             text.lines()
                 .any(|l| l == format!("tlsrum_connection_records_total {lines}")),
@@ -485,6 +555,71 @@ mod tests {
                 text.contains(&format!("# TYPE {family} ")),
                 "no {family} in /metrics:\n{text}"
             );
+        }
+    }
+
+    /// Issue 14: each time histogram holds, as count and sum, exactly the
+    /// records that carry its field (the network part: handshake less both
+    /// think times, where all three exist), on TLS over TCP (two think
+    /// times) and QUIC (the server's only).
+    #[test]
+    fn where_the_time_goes_histograms_hold_the_records() {
+        for (capture, transport, splits) in [
+            ("openssl-nginx-tls13-0rtt.pcapng", "tcp", true),
+            ("aioquic-aioquic-quic-full.pcapng", "quic", false),
+        ] {
+            let (lines, text) = replay_into_metrics(capture);
+            let records: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert!(records.len() > 1, "{capture}");
+            let field = |r: &serde_json::Value, f: &str| r["timing"][f].as_f64();
+            let network = |r: &serde_json::Value| {
+                let (hs, s, c) = (
+                    field(r, "handshake")?,
+                    field(r, "server_think")?,
+                    field(r, "client_think")?,
+                );
+                Some(hs - s - c)
+            };
+            for (metric, f) in [
+                ("tls_client_hello_delay_seconds", Some("client_hello_delay")),
+                ("tls_server_think_seconds", Some("server_think")),
+                ("tls_client_think_seconds", Some("client_think")),
+                ("tls_handshake_network_seconds", None),
+            ] {
+                let values: Vec<f64> = records
+                    .iter()
+                    .filter_map(|r| f.map_or_else(|| network(r), |f| field(r, f)))
+                    .collect();
+                let want_count = values.len() as f64;
+                let want_sum = values.iter().sum::<f64>() / 1e3;
+                let count = total(&text, &format!("{metric}_count"));
+                let sum = total(&text, &format!("{metric}_sum"));
+                assert_eq!(count, want_count, "{capture}: {metric}_count\n{text}");
+                assert!(
+                    (sum - want_sum).abs() < 1e-9,
+                    "{capture}: {metric}_sum {sum} vs the records' {want_sum}\n{text}"
+                );
+                let present = match metric {
+                    "tls_server_think_seconds" => true,
+                    _ => splits,
+                };
+                assert_eq!(
+                    count > 0.0,
+                    present,
+                    "{capture}: {metric} observed?\n{text}"
+                );
+                if present {
+                    let line = format!("# TYPE {metric} histogram");
+                    assert!(text.lines().any(|l| l == line), "{capture}: no `{line}`");
+                    assert!(
+                        text.contains(&format!("{metric}_count{{transport=\"{transport}\",")),
+                        "{capture}: {metric} by transport\n{text}"
+                    );
+                }
+            }
         }
     }
 

@@ -225,8 +225,7 @@ impl Handshake {
             let (r, first) = (&sent[i], &sent[flight.0]);
             let got = server
                 .iter()
-                .rev()
-                .find(|s| answers(first, s) && acked(r, s.end) && s.ts <= r.ts);
+                .rfind(|s| answers(first, s) && acked(r, s.end) && s.ts <= r.ts);
             let Some(got) = got else {
                 flight.1 = i;
                 continue;
@@ -234,8 +233,7 @@ impl Handshake {
             let began = server.iter().find(|s| answers(first, s))?;
             let heard = sent[flight.0..=flight.1]
                 .iter()
-                .rev()
-                .find(|c| began.ack.is_some_and(|a| Seq(a) >= Seq(c.end)))?;
+                .rfind(|c| began.ack.is_some_and(|a| Seq(a) >= Seq(c.end)))?;
             if let Some(at) = answered_at {
                 think.client += (sent[flight.1].ts - at - to_client).max(0.0);
             }

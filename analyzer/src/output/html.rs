@@ -1,12 +1,13 @@
 //! `tlsrum replay --html FILE`: one self-contained page (inline CSS and SVG,
 //! no scripts, no fetches) with the summary table, resumption and 0-RTT by
-//! server name, curl-style timing by kind, time distributions, round trips,
+//! server name, curl-style timing by kind, where the handshake time goes
+//! (network, server, client) by kind, time distributions, round trips,
 //! avoidable latency, and the busiest and slowest servers. Every number
 //! carries a `data-metric` attribute so tests can read it back.
 
 use std::fmt::Write;
 
-use crate::aggregate::{Aggregate, Histogram, Summary};
+use crate::aggregate::{Aggregate, Histogram, Split, Summary};
 
 const COLORS: [&str; 6] = [
     "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759", "#bab0ac",
@@ -220,9 +221,65 @@ fn summary_row(name: &str, a: &Aggregate) -> String {
         &ms(a.handshake_resumed_ms.quantile(0.5)),
     ));
     row.push_str(&cell(&k("ttfb_p50_ms"), &ms(a.ttfb_ms.quantile(0.5))));
+    for (m, hist) in [
+        ("client_hello_delay_p50_ms", &a.client_hello_delay_ms),
+        ("server_think_p50_ms", &a.server_think_ms),
+        ("client_think_p50_ms", &a.client_think_ms),
+    ] {
+        row.push_str(&cell(&k(m), &ms(hist.quantile(0.5))));
+    }
     row.push_str(&cell(&k("avoidable_ms"), &format!("{:.1}", a.avoidable_ms)));
     row.push_str("</tr>");
     row
+}
+
+/// Where each kind's handshake time goes: the medians of its network
+/// (round trips × RTT), server and client time, as a stacked bar and as
+/// numbers, over the handshakes whose split is known.
+fn time_split(t: &Aggregate) -> String {
+    let kinds = [("full", &t.split_full), ("resumed", &t.split_resumed)];
+    fn parts(s: &Split) -> [(&'static str, &Histogram); 3] {
+        [
+            ("network", &s.network_ms),
+            ("server", &s.server_ms),
+            ("client", &s.client_ms),
+        ]
+    }
+    let bars: Vec<(String, Vec<f64>)> = kinds
+        .iter()
+        .filter(|(_, s)| s.network_ms.count() > 0)
+        .map(|(kind, s)| {
+            let medians = parts(s).map(|(_, h)| h.quantile(0.5).unwrap_or(0.0));
+            (kind.to_string(), medians.to_vec())
+        })
+        .collect();
+    let mut h = stacked_bars(
+        "time-split",
+        "Where the handshake time goes: median network (round trips × RTT), server and client time by kind (ms)",
+        &["network", "server", "client"],
+        &bars,
+        "ms",
+    );
+    h.push_str("<table id=\"time-split-table\"><thead><tr><th>kind</th><th>handshakes</th><th>network p50</th><th>server p50</th><th>client p50</th></tr></thead><tbody>");
+    for (kind, s) in kinds {
+        let _ = write!(
+            h,
+            "<tr><th>{kind}</th>{}",
+            cell(
+                &format!("split/{kind}/handshakes"),
+                &s.network_ms.count().to_string()
+            )
+        );
+        for (part, hist) in parts(s) {
+            h.push_str(&cell(
+                &format!("split/{kind}/{part}_p50_ms"),
+                &ms(hist.quantile(0.5)),
+            ));
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</tbody></table><p class=\"note\">Over the handshakes whose split is known: TLS over TCP with its three-way handshake in view (QUIC shows no client think time). Network is the handshake time less both think times, about its round trips × the TCP RTT. Each part's median is taken on its own, so the bar need not equal the median handshake.</p>");
+    h
 }
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -230,7 +287,8 @@ h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
 th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
 .chart{max-width:100%;height:auto;background:#fff}.label{font-size:11px;fill:#444}.value{font-size:11px;fill:#222}
-.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.note{color:#666;font-size:12px}";
+.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.note{color:#666;font-size:12px}
+#summary{font-size:12px}#summary td,#summary th{padding:3px 5px}.scroll{overflow-x:auto}";
 
 /// Renders the whole report.
 pub fn render(summary: &Summary, title: &str, top: usize) -> String {
@@ -258,12 +316,12 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
         t.avoidable_ms
     );
 
-    h.push_str("<h2>Summary by server name</h2><table id=\"summary\"><thead><tr><th>server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>avoidable ms</th></tr></thead><tbody>");
+    h.push_str("<h2>Summary by server name</h2><div class=\"scroll\"><table id=\"summary\"><thead><tr><th>server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>CH delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th></tr></thead><tbody>");
     for (n, a) in &rows {
         h.push_str(&summary_row(n, a));
     }
     h.push_str(&summary_row("TOTAL", t));
-    h.push_str("</tbody></table><p class=\"note\">Times in ms (medians from ~1%-precision histograms). Declined: full handshakes whose client offered resumption.</p>");
+    h.push_str("</tbody></table></div><p class=\"note\">Times in ms (medians from ~1%-precision histograms). Declined: full handshakes whose client offered resumption. CH delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
 
     h.push_str("<h2>Handshakes and resumption by server name</h2>");
     let kinds: Vec<(String, Vec<f64>)> = rows
@@ -348,6 +406,7 @@ pub fn render(summary: &Summary, title: &str, top: usize) -> String {
         &waterfall,
         "ms",
     ));
+    h.push_str(&time_split(t));
     h.push_str(&cdf(
         "handshake-cdf",
         "Handshake time, cumulative share of connections",

@@ -43,11 +43,14 @@ fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
         ms(a.handshake_full_ms.quantile(0.5)),
         ms(a.handshake_resumed_ms.quantile(0.5)),
         ms(a.ttfb_ms.quantile(0.5)),
+        ms(a.client_hello_delay_ms.quantile(0.5)),
+        ms(a.server_think_ms.quantile(0.5)),
+        ms(a.client_think_ms.quantile(0.5)),
         format!("{:.1}", a.avoidable_ms),
     ]
 }
 
-const HEAD: [&str; 16] = [
+const HEAD: [&str; 19] = [
     "server_name",
     "transport",
     "conns",
@@ -63,6 +66,9 @@ const HEAD: [&str; 16] = [
     "hs_full_p50",
     "hs_resumed_p50",
     "ttfb_p50",
+    "ch_delay_p50",
+    "srv_think_p50",
+    "cli_think_p50",
     "avoidable_ms",
 ];
 
@@ -119,5 +125,91 @@ pub fn write_table(w: &mut impl Write, s: &Summary, top: usize) -> io::Result<()
             .collect();
         writeln!(w, "{}", cells.join("  ").trim_end())?;
     }
-    writeln!(w, "(handshake and ttfb medians in ms; 0rtt: attempted incl. accepted / accepted / rejected; declined = full handshakes whose client offered resumption)")
+    writeln!(w, "(medians in ms of handshake, ttfb, ch_delay = TCP handshake end to ClientHello, srv_think and cli_think = each side's own time in the handshake; 0rtt: attempted incl. accepted / accepted / rejected; declined = full handshakes whose client offered resumption)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::*;
+
+    fn tcp(sni: &str, kind: HandshakeKind, timing: Timing) -> ConnectionRecord {
+        ConnectionRecord {
+            ts: 0.0,
+            transport: Transport::Tcp,
+            client: "10.0.0.1:40000".into(),
+            server: "10.0.0.2:443".into(),
+            sni: Some(sni.into()),
+            version: Some("TLS1.3"),
+            cipher: None,
+            alpn: Some(vec![]),
+            handshake: Some(kind),
+            offered: Some(vec![]),
+            resumption: (kind == HandshakeKind::Resumed).then_some(Resumption::Psk),
+            early_data: Some(EarlyData::None),
+            hrr: false,
+            retry: false,
+            timing,
+            bytes: HandshakeBytes::default(),
+            certs: None,
+            failure: None,
+            notes: vec![],
+            proxied_client: None,
+        }
+    }
+
+    /// The cells of `name`'s row under each heading.
+    fn rows(text: &str) -> Vec<std::collections::BTreeMap<&str, &str>> {
+        let mut lines = text.lines().filter(|l| !l.starts_with('-'));
+        let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        lines
+            .take_while(|l| !l.starts_with('('))
+            .map(|l| head.iter().copied().zip(l.split_whitespace()).collect())
+            .collect()
+    }
+
+    /// Issue 14: the medians of client_hello_delay, server_think and
+    /// client_think per row, each over the records that have it, and "-"
+    /// where none has.
+    #[test]
+    fn think_time_medians_per_row() {
+        let t = |chd: f64, server: f64, client: Option<f64>| Timing {
+            client_hello_delay: Some(chd),
+            server_think: Some(server),
+            client_think: client,
+            ..Timing::default()
+        };
+        let mut s = Summary::default();
+        for r in [
+            tcp("a.test", HandshakeKind::Full, t(1.0, 40.0, Some(3.0))),
+            tcp("a.test", HandshakeKind::Full, t(2.0, 50.0, Some(4.0))),
+            tcp("a.test", HandshakeKind::Resumed, t(300.0, 60.0, None)),
+            tcp("b.test", HandshakeKind::Full, Timing::default()),
+        ] {
+            s.add(&r);
+        }
+        let mut out = Vec::new();
+        write_table(&mut out, &s, 10).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows = rows(&text);
+        let row = |name: &str| {
+            rows.iter()
+                .find(|r| r["server_name"] == name)
+                .unwrap_or_else(|| panic!("no row {name}:\n{text}"))
+        };
+        // The exact medians 2, 50 and 3, within the histogram's ~1% buckets.
+        let near = |cell: &str, want: f64| {
+            let v: f64 = cell.parse().unwrap_or_else(|_| panic!("{cell:?}:\n{text}"));
+            assert!((v - want).abs() <= want * 0.02, "{v} vs {want}:\n{text}");
+        };
+        let a = row("a.test");
+        near(a["ch_delay_p50"], 2.0);
+        near(a["srv_think_p50"], 50.0);
+        near(a["cli_think_p50"], 3.0);
+        let b = row("b.test");
+        for c in ["ch_delay_p50", "srv_think_p50", "cli_think_p50"] {
+            assert_eq!(b[c], "-", "{c}:\n{text}");
+        }
+        assert!(text.contains("srv_think and cli_think"), "{text}");
+    }
 }
