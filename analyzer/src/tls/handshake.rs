@@ -73,6 +73,9 @@ pub struct ClientHello {
     pub extensions: Vec<u16>,
     pub server_name: Option<String>,
     pub alpn: Vec<String>,
+    /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
+    /// raw bytes ([`alpn_chars`](super::ja4::alpn_chars)); None without one.
+    pub ja4_alpn: Option<[u8; 2]>,
     pub supported_versions: Vec<u16>,
     /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
     pub session_ticket_len: Option<usize>,
@@ -172,6 +175,10 @@ impl ClientHello {
                 let mut list = r.sub16("protocol_name_list")?;
                 while list.any_left() {
                     let p = list.sub8("protocol_name")?.rest();
+                    let grease = matches!(p, &[a, b] if is_grease(u16::from_be_bytes([a, b])));
+                    if self.ja4_alpn.is_none() && !grease {
+                        self.ja4_alpn = Some(super::ja4::alpn_chars(p));
+                    }
                     self.alpn.push(String::from_utf8_lossy(p).into_owned());
                 }
             }
@@ -278,6 +285,8 @@ pub struct ServerHello {
     /// The server included an (empty) SessionTicket extension: it will issue a ticket.
     pub session_ticket_ext: bool,
     pub alpn: Option<String>,
+    /// JA4S's two ALPN characters, from the raw bytes of `alpn`.
+    pub ja4_alpn: Option<[u8; 2]>,
     pub key_share_group: Option<u16>,
 }
 
@@ -329,6 +338,7 @@ impl ServerHello {
                     ext::ALPN => {
                         let mut list = data.sub16("protocol_name_list")?;
                         let p = list.sub8("protocol_name")?.rest();
+                        sh.ja4_alpn = Some(super::ja4::alpn_chars(p));
                         sh.alpn = Some(String::from_utf8_lossy(p).into_owned());
                     }
                     _ => {}
