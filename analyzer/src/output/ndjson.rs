@@ -322,7 +322,7 @@ mod tests {
             ja4: (n % 5 != 4).then(|| "t13d1516h2_8daaf6152771_e5627efa2ab1".into()),
             ja4s: (n % 3 != 1).then(|| "t130200_1301_234ea6891581".into()),
             alpn_negotiated: (n % 4 == 1).then(|| text.to_string()),
-            family: if n % 2 == 0 {
+            family: if n.is_multiple_of(2) {
                 Family::Ipv4
             } else {
                 Family::Ipv6
