@@ -66,7 +66,7 @@ impl Default for Config {
     }
 }
 
-/// Leaf certificates whose names are remembered.
+/// Leaf certificates whose names and validity are remembered.
 const CERT_CACHE: usize = 4096;
 
 /// Ended TCP connections whose tuple and ISN are remembered, so that a
