@@ -442,6 +442,34 @@ mod tests {
         assert_eq!(ch.malformed_extensions, vec![16]);
     }
 
+    /// JA4's ALPN characters come from the raw bytes of the first
+    /// non-GREASE value (GREASE is ignored everywhere in JA4), not from
+    /// the lossy string the record shows.
+    #[test]
+    fn ja4_alpn_from_raw_bytes_skipping_grease() {
+        let with_alpn = |values: &[&[u8]]| {
+            let mut list = Vec::new();
+            for v in values {
+                list.push(v.len() as u8);
+                list.extend(*v);
+            }
+            let mut body = hex(RFC8448_CH);
+            let mut ext = vec![0, 16];
+            ext.extend(((list.len() + 2) as u16).to_be_bytes());
+            ext.extend((list.len() as u16).to_be_bytes());
+            ext.extend(list);
+            let ext_len_at = 2 + 32 + 1 + 2 + 6 + 2;
+            let n = u16::from_be_bytes([body[ext_len_at], body[ext_len_at + 1]]) + ext.len() as u16;
+            body[ext_len_at..ext_len_at + 2].copy_from_slice(&n.to_be_bytes());
+            body.extend(ext);
+            ClientHello::parse(&body).unwrap().ja4_alpn
+        };
+        assert_eq!(with_alpn(&[b"\x1a\x1a", b"h2", b"http/1.1"]), Some(*b"h2"));
+        assert_eq!(with_alpn(&[&[0xba, 0xad], b"http/1.1"]), Some(*b"bd"));
+        assert_eq!(with_alpn(&[b""]), Some(*b"00"));
+        assert_eq!(ClientHello::parse(&hex(RFC8448_CH)).unwrap().ja4_alpn, None);
+    }
+
     #[test]
     fn hello_retry_request_is_recognised() {
         let mut body = vec![3, 3];

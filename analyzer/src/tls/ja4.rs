@@ -4,6 +4,13 @@
 //! (free for internal use and research; see that repository's `License FAQ`
 //! before building a product that sells it).
 //!
+//! GREASE values (RFC 8701) are ignored everywhere, as JA4.md says: in
+//! suites, extensions, supported_versions, signature algorithms, and the
+//! ALPN list (its first non-GREASE value counts). JA4S takes the server's
+//! values as sent. Where FoxIO's tools and JA4.md part (a non-alphanumeric
+//! ALPN byte: the tools of 2024 wrote `9`, JA4.md now takes hex digits),
+//! tlsrum follows JA4.md; `agent/tests/ja4.rs` lists the one capture.
+//!
 //! Computed when the record is built, from what the parsed hellos keep
 //! anyway (suites, extension types in order, signature algorithms,
 //! versions); the only extra per-handshake state is each hello's two ALPN
