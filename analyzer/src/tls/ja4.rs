@@ -8,7 +8,8 @@
 //! suites, extensions, supported_versions, signature algorithms, and the
 //! ALPN list (its first non-GREASE value counts). JA4S takes the server's
 //! values as sent. Where FoxIO's tools and JA4.md part (a non-alphanumeric
-//! ALPN byte: the tools of 2024 wrote `9`, JA4.md now takes hex digits),
+//! ALPN byte: the tools whose outputs the corpus holds write `9` per
+//! non-ASCII character, JA4.md takes hex digits),
 //! tlsrum follows JA4.md; `agent/tests/ja4.rs` lists the one capture.
 //!
 //! Computed when the record is built, from what the parsed hellos keep
