@@ -49,7 +49,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = Config::default().idle_timeout)]
     idle_timeout: f64,
     /// TLS key log (SSLKEYLOGFILE format): lets tlsrum read TLS 1.3
-    /// EncryptedExtensions (TCP and QUIC) and say whether 0-RTT data was accepted.
+    /// EncryptedExtensions (TCP and QUIC) and say whether 0-RTT data was
+    /// accepted and which ALPN protocol the server chose.
     #[arg(long, value_name = "FILE")]
     keylog: Option<PathBuf>,
     /// Also write a self-contained HTML report (charts and tables) to FILE.

@@ -13,7 +13,7 @@ use lru::LruCache;
 use crate::counters::Stats;
 use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
 use crate::flow::table::{Endpoint, FlowKey, FlowTable};
-use crate::handshake::{leaf_names, Finish, TraceMemory};
+use crate::handshake::{leaf_names, Finish, Leaf, TraceMemory};
 use crate::record::ConnectionRecord;
 use crate::tcp::{Ctx, Status, TcpFlow};
 use crate::tls::keylog::KeyLog;
@@ -66,7 +66,7 @@ impl Default for Config {
     }
 }
 
-/// Leaf certificates whose names are remembered.
+/// Leaf certificates whose names and validity are remembered.
 const CERT_CACHE: usize = 4096;
 
 /// Ended TCP connections whose tuple and ISN are remembered, so that a
@@ -78,7 +78,7 @@ const RECENT_CONNECTIONS: usize = 65_536;
 /// IDs servers issued, and the names of leaf certificates already parsed.
 struct IssuedIds {
     ids: LruCache<u64, ()>,
-    certs: LruCache<u64, (Option<String>, Option<String>)>,
+    certs: LruCache<u64, Leaf>,
 }
 
 fn hash(bytes: &[u8]) -> u64 {
@@ -94,7 +94,7 @@ impl TraceMemory for IssuedIds {
     fn issued(&mut self, id: &[u8]) {
         self.ids.put(hash(id), ());
     }
-    fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
+    fn leaf_names(&mut self, der: &[u8]) -> Leaf {
         let h = hash(der);
         if let Some(names) = self.certs.get(&h) {
             return names.clone();

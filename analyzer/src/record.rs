@@ -146,6 +146,42 @@ pub struct HandshakeBytes {
     pub server_handshake: Option<u64>,
 }
 
+/// A UTC instant in whole seconds since the epoch, written as RFC 3339
+/// with a `Z` (`2026-01-31T23:59:59Z`): the form certificates' validity
+/// takes in the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UtcTime(pub i64);
+
+impl std::fmt::Display for UtcTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Days to a civil date (H. Hinnant, "chrono-Compatible Low-Level
+        // Date Algorithms"), exact over the proleptic Gregorian calendar.
+        let (days, secs) = (self.0.div_euclid(86_400), self.0.rem_euclid(86_400));
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60
+        )
+    }
+}
+
+impl Serialize for UtcTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// The server's certificate chain as sent in TLS <= 1.2.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Certs {
@@ -153,6 +189,34 @@ pub struct Certs {
     pub bytes: usize,
     pub leaf_subject: Option<String>,
     pub leaf_issuer: Option<String>,
+    /// The leaf's validity (RFC 5280 §4.1.2.5), UTC.
+    pub not_before: Option<UtcTime>,
+    pub not_after: Option<UtcTime>,
+}
+
+/// The IP version of the connection as seen (the innermost header, after
+/// tunnels: the one its flow is keyed on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub fn of(ip: std::net::IpAddr) -> Self {
+        match ip {
+            std::net::IpAddr::V4(_) => Self::Ipv4,
+            std::net::IpAddr::V6(_) => Self::Ipv6,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ipv4 => "ipv4",
+            Self::Ipv6 => "ipv6",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -186,6 +250,16 @@ pub struct ConnectionRecord {
     /// What limited the view of this connection (lost bytes, caps hit,
     /// heuristics used), e.g. `client_gap`, `no_syn`, `evicted`.
     pub notes: Vec<&'static str>,
+    /// FoxIO JA4 of the (first) ClientHello; None when the capture does not
+    /// show it.
+    pub ja4: Option<String>,
+    /// FoxIO JA4S of the ServerHello answering it; None when not shown.
+    pub ja4s: Option<String>,
+    /// The protocol the server chose: its ServerHello's ALPN (TLS <= 1.2),
+    /// or the decrypted EncryptedExtensions' (TLS 1.3, QUIC; a key log).
+    /// None when neither is visible, never guessed from the offer.
+    pub alpn_negotiated: Option<String>,
+    pub family: Family,
     /// `ip:port` of the original client named by a PROXY protocol header
     /// in front of the ClientHello (a load balancer's backend), else None.
     pub proxied_client: Option<String>,
@@ -228,7 +302,21 @@ pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::endpoint;
+    use super::{endpoint, UtcTime};
+
+    #[test]
+    fn utc_times_are_rfc3339() {
+        for (t, want) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (1_769_903_999, "2026-01-31T23:59:59Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (2_524_607_999, "2049-12-31T23:59:59Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+            (-631_152_000, "1950-01-01T00:00:00Z"),
+        ] {
+            assert_eq!(UtcTime(t).to_string(), want, "{t}");
+        }
+    }
 
     #[test]
     fn endpoints_match_std() {

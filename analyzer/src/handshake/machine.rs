@@ -7,7 +7,7 @@
 use super::event::{Close, Dir, Directive, Event, Space};
 use crate::caps::MAX_RECORDS_PER_DIR;
 use crate::memory::HeapSize;
-use crate::record::{Certs, Transport};
+use crate::record::{Certs, Transport, UtcTime};
 use crate::seq::Seq;
 use crate::tls::enums::{content_type as ct, handshake_type as ht, ProtocolVersion};
 use crate::tls::handshake::{parse_certificate_list, ClientHello, ServerHello};
@@ -51,9 +51,10 @@ pub trait TraceMemory {
     fn was_issued(&self, id: &[u8]) -> bool;
     /// A server issued this session ID in a TLS <= 1.2 ServerHello.
     fn issued(&mut self, id: &[u8]);
-    /// Subject and issuer of a leaf certificate (servers send the same one
-    /// to every client, so implementations cache by the DER's hash).
-    fn leaf_names(&mut self, der: &[u8]) -> (Option<String>, Option<String>) {
+    /// Subject, issuer and validity of a leaf certificate (servers send
+    /// the same one to every client, so implementations cache by the DER's
+    /// hash).
+    fn leaf_names(&mut self, der: &[u8]) -> Leaf {
         leaf_names(der)
     }
 }
@@ -68,11 +69,30 @@ impl TraceMemory for NoMemory {
     fn issued(&mut self, _: &[u8]) {}
 }
 
-/// Parses a DER certificate's subject and issuer (RFC 4514 strings).
-pub fn leaf_names(der: &[u8]) -> (Option<String>, Option<String>) {
+/// What the record shows of a leaf certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Leaf {
+    /// RFC 4514 strings.
+    pub subject: Option<String>,
+    pub issuer: Option<String>,
+    pub not_before: Option<UtcTime>,
+    pub not_after: Option<UtcTime>,
+}
+
+/// Parses a DER certificate's subject, issuer (RFC 4514 strings) and
+/// validity (RFC 5280 §4.1.2.5).
+pub fn leaf_names(der: &[u8]) -> Leaf {
     match x509_parser::parse_x509_certificate(der) {
-        Ok((_, c)) => (Some(c.subject().to_string()), Some(c.issuer().to_string())),
-        Err(_) => (None, None),
+        Ok((_, c)) => {
+            let v = c.validity();
+            Leaf {
+                subject: Some(c.subject().to_string()),
+                issuer: Some(c.issuer().to_string()),
+                not_before: Some(UtcTime(v.not_before.timestamp())),
+                not_after: Some(UtcTime(v.not_after.timestamp())),
+            }
+        }
+        Err(_) => Leaf::default(),
     }
 }
 
@@ -87,6 +107,9 @@ pub struct Handshake {
     /// The latest ClientHello.
     pub(super) client_hello: Option<Box<ClientHello>>,
     pub(super) server_hello: Option<ServerHello>,
+    /// The HelloRetryRequest, kept only when a ServerHello replaced it
+    /// (JA4S, like FoxIO's tools, fingerprints the server's first answer).
+    pub(super) first_server_hello: Option<Box<ServerHello>>,
     /// When the handshake began: the ClientHello's first record (TCP), the
     /// client's first Initial (QUIC).
     pub(super) started: Option<f64>,
@@ -124,6 +147,8 @@ pub struct Handshake {
     pub(super) records_overflowed: bool,
     /// Decrypted EncryptedExtensions: did the server accept early data?
     pub(super) early_data_accepted: Option<bool>,
+    /// Decrypted EncryptedExtensions: the protocol the server chose (TLS 1.3).
+    pub(super) encrypted_alpn: Option<String>,
     /// TLS 1.3 with early data offered: the client's encrypted records after
     /// it acknowledged the ServerHello that were not its Finished (0-RTT
     /// data it wrote before reading the server's flight, or an
@@ -170,8 +195,10 @@ impl HeapSize for Handshake {
         self.first_client_hello.heap_size()
             + self.client_hello.heap_size()
             + self.server_hello.heap_size()
+            + self.first_server_hello.heap_size()
             + certs
             + self.failure.heap_size()
+            + self.encrypted_alpn.heap_size()
             + self.records[0].heap_size()
             + self.records[1].heap_size()
     }
@@ -185,6 +212,7 @@ impl Handshake {
             first_client_hello: None,
             client_hello: None,
             server_hello: None,
+            first_server_hello: None,
             started: None,
             server_hello_end: None,
             hrr: false,
@@ -207,6 +235,7 @@ impl Handshake {
             records: [Vec::new(), Vec::new()],
             records_overflowed: false,
             early_data_accepted: None,
+            encrypted_alpn: None,
             second_flight_first: None,
             pending_eoed: None,
             eoed_before_finished: false,
@@ -335,6 +364,7 @@ impl Handshake {
                 if self.early_data_accepted.is_none() {
                     self.early_data_accepted =
                         body.and_then(crate::tls::keylog::early_data_in_extensions);
+                    self.encrypted_alpn = body.and_then(crate::tls::keylog::alpn_in_extensions);
                 }
             }
             (_, _, Event::Message { .. }) => {}
@@ -781,7 +811,9 @@ impl Handshake {
             self.state = State::ServerHello12;
             directive = Some(Directive::CcsEncrypts);
         }
-        self.server_hello = Some(sh);
+        if let Some(hrr) = self.server_hello.replace(sh).filter(|h| h.is_hrr) {
+            self.first_server_hello.get_or_insert(Box::new(hrr));
+        }
         directive
     }
 
@@ -789,13 +821,17 @@ impl Handshake {
         self.certs = Some(match body {
             Some(b) => match parse_certificate_list(b) {
                 Ok(list) => {
-                    let (leaf_subject, leaf_issuer) =
-                        list.first().map_or((None, None), |der| mem.leaf_names(der));
+                    let leaf = list
+                        .first()
+                        .map(|der| mem.leaf_names(der))
+                        .unwrap_or_default();
                     Certs {
                         count: list.len(),
                         bytes: list.iter().map(|c| c.len()).sum(),
-                        leaf_subject,
-                        leaf_issuer,
+                        leaf_subject: leaf.subject,
+                        leaf_issuer: leaf.issuer,
+                        not_before: leaf.not_before,
+                        not_after: leaf.not_after,
                     }
                 }
                 Err(_) => {
@@ -808,6 +844,8 @@ impl Handshake {
                 bytes: 0,
                 leaf_subject: None,
                 leaf_issuer: None,
+                not_before: None,
+                not_after: None,
             },
         });
     }

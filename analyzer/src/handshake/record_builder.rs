@@ -6,7 +6,8 @@ use super::event::Dir;
 use super::machine::Handshake;
 use super::timing::Vantage;
 use crate::flow::table::Endpoint;
-use crate::record::{endpoint, ConnectionRecord, HandshakeBytes, Transport};
+use crate::record::{endpoint, ConnectionRecord, Family, HandshakeBytes, Transport};
+use crate::tls::ja4;
 
 /// Why a connection's record is being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,16 @@ pub struct TransportView {
 }
 
 impl Handshake {
+    /// The server's ALPN choice where the wire shows it: the ServerHello
+    /// (TLS <= 1.2), else a decrypted EncryptedExtensions.
+    fn alpn_negotiated(&self) -> Option<String> {
+        self.server_hello
+            .as_ref()
+            .filter(|sh| !sh.is_hrr)
+            .and_then(|sh| sh.alpn.clone())
+            .or_else(|| self.encrypted_alpn.clone())
+    }
+
     /// The connection's record. Notes are sorted and deduplicated.
     pub fn to_record(&self, view: TransportView, why: Finish) -> ConnectionRecord {
         let mut notes = view.notes;
@@ -77,6 +88,15 @@ impl Handshake {
         notes.sort_unstable();
         notes.dedup();
         let ch = self.client_hello.as_deref();
+        let quic = view.transport == Transport::Quic;
+        // FoxIO's tools fingerprint a connection's first ClientHello and
+        // ServerHello: the one a HelloRetryRequest or Retry answered, and
+        // that HelloRetryRequest, when there was one.
+        let first_ch = self.first_client_hello.as_deref().or(ch);
+        let first_sh = self
+            .first_server_hello
+            .as_deref()
+            .or(self.server_hello.as_ref());
         ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
@@ -99,6 +119,10 @@ impl Handshake {
             certs: self.certs.clone(),
             failure: self.failure.clone(),
             notes,
+            ja4: first_ch.map(|c| ja4::ja4(c, quic)),
+            ja4s: first_sh.map(|s| ja4::ja4s(s, quic)),
+            alpn_negotiated: self.alpn_negotiated(),
+            family: Family::of(view.client.0),
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
         }
     }

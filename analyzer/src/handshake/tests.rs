@@ -396,3 +396,128 @@ fn experiment_versions_have_tls13_semantics() {
         assert!(hs.is_tls13(), "{version:#06x}");
     }
 }
+
+fn view(client: &str) -> TransportView {
+    TransportView {
+        transport: Transport::Tcp,
+        first_ts: 0.0,
+        client: (client.parse().unwrap(), 40000),
+        server: ("10.0.0.2".parse().unwrap(), 443),
+        rtt: None,
+        vantage: Vantage::default(),
+        bytes: Default::default(),
+        notes: Vec::new(),
+        proxied_client: None,
+    }
+}
+
+/// A ServerHello body with a suite and extensions (type, data).
+fn server_hello_with(random: u8, suite: u16, exts: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut b = vec![3, 3];
+    b.extend([random; 32]);
+    b.push(0);
+    b.extend(suite.to_be_bytes());
+    b.push(0);
+    let mut e = Vec::new();
+    for (typ, data) in exts {
+        e.extend(typ.to_be_bytes());
+        e.extend((data.len() as u16).to_be_bytes());
+        e.extend(*data);
+    }
+    b.extend((e.len() as u16).to_be_bytes());
+    b.extend(e);
+    b
+}
+
+/// ALPN extension data naming one protocol.
+fn alpn(p: &[u8]) -> Vec<u8> {
+    let mut d = ((p.len() + 1) as u16).to_be_bytes().to_vec();
+    d.push(p.len() as u8);
+    d.extend(p);
+    d
+}
+
+#[test]
+fn alpn_negotiated_from_a_tls12_server_hello() {
+    let mut hs = Handshake::new(Transport::Tcp);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+    message(
+        &mut hs,
+        Dir::Client,
+        ht::CLIENT_HELLO,
+        &client_hello12(),
+        ch,
+    );
+    let body = server_hello_with(9, 0xc02f, &[(0xff01, &[0]), (16, &alpn(b"h2"))]);
+    let sh = rec(0.1, ct::HANDSHAKE, 5000, body.len() as u16 + 4, ch.end);
+    message(&mut hs, Dir::Server, ht::SERVER_HELLO, &body, sh);
+    let r = hs.to_record(view("10.0.0.1"), Finish::CaptureEnd);
+    assert_eq!(r.alpn_negotiated.as_deref(), Some("h2"));
+    assert_eq!(r.ja4s.as_deref().map(|s| &s[..13]), Some("t1202h2_c02f_"));
+    assert_eq!(r.ja4.as_deref().map(|s| &s[..10]), Some("t12i010000"));
+    assert_eq!(r.family, crate::record::Family::Ipv4);
+}
+
+/// TLS 1.3 hides the choice in EncryptedExtensions: null unless a key log
+/// opened it, never the client's first offer.
+#[test]
+fn alpn_negotiated_tls13_only_from_decrypted_encrypted_extensions() {
+    let build = |decrypted: Option<&[u8]>| {
+        let mut hs = resumed13_early(&[(21, false), (69, true)]);
+        hs.client_hello.as_mut().unwrap().alpn = vec!["h2".into(), "http/1.1".into()];
+        if let Some(ee) = decrypted {
+            let r = rec(0.1, ct::APPLICATION_DATA, 0, 46, 0);
+            message(&mut hs, Dir::Server, ht::ENCRYPTED_EXTENSIONS, ee, r);
+        }
+        hs.to_record(view("2001:db8::1"), Finish::Done)
+    };
+    let r = build(None);
+    assert_eq!(r.alpn_negotiated, None);
+    assert_eq!(r.family, crate::record::Family::Ipv6);
+    // EncryptedExtensions: early_data, then ALPN "http/1.1".
+    let mut ee = vec![0, 0, 0, 42, 0, 0, 0, 16, 0, 11];
+    ee.extend(alpn(b"http/1.1"));
+    ee[1] = (ee.len() - 2) as u8;
+    let r = build(Some(&ee));
+    assert_eq!(r.alpn_negotiated.as_deref(), Some("http/1.1"));
+    assert_eq!(r.early_data, Some(EarlyData::Accepted));
+    assert!(r.notes.contains(&"decrypted_with_keylog"));
+}
+
+/// After a HelloRetryRequest, JA4S is the HelloRetryRequest's (the first
+/// ServerHello, as FoxIO's tools take it); alpn_negotiated is never read
+/// from it.
+#[test]
+fn ja4s_after_hello_retry_request_is_the_first_server_hello() {
+    let mut hs = Handshake::new(Transport::Tcp);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+    message(
+        &mut hs,
+        Dir::Client,
+        ht::CLIENT_HELLO,
+        &client_hello12(),
+        ch,
+    );
+    let versions: &[u8] = &[3, 4];
+    let hrr = server_hello_with(0, 0x1301, &[(43, versions), (51, &[0, 0x1d])]);
+    let mut hrr = hrr;
+    hrr[2..34].copy_from_slice(&crate::tls::enums::HRR_RANDOM);
+    let r1 = rec(0.1, ct::HANDSHAKE, 5000, 100, ch.end);
+    message(&mut hs, Dir::Server, ht::SERVER_HELLO, &hrr, r1);
+    assert!(hs.hrr);
+    let ch2 = rec(0.2, ct::HANDSHAKE, ch.end, 60, r1.end);
+    message(
+        &mut hs,
+        Dir::Client,
+        ht::CLIENT_HELLO,
+        &client_hello12(),
+        ch2,
+    );
+    let sh = server_hello_with(9, 0x1302, &[(43, versions)]);
+    let r2 = rec(0.3, ct::HANDSHAKE, r1.end, 100, ch2.end);
+    message(&mut hs, Dir::Server, ht::SERVER_HELLO, &sh, r2);
+    let r = hs.to_record(view("10.0.0.1"), Finish::CaptureEnd);
+    assert_eq!(r.ja4s.as_deref().map(|s| &s[..13]), Some("t130200_1301_"));
+    assert_eq!(r.cipher.as_deref(), Some("TLS_AES_256_GCM_SHA384"));
+    assert_eq!(r.alpn_negotiated, None);
+}

@@ -20,15 +20,21 @@ const BEFORE_TIMING: [&str; 14] = [
     "hrr",
     "retry",
 ];
-const AFTER_TIMING: [&str; 9] = [
+const AFTER_TIMING: [&str; 15] = [
     "client_handshake_bytes",
     "server_handshake_bytes",
     "cert_count",
     "cert_bytes",
     "leaf_subject",
     "leaf_issuer",
+    "leaf_not_before",
+    "leaf_not_after",
     "failure",
     "notes",
+    "ja4",
+    "ja4s",
+    "alpn_negotiated",
+    "family",
     "proxied_client",
 ];
 
@@ -97,8 +103,14 @@ impl<W: Write> CsvWriter<W> {
             opt(&certs.map(|c| c.bytes)),
             opt(&certs.and_then(|c| c.leaf_subject.clone())),
             opt(&certs.and_then(|c| c.leaf_issuer.clone())),
+            opt(&certs.and_then(|c| c.not_before)),
+            opt(&certs.and_then(|c| c.not_after)),
             opt(&r.failure),
             r.notes.join(";"),
+            opt(&r.ja4),
+            opt(&r.ja4s),
+            opt(&r.alpn_negotiated),
+            r.family.as_str().to_string(),
             opt(&r.proxied_client),
         ]);
         self.w.write_record(row)

@@ -101,6 +101,17 @@ fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
     }
 }
 
+/// RFC 3339 has nothing to escape.
+fn opt_time(out: &mut Vec<u8>, v: Option<crate::record::UtcTime>) {
+    match v {
+        Some(t) => {
+            use std::io::Write as _;
+            let _ = write!(out, "\"{t}\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 fn key(out: &mut Vec<u8>, k: &str) {
     out.push(b'"');
     out.extend_from_slice(k.as_bytes());
@@ -195,6 +206,12 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
             out.push(b',');
             key(out, "leaf_issuer");
             opt_str(out, c.leaf_issuer.as_deref());
+            out.push(b',');
+            key(out, "not_before");
+            opt_time(out, c.not_before);
+            out.push(b',');
+            key(out, "not_after");
+            opt_time(out, c.not_after);
             out.push(b'}');
         }
     }
@@ -205,6 +222,18 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     key(out, "notes");
     list(out, r.notes.iter().copied());
     out.push(b',');
+    key(out, "ja4");
+    opt_str(out, r.ja4.as_deref());
+    out.push(b',');
+    key(out, "ja4s");
+    opt_str(out, r.ja4s.as_deref());
+    out.push(b',');
+    key(out, "alpn_negotiated");
+    opt_str(out, r.alpn_negotiated.as_deref());
+    out.extend_from_slice(match r.family {
+        crate::record::Family::Ipv4 => b",\"family\":\"ipv4\",",
+        crate::record::Family::Ipv6 => b",\"family\":\"ipv6\",",
+    });
     key(out, "proxied_client");
     opt_str(out, r.proxied_client.as_deref());
     out.push(b'}');
@@ -281,12 +310,22 @@ mod tests {
                 bytes: 1234,
                 leaf_subject: Some(format!("CN={text}")),
                 leaf_issuer: None,
+                not_before: (n % 4 != 2).then_some(UtcTime(1_769_903_999 - n as i64)),
+                not_after: (n % 3 != 2).then_some(UtcTime(1_800_000_000)),
             }),
             failure: (n.is_multiple_of(3)).then(|| "alert:handshake_failure".into()),
             notes: if n.is_multiple_of(2) {
                 vec!["no_syn", "capture_ended"]
             } else {
                 vec![]
+            },
+            ja4: (n % 5 != 4).then(|| "t13d1516h2_8daaf6152771_e5627efa2ab1".into()),
+            ja4s: (n % 3 != 1).then(|| "t130200_1301_234ea6891581".into()),
+            alpn_negotiated: (n % 4 == 1).then(|| text.to_string()),
+            family: if n.is_multiple_of(2) {
+                Family::Ipv4
+            } else {
+                Family::Ipv6
             },
             proxied_client: n
                 .is_multiple_of(3)

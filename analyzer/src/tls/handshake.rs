@@ -73,6 +73,9 @@ pub struct ClientHello {
     pub extensions: Vec<u16>,
     pub server_name: Option<String>,
     pub alpn: Vec<String>,
+    /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
+    /// raw bytes ([`alpn_chars`](super::ja4::alpn_chars)); None without one.
+    pub ja4_alpn: Option<[u8; 2]>,
     pub supported_versions: Vec<u16>,
     /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
     pub session_ticket_len: Option<usize>,
@@ -172,6 +175,10 @@ impl ClientHello {
                 let mut list = r.sub16("protocol_name_list")?;
                 while list.any_left() {
                     let p = list.sub8("protocol_name")?.rest();
+                    let grease = matches!(p, &[a, b] if is_grease(u16::from_be_bytes([a, b])));
+                    if self.ja4_alpn.is_none() && !grease {
+                        self.ja4_alpn = Some(super::ja4::alpn_chars(p));
+                    }
                     self.alpn.push(String::from_utf8_lossy(p).into_owned());
                 }
             }
@@ -278,6 +285,8 @@ pub struct ServerHello {
     /// The server included an (empty) SessionTicket extension: it will issue a ticket.
     pub session_ticket_ext: bool,
     pub alpn: Option<String>,
+    /// JA4S's two ALPN characters, from the raw bytes of `alpn`.
+    pub ja4_alpn: Option<[u8; 2]>,
     pub key_share_group: Option<u16>,
 }
 
@@ -329,6 +338,7 @@ impl ServerHello {
                     ext::ALPN => {
                         let mut list = data.sub16("protocol_name_list")?;
                         let p = list.sub8("protocol_name")?.rest();
+                        sh.ja4_alpn = Some(super::ja4::alpn_chars(p));
                         sh.alpn = Some(String::from_utf8_lossy(p).into_owned());
                     }
                     _ => {}
@@ -430,6 +440,34 @@ mod tests {
         let ch = ClientHello::parse(&body).unwrap();
         assert_eq!(ch.server_name.as_deref(), Some("server"));
         assert_eq!(ch.malformed_extensions, vec![16]);
+    }
+
+    /// JA4's ALPN characters come from the raw bytes of the first
+    /// non-GREASE value (GREASE is ignored everywhere in JA4), not from
+    /// the lossy string the record shows.
+    #[test]
+    fn ja4_alpn_from_raw_bytes_skipping_grease() {
+        let with_alpn = |values: &[&[u8]]| {
+            let mut list = Vec::new();
+            for v in values {
+                list.push(v.len() as u8);
+                list.extend(*v);
+            }
+            let mut body = hex(RFC8448_CH);
+            let mut ext = vec![0, 16];
+            ext.extend(((list.len() + 2) as u16).to_be_bytes());
+            ext.extend((list.len() as u16).to_be_bytes());
+            ext.extend(list);
+            let ext_len_at = 2 + 32 + 1 + 2 + 6 + 2;
+            let n = u16::from_be_bytes([body[ext_len_at], body[ext_len_at + 1]]) + ext.len() as u16;
+            body[ext_len_at..ext_len_at + 2].copy_from_slice(&n.to_be_bytes());
+            body.extend(ext);
+            ClientHello::parse(&body).unwrap().ja4_alpn
+        };
+        assert_eq!(with_alpn(&[b"\x1a\x1a", b"h2", b"http/1.1"]), Some(*b"h2"));
+        assert_eq!(with_alpn(&[&[0xba, 0xad], b"http/1.1"]), Some(*b"bd"));
+        assert_eq!(with_alpn(&[b""]), Some(*b"00"));
+        assert_eq!(ClientHello::parse(&hex(RFC8448_CH)).unwrap().ja4_alpn, None);
     }
 
     #[test]

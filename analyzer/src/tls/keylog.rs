@@ -190,9 +190,37 @@ pub fn early_data_in_extensions(body: &[u8]) -> Option<bool> {
     Some(false)
 }
 
+/// The protocol an EncryptedExtensions body's ALPN extension names (the
+/// server's choice in TLS 1.3, RFC 8446 §4.3.1, RFC 7301 §3.1); None if it
+/// has none or does not parse.
+pub fn alpn_in_extensions(body: &[u8]) -> Option<String> {
+    let mut body = Reader::new(body);
+    let mut exts = body.sub16("extensions").ok()?;
+    while exts.any_left() {
+        let typ = exts.u16("extension type").ok()?;
+        let mut data = exts.sub16("extension data").ok()?;
+        if typ == extension_type::ALPN {
+            let mut list = data.sub16("protocol_name_list").ok()?;
+            let name = list.sub8("protocol_name").ok()?.rest();
+            return Some(String::from_utf8_lossy(name).into_owned());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alpn_of_encrypted_extensions() {
+        // early_data, then ALPN ["h3"].
+        let body = [0, 13, 0, 42, 0, 0, 0, 16, 0, 5, 0, 3, 2, b'h', b'3'];
+        assert_eq!(alpn_in_extensions(&body).as_deref(), Some("h3"));
+        assert_eq!(early_data_in_extensions(&body), Some(true));
+        assert_eq!(alpn_in_extensions(&[0, 4, 0, 42, 0, 0]), None);
+        assert_eq!(alpn_in_extensions(&body[..12]), None);
+    }
 
     #[test]
     fn parses_nss_key_logs() {

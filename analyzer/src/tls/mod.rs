@@ -2,6 +2,7 @@
 pub mod codec;
 pub mod enums;
 pub mod handshake;
+pub mod ja4;
 pub mod keylog;
 pub mod record;
 pub mod suites;
