@@ -126,7 +126,8 @@ def main():
     ap.add_argument("--sni", required=True)
     ap.add_argument("--cafile", help="the lab's own certificate (it is in --bundle; unused)")
     ap.add_argument("--bundle", required=True, help="the CA bundle to load (must hold the server's certificate)")
-    ap.add_argument("--mode", choices=["eager", "deferred"], required=True)
+    ap.add_argument("--mode", choices=["eager", "deferred", "alternate"], required=True,
+                    help="alternate: eager, deferred, eager, ... so that both meet the same machine load")
     ap.add_argument("-n", type=int, default=3)
     ap.add_argument("--warmup-port", type=int, help="first make one connection here (not counted)")
     a = ap.parse_args()
@@ -134,6 +135,7 @@ def main():
     ports = ([a.warmup_port] if a.warmup_port else []) + [a.port] * a.n
     for i, port in enumerate(ports):
         warmup = bool(a.warmup_port) and i == 0
+        mode = a.mode if a.mode != "alternate" else ("eager", "deferred")[max(0, i - bool(a.warmup_port)) % 2]
         t0 = time.perf_counter()
         raw = socket.create_connection((a.host, port))
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as curl does
@@ -142,12 +144,12 @@ def main():
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
         ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3
         ctx.set_alpn_protocols(["http/1.1"])
-        if a.mode == "eager":
+        if mode == "eager":
             load_start = time.perf_counter()
             ctx.load_verify_locations(a.bundle)
             load_end = time.perf_counter()
         tls = Conn(raw, ctx, a.sni)
-        if a.mode == "deferred":
+        if mode == "deferred":
             tls.step()  # the ClientHello is on the wire; the server's answer is not read yet
             load_start = time.perf_counter()
             ctx.load_verify_locations(a.bundle)
@@ -171,6 +173,7 @@ def main():
             "time_starttransfer": t_first - t0,
             "load_start": load_start - t0,
             "load_end": load_end - t0,
+            "mode": mode,
             "warmup": warmup,
             "status_line": body.split(b"\r\n", 1)[0].decode(errors="replace"),
         }), flush=True)

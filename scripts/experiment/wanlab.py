@@ -430,12 +430,16 @@ class Lab:
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
 
-    def caclient(self, policy, n, scenario, bundle, mode):
+    def caclient(self, policy, n, scenario, bundle, mode="alternate"):
         """caclient.py: n full TLS 1.3 handshakes, each loading the CA bundle
         before the ClientHello (mode "eager", curl 7.87's order) or after it
-        (mode "deferred", curl 7.88's)."""
+        (mode "deferred", curl 7.88's); "alternate" takes turns. Recorded as
+        client python-eager or python-deferred."""
+        first = len(self.conns)
         self._json_client("caclient.py", ["--bundle", bundle, "--mode", mode], policy, "1.3", n, scenario,
-                          f"python-{mode}")
+                          "python")
+        for c in self.conns[first:]:
+            c["client"] = f"python-{c['mode']}"
 
 
 def port_of(endpoint):
