@@ -199,9 +199,10 @@ def exp4_rows(results):
 
             def t(field):
                 return median(c["tlsrum_client"]["timing"][field] for c in cs)
-            load = median((c["load_end"] - c["load_start"]) * 1000 for c in cs if c.get("load_end") is not None)
+            loads = [(c["load_end"] - c["load_start"]) * 1000 for c in cs if c.get("load_end") is not None]
             r = {"rtt": res["rtt"], "client": name, "n": len(cs),
-                 "kinds": sorted({str(kind(c)) for c in cs}), "load": load,
+                 "kinds": sorted({str(kind(c)) for c in cs}), "load": median(loads),
+                 "load_range": [min(loads), max(loads)] if loads else None,
                  "c_handshake": median(client_ms(c, "time_appconnect") for c in cs),
                  "c_first_byte": median(client_ms(c, "time_starttransfer") for c in cs),
                  "c_total": median(c["time_starttransfer"] * 1000 for c in cs)}
@@ -220,8 +221,10 @@ def exp4_table(rows):
            "→ first byte ms | tlsrum: `client_hello_delay` | `tcp_rtt` | `handshake` | `server_think` | `client_think` | "
            "`ttfb` | `client_hello_delay` + `ttfb` ms |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out[0] = out[0].replace("bundle load, client's clock ms", "bundle load, client's clock ms (min–max)")
     for r in rows:
-        out.append(f"| {r['rtt']:g} | {r['client']} | {r['n']} | {', '.join(r['kinds'])} | {fmt(r['load'])} | "
+        rng = f" ({r['load_range'][0]:.0f}–{r['load_range'][1]:.0f})" if r["load_range"] else ""
+        out.append(f"| {r['rtt']:g} | {r['client']} | {r['n']} | {', '.join(r['kinds'])} | {fmt(r['load'])}{rng} | "
                    f"{fmt(r['c_handshake'])} / {fmt(r['c_first_byte'])} | {fmt(r['client_hello_delay'], 2)} | "
                    f"{fmt(r['tcp_rtt'], 2)} | {fmt(r['handshake'])} | {fmt(r['server_think'], 2)} | "
                    f"{fmt(r['client_think'], 2)} | {fmt(r['ttfb'])} | **{fmt(r['to_first_byte'])}** |")
@@ -246,8 +249,12 @@ def exp4_savings(rows):
             # the load less what of it still shows as client_think (less the
             # certificate check, which the eager client's client_think is)
             hidden = d["load"] - (d["client_think"] - e["client_think"])
+        saved_d = None if d.get("to_first_byte") is None else e["to_first_byte"] - d["to_first_byte"]
+        # the same, as if both had loaded in the same time (the deferred one's)
+        same_load = None if saved_d is None or None in (e["load"], d.get("load")) else \
+            saved_d - (e["load"] - d["load"])
         out.append({"rtt": rtt, "load": e["load"], "load_deferred": d.get("load"), "predicted": pred,
-                    "hidden": hidden,
+                    "hidden": hidden, "saved_same_load": same_load,
                     **{f"saved_{k}": None if by.get(k, {}).get("to_first_byte") is None
                        else e["to_first_byte"] - by[k]["to_first_byte"] for k in ("python-deferred", "curl")},
                     **{f"ttfb_diff_{k}": None if by.get(k, {}).get("ttfb") is None or e["ttfb"] is None
@@ -258,11 +265,12 @@ def exp4_savings(rows):
 def exp4_savings_table(sav):
     out = ["| RTT ms | bundle load, eager / deferred Python ms | min(load, RTT + server_think) ms | "
            "hidden behind the round trip: load − (client_think − eager's client_think) ms | "
-           "saved end to end, deferred Python ms | saved end to end, curl 7.88 ms | "
-           "`ttfb` alone: eager − deferred Python / − curl ms |", "|---|---|---|---|---|---|---|"]
+           "saved end to end, deferred Python ms | the same less the two loads' difference ms | "
+           "saved end to end, curl 7.88 ms | `ttfb` alone: eager − deferred Python / − curl ms |",
+           "|---|---|---|---|---|---|---|---|"]
     for s in sav:
         out.append(f"| {s['rtt']:g} | {fmt(s['load'])} / {fmt(s['load_deferred'])} | {fmt(s['predicted'])} | "
-                   f"{fmt(s['hidden'])} | {fmt(s['saved_python-deferred'])} | "
+                   f"{fmt(s['hidden'])} | {fmt(s['saved_python-deferred'])} | {fmt(s['saved_same_load'])} | "
                    f"{fmt(s['saved_curl'])} | {fmt(s['ttfb_diff_python-deferred'])} / {fmt(s['ttfb_diff_curl'])} |")
     return "\n".join(out)
 
@@ -350,14 +358,16 @@ first byte comes L + 2R + S + (verify, request) after TCP's handshake, the defer
 max(L, R + S) + R + (the same), so deferring saves min(L, R + S). Below, that prediction (from
 the deferred client's load, `tcp_rtt` and `server_think`); how much of the load tlsrum no longer
 finds in the deferred client's `client_think`; and the end-to-end saving (the eager client's
-`client_hello_delay` + `ttfb` minus the other's), which also carries the run-to-run spread of
-the load itself (the two runs' medians differ by a few ms on this shared 2-vCPU machine):
+`client_hello_delay` + `ttfb` minus the other's), which also carries the spread of the load
+itself: one load takes from {min((r["load_range"] or [0])[0] for r in rows if r["load_range"]):.0f} to {max((r["load_range"] or [0])[1] for r in rows if r["load_range"]):.0f} ms on this shared 2-vCPU machine, and
+two medians of {n} can differ by several ms even with the orders taking turns; the column after
+it removes that difference (as if both had loaded in the deferred client's median time):
 
 {exp4_savings_table(sav)}
 
 ![experiment 4](experiment4-ca-load.png)
 
-**What curl's fix changed, and why it shows only at some RTTs.** The load did not get cheaper:
+**What curl's fix changed, and why it only shows above a certain RTT.** The load did not get cheaper:
 it moved. The eager client pays it as `client_hello_delay` (≈ the load at every RTT:
 {at("client_hello_delay", "python-eager", lo)}, {at("client_hello_delay", "python-eager", mid)} and
 {at("client_hello_delay", "python-eager", hi)} ms at {lo:g}, {mid:g} and {hi:g} ms) and then has a
@@ -368,13 +378,17 @@ in `client_think` (deferred Python: {at("client_think", "python-deferred", lo)} 
 {at("client_think", "python-deferred", mid)} at {mid:g}, {at("client_think", "python-deferred", hi)} at
 {hi:g} ms, the last being just the certificate check; curl {at("client_think", "curl", lo)},
 {at("client_think", "curl", mid)}, {at("client_think", "curl", hi)}). So the saving is min(load, RTT +
-server_think): hidden behind the round trip {saved("hidden")} ms RTT, and end to end
-{saved("saved_python-deferred")} (deferred Python against eager; curl 7.88 against the eager Python
-client, two programs compared: {saved("saved_curl")}). With no round trip to hide behind (loopback, a
-LAN, a CDN edge next door) the two orders cost the same; the saving grows with the RTT, one ms
-per ms, until RTT + server time reaches the load time, and from there on it is the whole load:
-a fixed number of ms that makes a large share of a short connection's time to first byte and a
-small one of a distant connection's. A passive observer must add `client_hello_delay` to see
+server_think): hidden behind the round trip {saved("hidden")} ms RTT, and end to end,
+with the two loads' difference taken out, {saved("saved_same_load")} (deferred Python against
+eager; curl 7.88 against the eager Python client, two programs compared, raw:
+{saved("saved_curl")}). With no round trip to hide behind (loopback, a
+LAN, a CDN edge next door) the two orders cost the same: the saving is the server's
+`server_think`, under a millisecond, lost in the load's own spread. It grows with the RTT, one
+ms per ms, so it stands out of that spread only once the RTT is a few ms or more, and it stops
+growing once RTT + `server_think` reaches the load time (here about
+{fmt(row("python-deferred", hi).get("load"), 0)} ms): from there on every connection gets the
+whole load back, a fixed amount, which is a large share of time to first byte at moderate RTTs
+and a shrinking one beyond. A passive observer must add `client_hello_delay` to see
 it: tlsrum's `ttfb` starts at the ClientHello, so by `ttfb` alone the fixed client looks
 *slower* wherever the load is longer than the round trip (the last column: the load moved from
 before `ttfb`'s start into its span), and only `client_hello_delay` + `ttfb`, or the split into
@@ -481,7 +495,7 @@ def main():
     a = ap.parse_args()
     docs = Path(a.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    n1, n23, n4 = (10, 4, 4) if a.quick else (100, 10, 20)
+    n1, n23, n4 = (10, 4, 4) if a.quick else (100, 10, 30)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="tlsrum-experiment-") as d:
         work = Path(d)
