@@ -181,9 +181,42 @@ def exp3_table(results):
 
 
 # ---- experiment 4 ------------------------------------------------------------
-def exp4(work, rtt, n):
+def load_order(lab, bundle):
+    """Each client's order of three system calls under strace: opening the
+    bundle, connect() to the server, writing the ClientHello (a TLS record
+    starting 16 03 01). One connection each; not part of the figures."""
+    port = wanlab.PORTS["cache"]
+    url = f"https://{wanlab.HOST}:{port}/"
+    cmds = {
+        "openssl s_client -CAfile": ["openssl", "s_client", "-connect", f"{wanlab.SERVER_IP}:{port}",
+                                     "-servername", wanlab.HOST, "-CAfile", bundle],
+        "curl 7.88 --cacert": ["curl", "-sS", "--cacert", bundle, "--resolve", f"{wanlab.HOST}:{port}:{wanlab.SERVER_IP}",
+                               url, "-o", "/dev/null"],
+    }
+    for mode in ("eager", "deferred"):
+        cmds[f"caclient.py --mode {mode}"] = [sys.executable, caclient.__file__, "--host", wanlab.SERVER_IP, "--port", port,
+                                               "--sni", wanlab.HOST, "--bundle", bundle, "--mode", mode, "-n", "1"]
+    out = {}
+    for name, cmd in cmds.items():
+        trace = lab.dir / f"strace-{len(out)}.txt"
+        subprocess.run(lab.nsexec(lab.ns_c, ["strace", "-f", "-e", "trace=openat,connect,sendto,write", "-o", trace] + cmd),
+                       input="", capture_output=True, text=True, timeout=30)
+        seen = []
+        for line in trace.read_text().splitlines() if trace.exists() else []:
+            ev = ("bundle opened" if "openat(" in line and Path(bundle).name in line else
+                  "connect()" if "connect(" in line and f'inet_addr("{wanlab.SERVER_IP}")' in line else
+                  "ClientHello written" if ("sendto(" in line or "write(" in line) and '"\\26\\3\\1' in line else None)
+            if ev and ev not in seen:
+                seen.append(ev)
+        out[name] = seen
+    return out
+
+
+def exp4(work, rtt, n, order=None):
     def fn(lab):
         bundle = caclient.make_bundle(work, lab.crt)
+        if order is not None:
+            order.update(load_order(lab, bundle))
         lab.caclient("none", 2 * n, "exp4-python", bundle)
         lab.curl("none", "1.3", n, "exp4-curl", cacert=bundle)
     return run_lab(rtt, work / f"exp4-{rtt:g}", fn)
@@ -304,14 +337,14 @@ def exp4_chart(docs, rows):
             labels.append(f"{short[name]}\n{rtt:g} ms")
     ax.set_xticks(ticks, labels, fontsize=7)
     ax.set_ylabel("TCP handshake end → first response byte, ms\n(tlsrum at the client, medians)")
-    ax.set_title("4. A 150-certificate CA bundle loaded before or after the ClientHello")
+    ax.set_title(f"4. A {caclient.BULK_CERTS + 1}-certificate CA bundle loaded before or after the ClientHello")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(docs / "experiment4-ca-load.png", dpi=110)
     plt.close(fig)
 
 
-def exp4_section(rows, sav, n):
+def exp4_section(rows, sav, n, order):
     def row(client, rtt):
         return next((r for r in rows if r["client"] == client and r["rtt"] == rtt), {})
 
@@ -346,6 +379,12 @@ curl does, so every connection pays the load:
   loaded into the context's store after it: curl 7.88's order with everything else equal.
 - **curl** 7.88.1 (Debian 12) with `--cacert bundle`: strace shows `sendto()` of the
   ClientHello, then `openat()` of the bundle, for every connection (7.88 has no CA cache).
+
+Checked in this run (strace, one connection each, at {EXP4_RTTS[0]:g} ms; first occurrence of each system call):
+
+| client | order |
+|---|---|
+{chr(10).join(f"| {k} | {' → '.join(v) or '–'} |" for k, v in order.items())}
 
 Medians; the clients' clocks start at `connect()` returning; tlsrum's columns are its records
 from the client-side capture, matched by local port. `client_hello_delay` + `ttfb` is tlsrum's
@@ -514,10 +553,10 @@ def main():
         for rtt in RTTS:
             wanlab.log(f"experiments 2 and 3 at {rtt:g} ms")
             r23.append(exp23(work, rtt, n23))
-        r4 = []
+        r4, order4 = [], {}
         for rtt in EXP4_RTTS:
             wanlab.log(f"experiment 4 at {rtt:g} ms")
-            r4.append(exp4(work, rtt, n4))
+            r4.append(exp4(work, rtt, n4, order4 if rtt == EXP4_RTTS[0] else None))
     t1, c1 = exp1_table(r1)
     t2, c2 = exp2_table(r23)
     t3, c3 = exp3_table(r23)
@@ -530,10 +569,11 @@ def main():
     summary = {"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elapsed_s": round(time.time() - t0),
                "kernel": platform.release(), "delay": delays, "reruns": acc["reruns"],
                "accuracy_problem_rows": sum(bool(r["problems"]) for r in compare.rows(acc)),
-               "ca_load": {"bundle_certs": caclient.BULK_CERTS + 1, "rows": rows4, "savings": sav4}}
+               "ca_load": {"bundle_certs": caclient.BULK_CERTS + 1, "syscall_order": order4, "rows": rows4,
+                           "savings": sav4}}
     (docs / "experiments.json").write_text(json.dumps(summary, indent=1) + "\n")
     md = render(summary, delay_table(delays), accuracy_table(acc), t1, t2, t3, acc, n1, n23,
-                exp4_section(rows4, sav4, n4))
+                exp4_section(rows4, sav4, n4, order4))
     (docs / "experiments.md").write_text(md)
     wanlab.log(f"wrote {docs / 'experiments.md'} in {time.time() - t0:.0f} s")
     return 0
