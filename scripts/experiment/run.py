@@ -217,8 +217,11 @@ def exp4(work, rtt, n, order=None):
         bundle = caclient.make_bundle(work, lab.crt)
         if order is not None:
             order.update(load_order(lab, bundle))
-        lab.caclient("none", 2 * n, "exp4-python", bundle)
-        lab.curl("none", "1.3", n, "exp4-curl", cacert=bundle)
+        # Round by round, eager, deferred, curl: the load's time follows the
+        # machine's load (2 shared vCPUs), so the three take turns.
+        for _ in range(n):
+            lab.caclient("none", 2, "exp4-python", bundle)
+            lab.curl("none", "1.3", 1, "exp4-curl", cacert=bundle)
     return run_lab(rtt, work / f"exp4-{rtt:g}", fn)
 
 
@@ -373,11 +376,13 @@ curl does, so every connection pays the load:
   `load_verify_locations(bundle)`, then the ClientHello: curl 7.87's order. Not
   `openssl s_client -CAfile`: strace shows it reads the CAfile while setting up, before it
   even connects, so its load lies before the SYN and no wire observer can see it.
-- **deferred** (`--mode deferred`): the same client (one process taking turns with the eager
-  order, connection by connection, so that both meet the same load on the machine), but the ClientHello goes out first (TLS
+- **deferred** (`--mode deferred`): the same client (one process makes one eager and one
+  deferred connection, then curl makes one, {n} rounds, so that all three meet the same load
+  on the machine), but the ClientHello goes out first (TLS
   over memory BIOs, so nothing of the server's answer is read before the load) and the bundle is
   loaded into the context's store after it: curl 7.88's order with everything else equal.
-- **curl** 7.88.1 (Debian 12) with `--cacert bundle`: strace shows `sendto()` of the
+- **curl** 7.88.1 (Debian 12) with `--cacert bundle` (each process first makes a warm-up
+  connection to another port, not counted, which takes OpenSSL's one-time start-up): strace shows `sendto()` of the
   ClientHello, then `openat()` of the bundle, for every connection (7.88 has no CA cache).
 
 Checked in this run (strace, one connection each, at {EXP4_RTTS[0]:g} ms; first occurrence of each system call):
@@ -399,7 +404,7 @@ the deferred client's load, `tcp_rtt` and `server_think`); how much of the load 
 finds in the deferred client's `client_think`; and the end-to-end saving (the eager client's
 `client_hello_delay` + `ttfb` minus the other's), which also carries the spread of the load
 itself: one load takes from {min((r["load_range"] or [0])[0] for r in rows if r["load_range"]):.0f} to {max((r["load_range"] or [0])[1] for r in rows if r["load_range"]):.0f} ms on this shared 2-vCPU machine, and
-two medians of {n} can differ by several ms even with the orders taking turns; the column after
+two medians of {n} can differ by several ms even with the clients taking turns; the column after
 it removes that difference (as if both had loaded in the deferred client's median time):
 
 {exp4_savings_table(sav)}
