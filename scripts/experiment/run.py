@@ -426,8 +426,9 @@ server_think): hidden behind the round trip {saved("hidden")} ms RTT, and end to
 with the two loads' difference taken out, {saved("saved_same_load")} (deferred Python against
 eager; curl 7.88 against the eager Python client, two programs compared, raw:
 {saved("saved_curl")}). With no round trip to hide behind (loopback, a
-LAN, a CDN edge next door) the two orders cost the same: the saving is the server's
-`server_think`, under a millisecond, lost in the load's own spread. It grows with the RTT, one
+LAN, a CDN edge next door) the two orders cost the same: all there is to hide the load behind
+is the server's `server_think`, half a millisecond, and the measured saving (about a millisecond
+either way) is lost in the load's own spread. It grows with the RTT, one
 ms per ms, so it stands out of that spread only once the RTT is a few ms or more, and it stops
 growing once RTT + `server_think` reaches the load time (here about
 {fmt(row("python-deferred", hi).get("load"), 0)} ms): from there on every connection gets the
