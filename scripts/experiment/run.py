@@ -10,6 +10,8 @@ beside them. Writes docs/experiments.md and docs/*.png.
    connection time saved per resumed handshake.
 2. TLS 1.2 versus TLS 1.3 handshake cost at 20, 100 and 260 ms.
 3. TLS 1.3 fresh, resumed, and resumed with early data: time to first byte.
+4. A large CA bundle loaded before the ClientHello (curl 7.87's order) or
+   while the server's answer travels (curl 7.88's) at 0, 20 and 100 ms.
 Plus the delay line's own precision and the accuracy table (tlsrum at the
 client and at the server against the configured RTT and the clients' clocks).
 """
@@ -26,11 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
+import caclient  # noqa: E402
 import compare  # noqa: E402
 import delay_accuracy  # noqa: E402
 import wanlab  # noqa: E402
 
 RTTS = [20.0, 100.0, 260.0]
+EXP4_RTTS = [0.0, 20.0, 100.0]
+EXP4_CLIENTS = [("python-eager", "eager: load, then ClientHello (curl 7.87's order; Python ssl)"),
+                ("python-deferred", "deferred: ClientHello, then load (curl 7.88's order; Python ssl)"),
+                ("curl", "curl 7.88 `--cacert` (deferred)")]
 
 
 def mean(xs):
@@ -173,6 +180,267 @@ def exp3_table(results):
     return "\n".join(out), chart
 
 
+# ---- experiment 4 ------------------------------------------------------------
+def load_order(lab, bundle):
+    """Each client's order of three system calls under strace: opening the
+    bundle, connect() to the server, writing the ClientHello (a TLS record
+    starting 16 03 01). One connection each; not part of the figures."""
+    port = wanlab.PORTS["cache"]
+    url = f"https://{wanlab.HOST}:{port}/"
+    cmds = {
+        "openssl s_client -CAfile": ["openssl", "s_client", "-connect", f"{wanlab.SERVER_IP}:{port}",
+                                     "-servername", wanlab.HOST, "-CAfile", bundle],
+        "curl 7.88 --cacert": ["curl", "-sS", "--cacert", bundle, "--resolve", f"{wanlab.HOST}:{port}:{wanlab.SERVER_IP}",
+                               url, "-o", "/dev/null"],
+    }
+    for mode in ("eager", "deferred"):
+        cmds[f"caclient.py --mode {mode}"] = [sys.executable, caclient.__file__, "--host", wanlab.SERVER_IP, "--port", port,
+                                               "--sni", wanlab.HOST, "--bundle", bundle, "--mode", mode, "-n", "1"]
+    out = {}
+    for name, cmd in cmds.items():
+        trace = lab.dir / f"strace-{len(out)}.txt"
+        subprocess.run(lab.nsexec(lab.ns_c, ["strace", "-f", "-e", "trace=openat,connect,sendto,write", "-o", trace] + cmd),
+                       input="", capture_output=True, text=True, timeout=30)
+        seen = []
+        for line in trace.read_text().splitlines() if trace.exists() else []:
+            ev = ("bundle opened" if "openat(" in line and Path(bundle).name in line else
+                  "connect()" if "connect(" in line and f'inet_addr("{wanlab.SERVER_IP}")' in line else
+                  "ClientHello written" if ("sendto(" in line or "write(" in line) and '"\\26\\3\\1' in line else None)
+            if ev and ev not in seen:
+                seen.append(ev)
+        out[name] = seen
+    return out
+
+
+def exp4(work, rtt, n, order=None):
+    def fn(lab):
+        bundle = caclient.make_bundle(work, lab.crt)
+        if order is not None:
+            order.update(load_order(lab, bundle))
+        # Round by round, eager, deferred, curl: the load's time follows the
+        # machine's load (2 shared vCPUs), so the three take turns.
+        for _ in range(n):
+            lab.caclient("none", 2, "exp4-python", bundle)
+            lab.curl("none", "1.3", 1, "exp4-curl", cacert=bundle)
+    return run_lab(rtt, work / f"exp4-{rtt:g}", fn)
+
+
+def exp4_rows(results):
+    """Medians per client and RTT: the clients' clocks and tlsrum at the client."""
+    rows = []
+    for res in results:
+        for name, _ in EXP4_CLIENTS:
+            cs = [c for c in res["connections"] if c["scenario"].startswith("exp4") and c["client"] == name
+                  and not c.get("warmup") and c.get("tlsrum_client")]
+
+            def t(field):
+                return median(c["tlsrum_client"]["timing"][field] for c in cs)
+            loads = [(c["load_end"] - c["load_start"]) * 1000 for c in cs if c.get("load_end") is not None]
+            r = {"rtt": res["rtt"], "client": name, "n": len(cs),
+                 "kinds": sorted({str(kind(c)) for c in cs}), "load": median(loads),
+                 "load_range": [min(loads), max(loads)] if loads else None,
+                 "c_handshake": median(client_ms(c, "time_appconnect") for c in cs),
+                 "c_first_byte": median(client_ms(c, "time_starttransfer") for c in cs),
+                 "c_total": median(c["time_starttransfer"] * 1000 for c in cs)}
+            for f in ("tcp_rtt", "client_hello_delay", "handshake", "server_think", "client_think", "ttfb"):
+                r[f] = t(f)
+            r["to_first_byte"] = median(c["tlsrum_client"]["timing"]["client_hello_delay"] +
+                                        c["tlsrum_client"]["timing"]["ttfb"] for c in cs
+                                        if c["tlsrum_client"]["timing"]["client_hello_delay"] is not None
+                                        and c["tlsrum_client"]["timing"]["ttfb"] is not None)
+            rows.append(r)
+    return rows
+
+
+def exp4_table(rows):
+    out = ["| RTT ms | client | n | kind | bundle load, client's clock ms | client's clock: connect → handshake done / "
+           "→ first byte ms | tlsrum: `client_hello_delay` | `tcp_rtt` | `handshake` | `server_think` | `client_think` | "
+           "`ttfb` | `client_hello_delay` + `ttfb` ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out[0] = out[0].replace("bundle load, client's clock ms", "bundle load, client's clock ms (min–max)")
+    for r in rows:
+        rng = f" ({r['load_range'][0]:.0f}–{r['load_range'][1]:.0f})" if r["load_range"] else ""
+        out.append(f"| {r['rtt']:g} | {r['client']} | {r['n']} | {', '.join(r['kinds'])} | {fmt(r['load'])}{rng} | "
+                   f"{fmt(r['c_handshake'])} / {fmt(r['c_first_byte'])} | {fmt(r['client_hello_delay'], 2)} | "
+                   f"{fmt(r['tcp_rtt'], 2)} | {fmt(r['handshake'])} | {fmt(r['server_think'], 2)} | "
+                   f"{fmt(r['client_think'], 2)} | {fmt(r['ttfb'])} | **{fmt(r['to_first_byte'])}** |")
+    return "\n".join(out)
+
+
+def exp4_savings(rows):
+    """Per RTT: what loading after the ClientHello saved (eager minus each
+    deferred client, TCP handshake end to first response byte, tlsrum), and
+    the bound the timeline predicts: min(load, RTT + server_think)."""
+    out = []
+    for rtt in EXP4_RTTS:
+        by = {r["client"]: r for r in rows if r["rtt"] == rtt}
+        e = by.get("python-eager")
+        if not e or e["to_first_byte"] is None:
+            continue
+        d = by.get("python-deferred", {})
+        pred = hidden = None
+        if None not in (d.get("load"), d.get("server_think"), d.get("tcp_rtt")):
+            pred = min(d["load"], d["tcp_rtt"] + d["server_think"])
+        if None not in (d.get("load"), d.get("client_think"), e["client_think"]):
+            # the load less what of it still shows as client_think (less the
+            # certificate check, which the eager client's client_think is)
+            hidden = d["load"] - (d["client_think"] - e["client_think"])
+        saved_d = None if d.get("to_first_byte") is None else e["to_first_byte"] - d["to_first_byte"]
+        # the same, as if both had loaded in the same time (the deferred one's)
+        same_load = None if saved_d is None or None in (e["load"], d.get("load")) else \
+            saved_d - (e["load"] - d["load"])
+        out.append({"rtt": rtt, "load": e["load"], "load_deferred": d.get("load"), "predicted": pred,
+                    "hidden": hidden, "saved_same_load": same_load,
+                    **{f"saved_{k}": None if by.get(k, {}).get("to_first_byte") is None
+                       else e["to_first_byte"] - by[k]["to_first_byte"] for k in ("python-deferred", "curl")},
+                    **{f"ttfb_diff_{k}": None if by.get(k, {}).get("ttfb") is None or e["ttfb"] is None
+                       else e["ttfb"] - by[k]["ttfb"] for k in ("python-deferred", "curl")}})
+    return out
+
+
+def exp4_savings_table(sav):
+    out = ["| RTT ms | bundle load, eager / deferred Python ms | min(load, RTT + server_think) ms | "
+           "hidden behind the round trip: load − (client_think − eager's client_think) ms | "
+           "saved end to end, deferred Python ms | the same less the two loads' difference ms | "
+           "saved end to end, curl 7.88 ms | `ttfb` alone: eager − deferred Python / − curl ms |",
+           "|---|---|---|---|---|---|---|---|"]
+    for s in sav:
+        out.append(f"| {s['rtt']:g} | {fmt(s['load'])} / {fmt(s['load_deferred'])} | {fmt(s['predicted'])} | "
+                   f"{fmt(s['hidden'])} | {fmt(s['saved_python-deferred'])} | {fmt(s['saved_same_load'])} | "
+                   f"{fmt(s['saved_curl'])} | {fmt(s['ttfb_diff_python-deferred'])} / {fmt(s['ttfb_diff_curl'])} |")
+    return "\n".join(out)
+
+
+def exp4_chart(docs, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = [n for n, _ in EXP4_CLIENTS]
+    short = {"python-eager": "eager", "python-deferred": "deferred", "curl": "curl 7.88"}
+    w = 0.8 / len(names)
+    parts = [("ClientHello delay (before the ClientHello)", "tab:red"), ("network and the rest of ttfb", "tab:gray"),
+             ("server_think", "tab:blue"), ("client_think", "tab:orange")]
+    ticks, labels = [], []
+    for i, rtt in enumerate(EXP4_RTTS):
+        for j, name in enumerate(names):
+            r = next((r for r in rows if r["rtt"] == rtt and r["client"] == name), None)
+            if not r or r["ttfb"] is None:
+                continue
+            chd, st, ct = r["client_hello_delay"] or 0, r["server_think"] or 0, r["client_think"] or 0
+            vals = [chd, max(0.0, r["ttfb"] - st - ct), st, ct]
+            x = i + (j - (len(names) - 1) / 2) * w
+            bottom = 0.0
+            for (label, colour), v in zip(parts, vals):
+                ax.bar(x, v, w * 0.9, bottom=bottom, color=colour, label=label if i == 0 and j == 0 else None)
+                bottom += v
+            ax.text(x, bottom + 2, f"{bottom:.0f}", ha="center", fontsize=7)
+            ticks.append(x)
+            labels.append(f"{short[name]}\n{rtt:g} ms")
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylabel("TCP handshake end → first response byte, ms\n(tlsrum at the client, medians)")
+    ax.set_title(f"4. A {caclient.BULK_CERTS + 1}-certificate CA bundle loaded before or after the ClientHello")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(docs / "experiment4-ca-load.png", dpi=110)
+    plt.close(fig)
+
+
+def exp4_section(rows, sav, n, order):
+    def row(client, rtt):
+        return next((r for r in rows if r["client"] == client and r["rtt"] == rtt), {})
+
+    def at(field, client, rtt, nd=1):
+        return fmt(row(client, rtt).get(field), nd)
+
+    def saved(k):
+        return ", ".join(f"{fmt(x.get(k))} ms at {x['rtt']:g}" for x in sav)
+    lo, hi = EXP4_RTTS[0], EXP4_RTTS[-1]
+    mid = EXP4_RTTS[1]
+    return f"""## 4. A large CA bundle loaded before or after the ClientHello (curl 7.87 → 7.88)
+
+curl 7.87 parsed its CA bundle in its TLS filter's first step, after `connect()` and before
+`SSL_connect()` wrote the ClientHello; curl 7.88 writes the ClientHello first and loads the
+bundle while the server's answer is on its way (curl issue #10389; the seed article "curl
+handshake"). Here: a bundle of {caclient.BULK_CERTS + 1} certificates ({caclient.BULK_CERTS} generated self-signed CAs and
+the lab's own certificate last, so verification succeeds after all are parsed), which OpenSSL
+3.0 takes tens of ms to load (the "bundle load" column: the Python client's clock around
+`load_verify_locations()`; Debian's 144-certificate `ca-certificates.crt` takes about as long),
+nginx with no resumption (every handshake full, every one verifies the certificate), TLS 1.3,
+{n} connections per client at {", ".join(f"{r:g}" for r in EXP4_RTTS)} ms RTT (the delay line accepts `--rtt 0`: it then
+only forwards, `tcp_rtt` ≈ 0.05 ms). Clients, each making a new TLS context per connection, as
+curl does, so every connection pays the load:
+
+- **eager** (`scripts/experiment/caclient.py --mode eager`): `connect()`, a new context,
+  `load_verify_locations(bundle)`, then the ClientHello: curl 7.87's order. Not
+  `openssl s_client -CAfile`: strace shows it reads the CAfile while setting up, before it
+  even connects, so its load lies before the SYN and no wire observer can see it.
+- **deferred** (`--mode deferred`): the same client (one process makes one eager and one
+  deferred connection, then curl makes one, {n} rounds, so that all three meet the same load
+  on the machine), but the ClientHello goes out first (TLS
+  over memory BIOs, so nothing of the server's answer is read before the load) and the bundle is
+  loaded into the context's store after it: curl 7.88's order with everything else equal.
+- **curl** 7.88.1 (Debian 12) with `--cacert bundle` (each process first makes a warm-up
+  connection to another port, not counted, which takes OpenSSL's one-time start-up): strace shows `sendto()` of the
+  ClientHello, then `openat()` of the bundle, for every connection (7.88 has no CA cache).
+
+Checked in this run (strace, one connection each, at {EXP4_RTTS[0]:g} ms; first occurrence of each system call):
+
+| client | order |
+|---|---|
+{chr(10).join(f"| {k} | {' → '.join(v) or '–'} |" for k, v in order.items())}
+
+Medians; the clients' clocks start at `connect()` returning; tlsrum's columns are its records
+from the client-side capture, matched by local port. `client_hello_delay` + `ttfb` is tlsrum's
+figure for the client's "connect → first byte".
+
+{exp4_table(rows)}
+
+The timeline: with load L, round trip R and the server's handshake time S, the eager client's
+first byte comes L + 2R + S + (verify, request) after TCP's handshake, the deferred one's
+max(L, R + S) + R + (the same), so deferring saves min(L, R + S). Below, that prediction (from
+the deferred client's load, `tcp_rtt` and `server_think`); how much of the load tlsrum no longer
+finds in the deferred client's `client_think`; and the end-to-end saving (the eager client's
+`client_hello_delay` + `ttfb` minus the other's), which also carries the spread of the load
+itself: one load takes from {min((r["load_range"] or [0])[0] for r in rows if r["load_range"]):.0f} to {max((r["load_range"] or [0])[1] for r in rows if r["load_range"]):.0f} ms on this shared 2-vCPU machine, and
+two medians of {n} can differ by several ms even with the clients taking turns; the column after
+it removes that difference (as if both had loaded in the deferred client's median time):
+
+{exp4_savings_table(sav)}
+
+![experiment 4](experiment4-ca-load.png)
+
+**What curl's fix changed, and why it only shows above a certain RTT.** The load did not get cheaper:
+it moved. The eager client pays it as `client_hello_delay` (≈ the load at every RTT:
+{at("client_hello_delay", "python-eager", lo)}, {at("client_hello_delay", "python-eager", mid)} and
+{at("client_hello_delay", "python-eager", hi)} ms at {lo:g}, {mid:g} and {hi:g} ms) and then has a
+handshake as short as anyone's. The deferred clients send their ClientHello within a few
+ms of `connect()` (curl: {at("client_hello_delay", "curl", lo, 2)} ms) and load while the
+ClientHello and the server's flight travel; tlsrum finds whatever the round trip did not cover
+in `client_think` (deferred Python: {at("client_think", "python-deferred", lo)} ms at {lo:g} ms,
+{at("client_think", "python-deferred", mid)} at {mid:g}, {at("client_think", "python-deferred", hi)} at
+{hi:g} ms, the last being just the certificate check; curl {at("client_think", "curl", lo)},
+{at("client_think", "curl", mid)}, {at("client_think", "curl", hi)}). So the saving is min(load, RTT +
+server_think): hidden behind the round trip {saved("hidden")} ms RTT, and end to end,
+with the two loads' difference taken out, {saved("saved_same_load")} (deferred Python against
+eager; curl 7.88 against the eager Python client, two programs compared, raw:
+{saved("saved_curl")}). With no round trip to hide behind (loopback, a
+LAN, a CDN edge next door) the two orders cost the same: all there is to hide the load behind
+is the server's `server_think`, half a millisecond, and the measured saving (about a millisecond
+either way) is lost in the load's own spread. It grows with the RTT, one
+ms per ms, so it stands out of that spread only once the RTT is a few ms or more, and it stops
+growing once RTT + `server_think` reaches the load time (here about
+{fmt(row("python-deferred", hi).get("load"), 0)} ms): from there on every connection gets the
+whole load back, a fixed amount, which is a large share of time to first byte at moderate RTTs
+and a shrinking one beyond. A passive observer must add `client_hello_delay` to see
+it: tlsrum's `ttfb` starts at the ClientHello, so by `ttfb` alone the fixed client looks
+*slower* wherever the load is longer than the round trip (the last column: the load moved from
+before `ttfb`'s start into its span), and only `client_hello_delay` + `ttfb`, or the split into
+`client_hello_delay` and `client_think`, shows the fix for what it is.
+"""
+
+
 # ---- accuracy and delay tables ----------------------------------------------
 def accuracy_table(doc):
     rows = compare.rows(doc)
@@ -272,7 +540,7 @@ def main():
     a = ap.parse_args()
     docs = Path(a.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    n1, n23 = (10, 4) if a.quick else (100, 10)
+    n1, n23, n4 = (10, 4, 4) if a.quick else (100, 10, 30)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="tlsrum-experiment-") as d:
         work = Path(d)
@@ -291,17 +559,27 @@ def main():
         for rtt in RTTS:
             wanlab.log(f"experiments 2 and 3 at {rtt:g} ms")
             r23.append(exp23(work, rtt, n23))
+        r4, order4 = [], {}
+        for rtt in EXP4_RTTS:
+            wanlab.log(f"experiment 4 at {rtt:g} ms")
+            r4.append(exp4(work, rtt, n4, order4 if rtt == EXP4_RTTS[0] else None))
     t1, c1 = exp1_table(r1)
     t2, c2 = exp2_table(r23)
     t3, c3 = exp3_table(r23)
+    rows4 = exp4_rows(r4)
+    sav4 = exp4_savings(rows4)
     charts(docs, c1, c2, c3, delays)
+    exp4_chart(docs, rows4)
     for dd in delays:
         dd.pop("one_way_samples", None)
     summary = {"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elapsed_s": round(time.time() - t0),
                "kernel": platform.release(), "delay": delays, "reruns": acc["reruns"],
-               "accuracy_problem_rows": sum(bool(r["problems"]) for r in compare.rows(acc))}
+               "accuracy_problem_rows": sum(bool(r["problems"]) for r in compare.rows(acc)),
+               "ca_load": {"bundle_certs": caclient.BULK_CERTS + 1, "syscall_order": order4, "rows": rows4,
+                           "savings": sav4}}
     (docs / "experiments.json").write_text(json.dumps(summary, indent=1) + "\n")
-    md = render(summary, delay_table(delays), accuracy_table(acc), t1, t2, t3, acc, n1, n23)
+    md = render(summary, delay_table(delays), accuracy_table(acc), t1, t2, t3, acc, n1, n23,
+                exp4_section(rows4, sav4, n4, order4))
     (docs / "experiments.md").write_text(md)
     wanlab.log(f"wrote {docs / 'experiments.md'} in {time.time() - t0:.0f} s")
     return 0
@@ -317,7 +595,7 @@ def versions():
     return f"{v(['nginx', '-v'])}; {v(['curl', '--version'])}; {v(['openssl', 'version'])}; Python {platform.python_version()}"
 
 
-def render(summary, delay_t, acc_t, t1, t2, t3, acc, n1, n23):
+def render(summary, delay_t, acc_t, t1, t2, t3, acc, n1, n23, s4):
     reruns = "\n".join(f"- {r['rtt']:g} ms, attempt {r['attempt']}: " + "; ".join(r["why"]) for r in acc["reruns"]) or "- none"
     return f"""# Experiments: what each handshake costs, measured passively
 
@@ -439,6 +717,8 @@ after the ClientHello, against two for a fresh or PSK-resumed TLS 1.3 connection
 round trip, reported as `tcp_rtt`, comes on top of all of them). tlsrum sees 0-RTT's
 acceptance without keys through the client's EndOfEarlyData (heuristic `eoed_before_finished`,
 below).
+
+{s4}
 
 ## How tlsrum tells accepted 0-RTT without keys (heuristic `eoed_before_finished`)
 

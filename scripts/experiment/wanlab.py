@@ -283,14 +283,15 @@ class Lab:
             self.line_stats = json.loads(stats.read_text())
 
     # ---- clients ---------------------------------------------------------
-    def curl(self, policy, tls, n, scenario, warmup=True):
+    def curl(self, policy, tls, n, scenario, warmup=True, cacert=None):
         """One curl process fetching n URLs: n connections reusing its session.
         With warmup, a first fetch from another port takes the process's
         one-time OpenSSL start-up (about 2 ms between connect() and the
-        ClientHello); it is recorded with warmup=True."""
+        ClientHello); it is recorded with warmup=True. cacert: the CA bundle
+        (default: the lab's certificate alone)."""
         port = PORTS[policy]
         wport = PORTS["none"] if policy != "none" else PORTS["cache"]
-        args = ["curl", "-sS", "--http1.1", "--cacert", self.crt,
+        args = ["curl", "-sS", "--http1.1", "--cacert", cacert or self.crt,
                 "--resolve", f"{HOST}:{port}:{SERVER_IP}", "--resolve", f"{HOST}:{wport}:{SERVER_IP}",
                 "-w", "%{local_port} %{time_connect} %{time_appconnect} %{time_starttransfer} %{http_code}\\n"]
         args += ["--tlsv1.2", "--tls-max", "1.2"] if tls == "1.2" else ["--tlsv1.3"]
@@ -428,6 +429,17 @@ class Lab:
                         "line_late_max_us": late.get(p)})
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
+
+    def caclient(self, policy, n, scenario, bundle, mode="alternate"):
+        """caclient.py: n full TLS 1.3 handshakes, each loading the CA bundle
+        before the ClientHello (mode "eager", curl 7.87's order) or after it
+        (mode "deferred", curl 7.88's); "alternate" takes turns. Recorded as
+        client python-eager or python-deferred."""
+        first = len(self.conns)
+        self._json_client("caclient.py", ["--bundle", bundle, "--mode", mode], policy, "1.3", n, scenario,
+                          "python")
+        for c in self.conns[first:]:
+            c["client"] = f"python-{c['mode']}"
 
 
 def port_of(endpoint):
