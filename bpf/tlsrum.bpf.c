@@ -503,7 +503,7 @@ flow_create(struct tlsrum_flow_key *key, int side, int *created)
 	__u32 zero = 0;
 	long err;
 
-	/* The new state is built in the scratch map: 104 bytes would crowd
+	/* The new state is built in the scratch map: 120 bytes would crowd
 	 * the 512-byte stack. */
 	sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (!sc)
@@ -713,6 +713,7 @@ static __always_inline void track_start(struct tlsrum_dir_state *d, __u32 seq)
 {
 	d->next_rec = seq;
 	d->fwd_until = seq;
+	d->rcv_end = seq;
 	d->plain_end = seq;
 	d->hdr = 0;
 	d->hdr_have = 0;
@@ -1110,7 +1111,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	__u32 data_seq = p->seq + ((tf & TCP_FLAG_SYN) ? 1 : 0);
 	__u32 len = p->payload_len;
 	__u64 ts = 0;
-	int events = 0, tracked;
+	int events = 0, tracked, resent = 0;
 
 	/* The stream starts after the SYN: its records can be followed. A
 	 * retransmitted SYN, or a new one before any data, starts again. */
@@ -1169,13 +1170,23 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 
 	tracked = me->track == TLSRUM_TRACK_ON;
 	if (len && tracked && !p->first_fragment) {
+		/* Bytes received before come again: a retransmission, which
+		 * the analyzer's think-time split must know of (the copy the
+		 * peer answered is unknown). Without holes (tracked) the bytes
+		 * received so far end at rcv_end. */
+		resent = seq_before(data_seq, me->rcv_end);
+		if (seq_before(me->rcv_end, data_seq + len))
+			me->rcv_end = data_seq + len;
 		if (!seq_before(me->fwd_until, data_seq + len)) {
 			/* Nothing new: sent or filled before. */
 			events = 0;
 		} else {
 			if (!prepare(skb, p, dir, &ts))
 				return;
-			events = walk_segment(skb, p, key, side, data_seq, flags);
+			/* Starting before what was received: a retransmission
+			 * that carries new bytes too (TLSRUM_EV_SEEN). */
+			events = walk_segment(skb, p, key, side, data_seq,
+					      flags | (resent ? TLSRUM_EV_SEEN : 0));
 		}
 	} else if (len && tracked) {
 		track_lose(me);
@@ -1222,16 +1233,20 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 	}
 
 	if (events <= 0) {
-		/* Nothing new to send: a flag or a wanted ACK still goes. */
+		/* Nothing new to send: a flag or a wanted ACK still goes, and so
+		 * does a retransmission in a direction whose records are followed
+		 * (the analyzer's think-time split must know a flight was sent
+		 * twice; bounded like the records themselves). */
 		if (!(tf & (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)) &&
-		    !((tf & TCP_FLAG_ACK) && ack_wanted(st, side, p->ack))) {
+		    !((tf & TCP_FLAG_ACK) && ack_wanted(st, side, p->ack)) &&
+		    !resent) {
 			if (len)
 				count(TLSRUM_CNT_OPAQUE, 1);
 			return;
 		}
 		if (!prepare(skb, p, dir, &ts))
 			return;
-		emit_run(skb, len, 0, 0, flags | (len ? TLSRUM_EV_SEEN : 0));
+		emit_run(skb, len, 0, 0, flags | (resent ? TLSRUM_EV_SEEN : 0));
 	}
 
 	if (tf & TCP_FLAG_ACK) {

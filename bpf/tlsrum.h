@@ -45,8 +45,9 @@ enum tlsrum_event_flag {
 	TLSRUM_EV_DONE		= 1 << 1,
 	/* First packet of the flow seen by the kernel (state created). */
 	TLSRUM_EV_NEW_FLOW	= 1 << 2,
-	/* The segment's bytes outside this event already reached user space
-	 * (sent, or filled by an earlier event): nothing is missing. */
+	/* The segment starts with bytes received before (a retransmission),
+	 * which user space already has: nothing is missing. Set only while
+	 * the sender's records are followed. */
 	TLSRUM_EV_SEEN		= 1 << 3,
 };
 
@@ -149,7 +150,11 @@ struct tlsrum_dir_state {
 				 *    makes it quiet, never the byte budget */
 	__u8	tries;		/* 37 quiet or lost: data segments checked for a record to resume at */
 	__u8	_pad[2];	/* 38 */
-};				/* 40 */
+	__u32	rcv_end;	/* 40 tracked: end of the bytes received (fwd_until
+				 *    runs ahead over filled bodies): a segment
+				 *    starting before it is a retransmission */
+	__u32	_pad2;		/* 44 */
+};				/* 48 */
 
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
 struct tlsrum_flow_state {
@@ -159,7 +164,7 @@ struct tlsrum_flow_state {
 	__u8	quic_short[2];	/* 21 QUIC: short-header packets forwarded per sender */
 	__u8	quic_after;	/* 23 QUIC: bit per sender, its first short header after the peer's went */
 	struct tlsrum_dir_state dir[2];	/* 24 TCP record tracking per sender */
-};				/* 104 */
+};				/* 120 */
 
 /* Index in the per-CPU `counters` array. Names in agent/src/ebpf/abi.rs. */
 enum tlsrum_counter {
@@ -227,7 +232,7 @@ TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, done, 16);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, initiator, 20);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, quic_short, 21);
 TLSRUM_ASSERT_OFFSET(tlsrum_flow_state, dir, 24);
-_Static_assert(sizeof(struct tlsrum_flow_state) == 104, "tlsrum_flow_state size");
+_Static_assert(sizeof(struct tlsrum_flow_state) == 120, "tlsrum_flow_state size");
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fwd_until, 4);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, plain_end, 8);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, acked, 12);
@@ -242,7 +247,8 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post, 31);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);
-_Static_assert(sizeof(struct tlsrum_dir_state) == 40, "tlsrum_dir_state size");
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, rcv_end, 40);
+_Static_assert(sizeof(struct tlsrum_dir_state) == 48, "tlsrum_dir_state size");
 _Static_assert(TLSRUM_CNT_MAX == 29, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

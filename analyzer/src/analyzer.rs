@@ -200,7 +200,14 @@ impl Analyzer {
         match p.transport {
             Transport::Tcp(h) => {
                 self.stats.tcp_packets += 1;
-                self.tcp(ts, p.src, p.dst, &h, p.payload, p.truncated);
+                self.tcp(
+                    ts,
+                    p.src,
+                    p.dst,
+                    &h,
+                    p.payload,
+                    (p.truncated, p.seen_before),
+                );
             }
             Transport::Udp { src_port, dst_port } => {
                 self.stats.udp_packets += 1;
@@ -304,7 +311,7 @@ impl Analyzer {
         dst: IpAddr,
         h: &TcpHeader,
         payload: &[u8],
-        truncated: bool,
+        (truncated, seen_before): (bool, bool),
     ) {
         if !self.wanted(h.src_port, h.dst_port) {
             return;
@@ -377,7 +384,7 @@ impl Analyzer {
         };
         let updated = self.flows.update(&key, |flow| {
             let was = flow.status;
-            let seg = flow.segment(ts, from, h, payload, truncated, &mut ctx);
+            let seg = flow.segment(ts, from, h, payload, (truncated, seen_before), &mut ctx);
             (seg, was, flow.status, (flow.a, flow.b))
         });
         let Some((seg, was, status, ends)) = updated else {

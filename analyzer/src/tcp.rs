@@ -293,12 +293,17 @@ impl TcpFlow {
         from: Endpoint,
         h: &TcpHeader,
         payload: &[u8],
-        truncated: bool,
+        (truncated, seen_before): (bool, bool),
         ctx: &mut Ctx<'_>,
     ) -> SegmentOutcome {
         let dir = usize::from(from != self.a);
         self.seen[dir] = true;
         self.track_tcp_handshake(dir, ts, h);
+        if seen_before {
+            if let Some(act) = self.active.as_deref_mut() {
+                act.up.first_retransmission.get_or_insert(ts);
+            }
+        }
         self.payload(dir, ts, h, payload, truncated, ctx);
         // A FIN is a half-close: the peer may still finish the handshake
         // (a False Start client can close first). Both FINs, or a RST, end

@@ -21,8 +21,9 @@ pub const EV_CUT: u8 = 1 << 0;
 pub const EV_DONE: u8 = 1 << 1;
 /// `TLSRUM_EV_NEW_FLOW`: the kernel created the flow's state on this packet.
 pub const EV_NEW_FLOW: u8 = 1 << 2;
-/// `TLSRUM_EV_SEEN`: the segment's other bytes reached user space earlier
-/// (sent, or filled): nothing of it is missing.
+/// `TLSRUM_EV_SEEN`: the segment starts with bytes received before (a
+/// retransmission, while the sender's records are followed): user space
+/// has them, nothing is missing.
 pub const EV_SEEN: u8 = 1 << 3;
 /// `TLSRUM_MAX_RECORD`: the longest fill (an application_data record's
 /// body), the analyzer's record-size cap.
@@ -306,6 +307,10 @@ pub struct DirState {
     pub no_fallback: u8,
     pub tries: u8,
     pub _pad: [u8; 2],
+    /// Tracked: end of the bytes received; a segment starting before it
+    /// is a retransmission.
+    pub rcv_end: u32,
+    pub _pad2: u32,
 }
 
 // SAFETY: plain #[repr(C)] integers and byte arrays with explicit padding
@@ -403,12 +408,13 @@ pub(crate) mod tests {
         assert_eq!(offset_of!(FlowKey, port_a), 32);
         assert_eq!(offset_of!(FlowKey, port_b), 34);
         assert_eq!(offset_of!(FlowKey, proto), 36);
-        assert_eq!(size_of::<FlowState>(), 104);
+        assert_eq!(size_of::<FlowState>(), 120);
         assert_eq!(offset_of!(FlowState, done), 16);
         assert_eq!(offset_of!(FlowState, initiator), 20);
         assert_eq!(offset_of!(FlowState, quic_short), 21);
         assert_eq!(offset_of!(FlowState, dir), 24);
-        assert_eq!(size_of::<DirState>(), 40);
+        assert_eq!(size_of::<DirState>(), 48);
+        assert_eq!(offset_of!(DirState, rcv_end), 40);
         assert_eq!(offset_of!(DirState, hello), 30);
         assert_eq!(offset_of!(DirState, post), 31);
         assert_eq!(offset_of!(DirState, post_end), 32);

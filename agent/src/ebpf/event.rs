@@ -4,7 +4,7 @@
 
 use analyzer::wire::{Packet, TcpHeader, Transport};
 
-use super::abi::{EventHeader, EV_CUT, MAX_FILL};
+use super::abi::{EventHeader, EV_CUT, EV_SEEN, MAX_FILL};
 
 /// One ring-buffer record.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +61,9 @@ impl<'a> Event<'a> {
             transport,
             payload: self.payload,
             truncated: h.flags & EV_CUT != 0,
+            // TCP: bytes of the segment reached user space before (a
+            // retransmission; the kernel forwards each byte once).
+            seen_before: h.l4_proto == 6 && h.flags & EV_SEEN != 0,
         }
     }
 
@@ -97,6 +100,7 @@ impl<'a> Event<'a> {
             }),
             payload: &ZEROS[..(h.fill as usize).min(MAX_FILL)],
             truncated: false,
+            seen_before: false,
         })
     }
 
@@ -209,8 +213,11 @@ mod tests {
         assert!(tcp(&got[1]).fin);
         assert!(!got[0].truncated && !got[1].truncated);
 
-        // A header-only event for a segment already delivered: one
-        // empty packet, not truncated, after the segment's bytes.
+        assert!(!got[0].seen_before && !got[1].seen_before);
+
+        // A header-only event for a segment already delivered (a
+        // retransmission): one empty packet, not truncated, after the
+        // segment's bytes, that says so.
         let mut h = header(EV_SEEN, 0x10, 5000, 1448, 1448, 0);
         h.fill = 0;
         let ev = Event {
@@ -221,6 +228,7 @@ mod tests {
         let got: Vec<Packet<'_>> = ev.datagrams().collect();
         assert_eq!(got.len(), 1);
         assert!(got[0].payload.is_empty() && !got[0].truncated);
+        assert!(got[0].seen_before);
         assert_eq!(tcp(&got[0]).seq, 6448);
     }
 

@@ -45,6 +45,11 @@ pub struct Packet<'a> {
     pub payload: &'a [u8],
     /// The capture cut the payload short (snaplen): its bytes are not all here.
     pub truncated: bool,
+    /// The segment also carried bytes that reached the analyzer before (a
+    /// retransmission), left out of `payload`. Only the eBPF source sets
+    /// it: the kernel forwards each stream byte once, and says so; from a
+    /// capture the analyzer sees the copies itself.
+    pub seen_before: bool,
 }
 
 /// Why a frame yielded no TCP/UDP packet. Counted by the analyzer.
@@ -140,6 +145,7 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
                 }),
                 payload: l4.get(off..)?,
                 truncated: false,
+                seen_before: false,
             })
         }
         17 => {
@@ -156,6 +162,7 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
                 transport: Transport::Udp { src_port, dst_port },
                 payload: l4.get(8..len)?,
                 truncated: false,
+                seen_before: false,
             })
         }
         _ => None,
@@ -218,6 +225,7 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
             }),
             payload: tcp.payload(),
             truncated,
+            seen_before: false,
         }),
         Some(TransportSlice::Udp(udp)) => {
             let (src_port, dst_port) = (udp.source_port(), udp.destination_port());
@@ -234,6 +242,7 @@ fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, Dec
                 transport: Transport::Udp { src_port, dst_port },
                 payload: udp.payload(),
                 truncated,
+                seen_before: false,
             })
         }
         Some(_) => Err(DecodeError::OtherTransport),
