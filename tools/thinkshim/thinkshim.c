@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * thinkshim: an LD_PRELOAD shim that holds a chosen outgoing write of a
+ * real TLS/QUIC peer for a configured time, so that the peer "thinks" for a
+ * known extra span (agent/tests/think_time.rs, scripts/experiment/thinktime.py).
+ *
+ *   THINKSHIM_HOLD="N:MS[,N:MS...]"  hold the Nth payload write (1-based) on
+ *                                    each connection for MS milliseconds
+ *   THINKSHIM_LOG=FILE               append one line per payload write:
+ *                                    "pid fd n len held_ms t_before t_after
+ *                                    local_port peer_port head" (times in
+ *                                    CLOCK_REALTIME seconds, the clock
+ *                                    capture timestamps use; head = the
+ *                                    first 6 bytes in hex: record type,
+ *                                    version, length, message type)
+ *
+ * A "connection" is a TCP socket (counted from its creation by socket(),
+ * accept() or accept4() until close()), or, for an unconnected UDP socket
+ * (a QUIC server answering many clients through one socket), a socket and
+ * destination address pair given to sendto()/sendmsg(). Only AF_INET and
+ * AF_INET6 sockets count: log files, pipes and nginx's AF_UNIX channels are
+ * passed through untouched, as are empty writes.
+ *
+ * The peers this is used with write each handshake flight in one call
+ * (OpenSSL buffers a flight in its buffering BIO; GnuTLS and aioquic are
+ * checked by the log above, which thinktime.py keeps): write 1 of a client
+ * is its ClientHello, write 1 of a server its first flight (ServerHello ..,
+ * or HelloRetryRequest), write 2 of a client its second flight (TLS 1.2:
+ * ClientKeyExchange .. Finished; TLS 1.3: Finished), write 3 after a
+ * HelloRetryRequest. The hold is a sleep before the real call, so the bytes
+ * leave the host that much later: exactly what a slow peer looks like on
+ * the wire.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_FD 4096
+#define MAX_HOLDS 8
+#define MAX_DESTS 1024
+
+static unsigned counts[MAX_FD];
+static struct {
+	int n;
+	double ms;
+} holds[MAX_HOLDS];
+static int nholds;
+static FILE *logf;
+
+/* Unconnected UDP: counts per (fd, destination). */
+static struct {
+	int fd;
+	socklen_t len;
+	struct sockaddr_storage addr;
+	unsigned count;
+} dests[MAX_DESTS];
+static int ndests;
+
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static int (*real_close)(int);
+static int (*real_socket)(int, int, int);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+
+static void resolve(void)
+{
+	if (real_write)
+		return;
+	real_write = dlsym(RTLD_NEXT, "write");
+	real_send = dlsym(RTLD_NEXT, "send");
+	real_sendto = dlsym(RTLD_NEXT, "sendto");
+	real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
+	real_writev = dlsym(RTLD_NEXT, "writev");
+	real_close = dlsym(RTLD_NEXT, "close");
+	real_socket = dlsym(RTLD_NEXT, "socket");
+	real_accept = dlsym(RTLD_NEXT, "accept");
+	real_accept4 = dlsym(RTLD_NEXT, "accept4");
+}
+
+__attribute__((constructor)) static void init(void)
+{
+	resolve();
+	/* Sleep to the microsecond: the default 50 µs slack would show up in
+	 * every held write. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	const char *h = getenv("THINKSHIM_HOLD");
+	while (h && *h && nholds < MAX_HOLDS) {
+		char *end;
+		long n = strtol(h, &end, 10);
+		if (*end != ':')
+			break;
+		double ms = strtod(end + 1, &end);
+		holds[nholds].n = (int)n;
+		holds[nholds].ms = ms;
+		nholds++;
+		h = *end == ',' ? end + 1 : end;
+	}
+	const char *l = getenv("THINKSHIM_LOG");
+	if (l && *l) {
+		logf = fopen(l, "a");
+		if (logf)
+			setvbuf(logf, NULL, _IOLBF, 0);
+	}
+}
+
+static int inet_socket(int fd)
+{
+	struct stat st;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+		return 0;
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return 0;
+	return ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+}
+
+static double now_real(void);
+
+static int port_of(const struct sockaddr *sa)
+{
+	if (!sa)
+		return 0;
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
+}
+
+static void log_write(int fd, unsigned n, size_t len, double held, double t0, const void *head,
+		      size_t headlen, const struct sockaddr *to)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	int lport = getsockname(fd, (struct sockaddr *)&me, &ml) == 0 ? port_of((struct sockaddr *)&me) : 0;
+	int pport = to ? port_of(to)
+		       : getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 ? port_of((struct sockaddr *)&peer) : 0;
+	char hex[13] = "";
+	const unsigned char *b = head;
+	for (size_t i = 0; b && i < headlen && i < 6; i++)
+		snprintf(hex + 2 * i, 3, "%02x", b[i]);
+	fprintf(logf, "%d %d %u %zu %.3f %.6f %.6f %d %d %s\n", (int)getpid(), fd, n, len, held, t0,
+		now_real(), lport, pport, hex[0] ? hex : "-");
+}
+
+static double now_real(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static unsigned *counter(int fd, const struct sockaddr *to, socklen_t tolen)
+{
+	if (to && tolen > 0 && tolen <= sizeof(struct sockaddr_storage)) {
+		for (int i = 0; i < ndests; i++)
+			if (dests[i].fd == fd && dests[i].len == tolen &&
+			    memcmp(&dests[i].addr, to, tolen) == 0)
+				return &dests[i].count;
+		if (ndests == MAX_DESTS)
+			return NULL;
+		dests[ndests].fd = fd;
+		dests[ndests].len = tolen;
+		memset(&dests[ndests].addr, 0, sizeof(dests[ndests].addr));
+		memcpy(&dests[ndests].addr, to, tolen);
+		dests[ndests].count = 0;
+		return &dests[ndests++].count;
+	}
+	return fd >= 0 && fd < MAX_FD ? &counts[fd] : NULL;
+}
+
+/* Before a payload write: count it, and sleep if it is one to hold. */
+static void before(int fd, const void *head, size_t headlen, size_t len, const struct sockaddr *to,
+		   socklen_t tolen)
+{
+	if (len == 0 || (nholds == 0 && !logf) || !inet_socket(fd))
+		return;
+	unsigned *c = counter(fd, to, tolen);
+	if (!c)
+		return;
+	unsigned n = ++*c;
+	double held = 0;
+	for (int i = 0; i < nholds; i++)
+		if ((unsigned)holds[i].n == n)
+			held = holds[i].ms;
+	int saved = errno;
+	double t0 = now_real();
+	if (held > 0) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		long long ns = until.tv_nsec + (long long)(held * 1e6);
+		until.tv_sec += ns / 1000000000LL;
+		until.tv_nsec = ns % 1000000000LL;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+			;
+	}
+	if (logf)
+		log_write(fd, n, len, held, t0, head, headlen, to);
+	errno = saved;
+}
+
+static void forget(int fd)
+{
+	if (fd >= 0 && fd < MAX_FD)
+		counts[fd] = 0;
+	for (int i = 0; i < ndests; i++)
+		if (dests[i].fd == fd)
+			dests[i--] = dests[--ndests];
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+	resolve();
+	before(fd, buf, n, n, NULL, 0);
+	return real_write(fd, buf, n);
+}
+
+ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	resolve();
+	before(fd, buf, n, n, NULL, 0);
+	return real_send(fd, buf, n, flags);
+}
+
+ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tolen)
+{
+	resolve();
+	before(fd, buf, n, n, to, tolen);
+	return real_sendto(fd, buf, n, flags, to, tolen);
+}
+
+static size_t iov_len(const struct iovec *iov, int cnt)
+{
+	size_t n = 0;
+	for (int i = 0; iov && i < cnt; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+/* The first non-empty buffer, for the log's head bytes. */
+static const void *first_iov(const struct iovec *iov, int cnt, size_t *len)
+{
+	for (int i = 0; iov && i < cnt; i++)
+		if (iov[i].iov_len) {
+			*len = iov[i].iov_len;
+			return iov[i].iov_base;
+		}
+	*len = 0;
+	return NULL;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	size_t hl;
+	resolve();
+	if (msg) {
+		const void *h = first_iov(msg->msg_iov, (int)msg->msg_iovlen, &hl);
+		before(fd, h, hl, iov_len(msg->msg_iov, (int)msg->msg_iovlen), msg->msg_name,
+		       msg->msg_namelen);
+	}
+	return real_sendmsg(fd, msg, flags);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	size_t hl;
+	resolve();
+	const void *h = first_iov(iov, cnt, &hl);
+	before(fd, h, hl, iov_len(iov, cnt), NULL, 0);
+	return real_writev(fd, iov, cnt);
+}
+
+int close(int fd)
+{
+	resolve();
+	forget(fd);
+	return real_close(fd);
+}
+
+int socket(int domain, int type, int proto)
+{
+	resolve();
+	int fd = real_socket(domain, type, proto);
+	forget(fd);
+	return fd;
+}
+
+int accept(int s, struct sockaddr *a, socklen_t *l)
+{
+	resolve();
+	int fd = real_accept(s, a, l);
+	forget(fd);
+	return fd;
+}
+
+int accept4(int s, struct sockaddr *a, socklen_t *l, int flags)
+{
+	resolve();
+	int fd = real_accept4(s, a, l, flags);
+	forget(fd);
+	return fd;
+}
