@@ -49,6 +49,8 @@ async def client(args):
     received = []
     for step in args.plan.split(","):
         conf = QuicConfiguration(is_client=True, alpn_protocols=list(ALPN), server_name=HOST)
+        if args.initial_rtt is not None:
+            conf.initial_rtt = args.initial_rtt
         conf.load_verify_locations(args.cafile)
         ticket = received[-1] if step in ("resume", "early") and received else None
         if ticket is not None and step == "resume":
@@ -96,6 +98,9 @@ def main():
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cafile", required=True)
     c.add_argument("--plan", default="full,resume,early")
+    # Seconds; aioquic's default is 0.1 (a probe after 200 ms without an
+    # answer), RFC 9002's 0.333: scripts/experiment/thinktime.py runs at 260 ms.
+    c.add_argument("--initial-rtt", type=float)
     args = ap.parse_args()
     asyncio.run(server(args) if args.mode == "server" else client(args))
 

@@ -1,0 +1,343 @@
+//! Ground truth for `timing.client_hello_delay`, `server_think` and
+//! `client_think` (issue 14): real peers (OpenSSL s_client/s_server,
+//! GnuTLS gnutls-cli/gnutls-serv, nginx, aioquic) whose writes
+//! tools/thinkshim holds for known times, over two chained delay lines
+//! (client 30 % of the round trip from a router, the server 70 %) at 20,
+//! 100 and 260 ms, watched at the client, at the router (the middle) and at
+//! the server. The orchestration is scripts/experiment/thinktime.py; this
+//! test runs it and asserts, for TLS 1.2 full and resumed, TLS 1.3 full and
+//! with HelloRetryRequest, and QUIC:
+//!
+//! - the kind is what the programs themselves reported (s_client's
+//!   New/Reused and ClientHellos, gnutls-cli's resumption and
+//!   HelloRetryRequest lines, nginx's `$ssl_session_reused`, aioquic's
+//!   state), and tlsrum's record agrees;
+//! - the shim held exactly the writes it was told to (its own log);
+//! - each field within [injected − 1 ms, injected + natural + 1 ms] at every
+//!   vantage, where natural is the largest value of that field on the same
+//!   program's connections without injection in this run (same kind, any
+//!   RTT, any vantage): the program's own think time, which the injected
+//!   connections carry too;
+//! - `handshake ≈ round_trips × tcp_rtt + server_think + client_think`
+//!   within 1 ms wherever all the terms exist;
+//! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md).
+//!
+//! It prints the natural think times and, per field, vantage and RTT, the
+//! largest excess over the injected time.
+//!
+//! Needs root, /dev/net/tun, network namespaces, cc, tcpdump, openssl,
+//! gnutls-cli, gnutls-serv, nginx, python3 with aioquic: without them the
+//! test is skipped with a message, except under CI=true where a missing
+//! capability is a failure.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::Need;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The delay line next to the tlsrum binary under test; built if missing.
+fn delayline() -> PathBuf {
+    let tlsrum = PathBuf::from(env!("CARGO_BIN_EXE_tlsrum"));
+    let path = tlsrum.with_file_name("delayline");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let profile = match tlsrum
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|d| d.to_str())
+        {
+            Some("debug") | None => "dev".to_string(),
+            Some(dir) => dir.to_string(),
+        };
+        let status = Command::new(cargo)
+            .current_dir(repo())
+            .args(["build", "-p", "delayline", "--profile", &profile])
+            .status()
+            .expect("run cargo build -p delayline");
+        assert!(status.success(), "cargo build -p delayline failed");
+    }
+    assert!(path.exists(), "{} not found after building", path.display());
+    path
+}
+
+const FIELDS: [&str; 3] = ["client_hello_delay", "server_think", "client_think"];
+const VANTAGES: [(&str, &str); 3] = [
+    ("client", "tlsrum_client"),
+    ("middle", "tlsrum_router"),
+    ("server", "tlsrum_server"),
+];
+
+/// What the programs said the connection was, or why it is not `kind`.
+fn label_problem(c: &Value) -> Option<String> {
+    let kind = c["kind"].as_str().unwrap();
+    let l = &c["label"];
+    let session = l["session"].as_str().unwrap_or("");
+    let version = l["version"].as_str().unwrap_or("").replace("TLSv", "TLS");
+    let hellos = l["client_hellos"].as_u64();
+    let want = match kind {
+        "tls12-full" => ("New", "TLS1.2", Some(1)),
+        "tls12-resumed" => ("Reused", "TLS1.2", Some(1)),
+        "tls13-full" => ("New", "TLS1.3", Some(1)),
+        "tls13-hrr" => ("New", "TLS1.3", Some(2)),
+        "quic-full" => ("New", "QUIC", None),
+        other => return Some(format!("unknown kind {other}")),
+    };
+    if session != want.0 || version != want.1 || (want.2.is_some() && hellos != want.2) {
+        return Some(format!("the client reported {l}"));
+    }
+    if c["client"] == "gnutls-cli" && l["hrr_reported"].as_bool() != Some(kind == "tls13-hrr") {
+        return Some(format!("gnutls-cli's HelloRetryRequest report {l}"));
+    }
+    if c["program"] == "nginx" {
+        let ng = &c["nginx"];
+        let reused = ng["reused"] == "r";
+        let proto = ng["protocol"].as_str().unwrap_or("").replace("TLSv", "TLS");
+        if reused != (kind == "tls12-resumed") || proto != want.1 {
+            return Some(format!("nginx logged {ng}"));
+        }
+    }
+    None
+}
+
+/// The holds the shim logged on this connection, by side: (write, ms).
+fn holds(writes: &Value) -> Vec<(u64, f64)> {
+    writes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["held"].as_f64().unwrap_or(0.0) > 0.0)
+        .map(|w| (w["n"].as_u64().unwrap(), w["held"].as_f64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn think_times_against_injected_delays_at_20_100_260_ms() {
+    if common::skip_unless(
+        "think_times_against_injected_delays_at_20_100_260_ms",
+        &[
+            Need::Root,
+            Need::Tun,
+            Need::Netns,
+            Need::Tools(&[
+                "ip",
+                "cc",
+                "tcpdump",
+                "ping",
+                "openssl",
+                "gnutls-cli",
+                "gnutls-serv",
+                "nginx",
+                "python3",
+            ]),
+            Need::Python("aioquic"),
+        ],
+    ) {
+        return;
+    }
+    let dl = delayline();
+    let work = std::env::temp_dir().join(format!("tlsrum-think-test-{}", std::process::id()));
+    let out = work.join("think.json");
+    std::fs::create_dir_all(&work).unwrap();
+    let status = Command::new("python3")
+        .arg(repo().join("scripts/experiment/thinktime.py"))
+        .args(["--rtt", "20,100,260", "--out"])
+        .arg(&out)
+        .arg("--workdir")
+        .arg(work.join("labs"))
+        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
+        .env("DELAYLINE", &dl)
+        .status()
+        .expect("run thinktime.py");
+    assert!(
+        status.success(),
+        "thinktime.py failed (lab error); logs in {}",
+        work.display()
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let mut failures = Vec::new();
+
+    // Natural think: the largest value of each field on the connections
+    // without injection, per (program, kind), over every RTT and vantage.
+    let mut natural: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
+    for lab in doc["labs"].as_array().unwrap() {
+        for c in lab["connections"].as_array().unwrap() {
+            if c["injected"].as_bool().unwrap() {
+                continue;
+            }
+            let key = |f| {
+                (
+                    c["program"].as_str().unwrap().to_string(),
+                    c["kind"].as_str().unwrap().to_string(),
+                    f,
+                )
+            };
+            for (_, at) in VANTAGES {
+                for field in FIELDS {
+                    if let Some(v) = c[at]["timing"][field].as_f64() {
+                        let e = natural.entry(key(field)).or_insert(0.0);
+                        *e = e.max(v);
+                    }
+                }
+            }
+        }
+    }
+
+    // (field, vantage, rtt) -> (min, max) of measured − injected.
+    let mut excess: BTreeMap<(&str, &str, u64), (f64, f64)> = BTreeMap::new();
+    let mut checked = 0;
+    for lab in doc["labs"].as_array().unwrap() {
+        let rtt = lab["rtt"].as_f64().unwrap();
+        let hold = &lab["hold"];
+        for c in lab["connections"].as_array().unwrap() {
+            let program = c["program"].as_str().unwrap();
+            let kind = c["kind"].as_str().unwrap();
+            let injected = c["injected"].as_bool().unwrap();
+            let quic = kind == "quic-full";
+            let who = format!(
+                "rtt {rtt} {program} {kind} {} port {}",
+                if injected { "injected" } else { "natural" },
+                c["local_port"]
+            );
+            if let Some(p) = label_problem(c) {
+                failures.push(format!("{who}: not a {kind}: {p}"));
+                continue;
+            }
+            let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+            if late > 500.0 {
+                failures.push(format!(
+                    "{who}: a delay line was {late:.0} µs late on this connection (bound 500 µs)"
+                ));
+            }
+            // The shim did what it was told, and nothing else.
+            let want_server: Vec<(u64, f64)> = if injected {
+                vec![(1, hold["server_think"].as_f64().unwrap())]
+            } else {
+                vec![]
+            };
+            if holds(&c["server_writes"]) != want_server {
+                failures.push(format!(
+                    "{who}: the server's holds were {:?}, wanted {want_server:?}",
+                    holds(&c["server_writes"])
+                ));
+            }
+            let client_holds = holds(&c["writes"]);
+            if injected != !client_holds.is_empty() && !quic {
+                failures.push(format!("{who}: the client's holds were {client_holds:?}"));
+            }
+            let inj = |field: &str| {
+                if !injected || (quic && field != "server_think") {
+                    0.0
+                } else {
+                    hold[field].as_f64().unwrap()
+                }
+            };
+            for (vantage, at) in VANTAGES {
+                let rec = &c[at];
+                let who = format!("{who} at {vantage}");
+                if rec.is_null() {
+                    failures.push(format!("{who}: no tlsrum record"));
+                    continue;
+                }
+                checked += 1;
+                let t = &rec["timing"];
+                let hrr = rec["hrr"].as_bool().unwrap_or(false);
+                let want_hs = if kind == "tls12-resumed" {
+                    "resumed"
+                } else {
+                    "full"
+                };
+                if rec["handshake"] != want_hs || hrr != (kind == "tls13-hrr") {
+                    failures.push(format!(
+                        "{who}: tlsrum says handshake {} hrr {hrr}",
+                        rec["handshake"]
+                    ));
+                }
+                for field in FIELDS {
+                    let v = t[field].as_f64();
+                    if quic && field != "server_think" {
+                        if v.is_some() {
+                            failures.push(format!("{who}: {field} {v:?}, null for QUIC"));
+                        }
+                        continue;
+                    }
+                    let Some(v) = v else {
+                        failures.push(format!("{who}: {field} null"));
+                        continue;
+                    };
+                    let want = inj(field);
+                    let nat = natural
+                        .get(&(program.to_string(), kind.to_string(), field))
+                        .copied()
+                        .unwrap_or(0.0);
+                    if v < want - 1.0 || v > want + nat + 1.0 {
+                        failures.push(format!(
+                            "{who}: {field} {v} ms, injected {want} (natural up to {nat}): outside [{}, {}]",
+                            want - 1.0,
+                            want + nat + 1.0
+                        ));
+                    }
+                    if injected {
+                        let e = excess
+                            .entry((field, vantage, rtt as u64))
+                            .or_insert((f64::MAX, f64::MIN));
+                        e.0 = e.0.min(v - want);
+                        e.1 = e.1.max(v - want);
+                    }
+                }
+                // The decomposition, wherever all its terms exist.
+                let terms = [
+                    t["handshake"].as_f64(),
+                    t["round_trips"].as_f64(),
+                    t["tcp_rtt"].as_f64(),
+                    t["server_think"].as_f64(),
+                    t["client_think"].as_f64(),
+                ];
+                if let [Some(hs), Some(rt), Some(r), Some(st), Some(ct)] = terms {
+                    let sum = rt * r + st + ct;
+                    if (hs - sum).abs() > 1.0 {
+                        failures.push(format!(
+                            "{who}: handshake {hs} but {rt} × {r} + {st} + {ct} = {sum:.3}"
+                        ));
+                    }
+                    let e = excess
+                        .entry(("identity", vantage, rtt as u64))
+                        .or_insert((f64::MAX, f64::MIN));
+                    e.0 = e.0.min(hs - sum);
+                    e.1 = e.1.max(hs - sum);
+                } else if !quic {
+                    failures.push(format!("{who}: a term of the decomposition is null: {t}"));
+                }
+            }
+        }
+    }
+    eprintln!("natural think times (ms, largest over RTTs and vantages):");
+    for ((program, kind, field), v) in &natural {
+        eprintln!("  {program:8} {kind:14} {field:19} {v:.3}");
+    }
+    eprintln!("measured − injected (ms) on injected connections; identity: handshake − sum:");
+    for ((field, vantage, rtt), (lo, hi)) in &excess {
+        eprintln!("  {field:19} {vantage:7} rtt {rtt:3}: {lo:+.3} .. {hi:+.3}");
+    }
+    for r in doc["reruns"].as_array().into_iter().flatten() {
+        eprintln!("rerun at rtt {}: {}", r["rtt"], r["why"]);
+    }
+    eprintln!(
+        "{checked} records checked in {:.0} s",
+        doc["elapsed"].as_f64().unwrap_or(0.0)
+    );
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -1,0 +1,506 @@
+#!/usr/bin/env python3
+"""Ground truth for tlsrum's think times (issue 14): real peers with known,
+injected delays, watched at the client, the server and a router in the
+middle, over the delay line at several RTTs. agent/tests/think_time.rs runs
+this and asserts on its JSON.
+
+    python3 scripts/experiment/thinktime.py --rtt 20,100,260 --out /tmp/think.json
+
+The injection: tools/thinkshim (LD_PRELOAD) sleeps before a chosen write of
+a peer. The client's first payload write is its ClientHello, so holding it
+after connect() is a known `client_hello_delay`; the server's first write is
+its first flight (ServerHello .., or HelloRetryRequest), a known
+`server_think`; the client's write that starts its flight after the
+server's (the table CLIENT_FLIGHT below, checked against the programs'
+write logs) is a known `client_think`. Every connection of a program is
+made twice at every RTT: once without injection, which shows that
+program's natural think times, and once with all three holds at once (the
+three fields are independent: each must come out as its own hold).
+
+The topology: a client namespace C, a router R and a server namespace S,
+joined by two delay lines (tools/delayline): C <-> R takes SPLIT of the
+round trip and R <-> S the rest, so that the router's capture sees the
+server 70 % of an RTT away and the client 30 %: a middle vantage that is
+neither end. R forwards (ip_forward) between its two TUN devices. Captures:
+C on its device (the client's own view), S on its device (the server's),
+R on its device towards S (one copy of every packet, both directions).
+
+Peers and the kinds of handshake (labels from the programs' own reports,
+never from tlsrum):
+  openssl  s_client -> s_server: "New"/"Reused" and the ClientHellos
+           s_client -msg shows (two: a HelloRetryRequest came)
+  gnutls   gnutls-cli -> gnutls-serv: "This is a resumed session", and
+           "HELLO RETRY REQUEST ... was received" in its -d 4 log
+  nginx    s_client -> nginx: $ssl_session_reused and $ssl_protocol from
+           nginx's access log, the HelloRetryRequest from s_client -msg
+  quic     tests/quic/peer.py (aioquic) client -> server: peer.py's own
+           JSON label; only server_think is defined for QUIC (DESIGN.md,
+           think_quic in analyzer/src/handshake/timing.rs)
+Kinds: tls12-full, tls12-resumed, tls13-full (the client offers a P-256
+key share, the servers accept P-256 only), tls13-hrr (the client's first
+key share is one the server does not accept: X25519, or X25519 and P-384
+for GnuTLS, which sends two shares), quic-full.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wanlab  # noqa: E402
+from wanlab import HOST, LabError, Procs, log, wait_for  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CLIENT_IP, SERVER_IP = "198.18.0.1", "198.18.0.2"
+ROUTER_C, ROUTER_S = "198.18.1.1", "198.18.1.2"   # the router's ends of the two lines
+IF_C, IF_S = "dla", "dlb"                          # line C<->R, line R<->S
+SPLIT = 0.3
+
+# Holds (ms), distinct so that a field taking another's hold would show.
+HOLD = {"client_hello_delay": 13.0, "server_think": 29.0, "client_think": 21.0}
+
+# Ports: the natural server, and the same program with its first write held.
+PORTS = {"openssl": (4501, 4511), "gnutls": (4502, 4512), "nginx": (4503, 4513), "quic": (4504, 4514)}
+
+KINDS = ["tls12-full", "tls12-resumed", "tls13-full", "tls13-hrr"]
+
+# The client's write that opens its flight after the server's, per (client
+# program, kind): OpenSSL writes each flight in one call (ClientHello;
+# ClientKeyExchange+CCS+Finished, or TLS 1.3 CCS+Finished; after a
+# HelloRetryRequest CCS+ClientHello2 is write 2). GnuTLS writes a TLS 1.3
+# client's middlebox ChangeCipherSpec in a call of its own before the
+# Finished (hold the CCS: it opens the flight and the Finished waits
+# behind it); after a HelloRetryRequest it writes ClientHello2 (2), then
+# CCS (3), then Finished (4), and the CCS goes with ClientHello2 on the
+# wire (it is written without waiting for the server), so the flight after
+# the server's is the Finished, write 4. The write logs in the output
+# (`writes`) show these for every connection.
+CLIENT_FLIGHT = {
+    ("s_client", "tls12-full"): 2, ("s_client", "tls12-resumed"): 2,
+    ("s_client", "tls13-full"): 2, ("s_client", "tls13-hrr"): 3,
+    ("gnutls-cli", "tls12-full"): 2, ("gnutls-cli", "tls12-resumed"): 2,
+    ("gnutls-cli", "tls13-full"): 2, ("gnutls-cli", "tls13-hrr"): 4,
+}
+
+GNUTLS_SERVER_PRIO = "NORMAL:-GROUP-ALL:+GROUP-SECP256R1"
+GNUTLS_PRIO = {
+    "tls12": "NORMAL:-VERS-ALL:+VERS-TLS1.2:-GROUP-ALL:+GROUP-SECP256R1",
+    "tls13-full": "NORMAL:-VERS-ALL:+VERS-TLS1.3:-GROUP-ALL:+GROUP-SECP256R1",
+    "tls13-hrr": "NORMAL:-VERS-ALL:+VERS-TLS1.3:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP384R1:+GROUP-SECP256R1",
+}
+
+NGINX_CONF = """daemon off;
+master_process on;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log info;
+events {{ worker_connections 64; }}
+http {{
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_timeout 0;
+    log_format think 'port=$remote_port reused=$ssl_session_reused protocol=$ssl_protocol';
+    access_log {tmp}/access.log think;
+    server {{
+        listen {ip}:{port} ssl;
+        server_name {host};
+        ssl_certificate {crt};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ecdh_curve prime256v1;
+        ssl_session_cache shared:SSL:1m;
+        ssl_session_tickets on;
+        location / {{ default_type text/plain; return 200 "ok\\n"; }}
+    }}
+}}
+"""
+
+
+def build_shim(out_dir):
+    """Compile tools/thinkshim/thinkshim.c (gcc or cc) into out_dir."""
+    src = ROOT / "tools" / "thinkshim" / "thinkshim.c"
+    so = Path(out_dir) / "thinkshim.so"
+    cc = os.environ.get("CC", "cc")
+    p = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", so, src, "-ldl"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise LabError(f"building the shim failed: {p.stderr}")
+    return so
+
+
+def read_writes(path):
+    """The shim's write log: one dict per payload write."""
+    out = []
+    if not Path(path).exists():
+        return out
+    for line in Path(path).read_text().splitlines():
+        f = line.split()
+        if len(f) < 10:
+            continue
+        out.append({"pid": int(f[0]), "fd": int(f[1]), "n": int(f[2]), "len": int(f[3]), "held": float(f[4]),
+                    "t0": float(f[5]), "t1": float(f[6]), "lport": int(f[7]), "pport": int(f[8]), "head": f[9]})
+    return out
+
+
+class EnvProcs(Procs):
+    """wanlab's Procs, with an environment for the child (the shim's)."""
+
+    def spawn_env(self, cmd, env, out):
+        f = open(out, "wb")
+        try:
+            p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=f,
+                                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        finally:
+            f.close()
+        p.cmdline = " ".join(map(str, cmd))
+        self.live.append(p)
+        return p
+
+
+class ChainLab:
+    """One RTT: C <-> R <-> S through two delay lines, captures at all three,
+    natural and held instances of every server in S."""
+
+    def __init__(self, rtt_ms, workdir, shim, name=None):
+        self.rtt = float(rtt_ms)
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.shim = shim
+        self.name = name or f"tt{os.getpid() % 100000}"
+        self.ns = {"client": f"{self.name}-c", "router": f"{self.name}-r", "server": f"{self.name}-s"}
+        self.procs = EnvProcs()
+        self.conns = []
+        self.created = []
+        self.servers = []
+
+    def __enter__(self):
+        try:
+            self._up()
+        except BaseException:
+            self._down()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._down()
+        return False
+
+    def nsexec(self, side, cmd):
+        return ["ip", "netns", "exec", self.ns[side]] + [str(c) for c in cmd]
+
+    def sh(self, side, cmd):
+        p = subprocess.run(self.nsexec(side, cmd), capture_output=True, text=True)
+        if p.returncode != 0:
+            raise LabError(f"{' '.join(map(str, cmd))} in {self.ns[side]}: {p.stderr.strip()}")
+
+    def _up(self):
+        wanlab.check_capabilities()
+        dl = wanlab.binary("delayline", "DELAYLINE")
+        for ns in self.ns.values():
+            if Path(f"/run/netns/{ns}").exists():
+                raise LabError(f"namespace {ns} exists (left over from an earlier run? ip netns del {ns})")
+        for ns in self.ns.values():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            self.created.append(ns)
+        # The two lines: each direction of C<->R delays SPLIT/2 of the RTT,
+        # each of R<->S (1-SPLIT)/2.
+        self.lines = []
+        for tag, a, b, addr_a, addr_b, ifname, frac in (
+                ("cr", "client", "router", CLIENT_IP, ROUTER_C, IF_C, SPLIT),
+                ("rs", "router", "server", ROUTER_S, SERVER_IP, IF_S, 1 - SPLIT)):
+            one_way = self.rtt * frac / 2
+            p = self.procs.spawn([dl, "--ns-a", self.ns[a], "--ns-b", self.ns[b], "--addr-a", addr_a,
+                                  "--addr-b", addr_b, "--ifname", ifname, "--delay-ab", one_way,
+                                  "--delay-ba", one_way, "--log", self.dir / f"line-{tag}.csv",
+                                  "--stats", self.dir / f"line-{tag}-stats.json"],
+                                 out=self.dir / f"delayline-{tag}.out", err=self.dir / f"delayline-{tag}.err")
+            wait_for(lambda: "ready" in (self.dir / f"delayline-{tag}.out").read_text(),
+                     f"delayline {tag} ready", proc=p)
+            self.lines.append(p)
+        # Routes beyond the point-to-point peers, and forwarding in R.
+        self.sh("client", ["ip", "route", "add", SERVER_IP, "dev", IF_C, "src", CLIENT_IP])
+        self.sh("server", ["ip", "route", "add", CLIENT_IP, "dev", IF_S, "src", SERVER_IP])
+        for key in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0", f"net.ipv4.conf.{IF_C}.rp_filter=0",
+                    f"net.ipv4.conf.{IF_S}.rp_filter=0"]:
+            self.sh("router", ["sysctl", "-qw", key])
+        self.key, self.crt = wanlab.make_cert(self.dir.parent)
+        self.caps = {}
+        for side, iface in (("client", IF_C), ("router", IF_S), ("server", IF_S)):
+            pcap = self.dir / f"{side}.pcap"
+            errf = self.dir / f"tcpdump-{side}.log"
+            p = self.procs.spawn(self.nsexec(side, ["tcpdump", "-i", iface, "-n", "-s", "0", "-U", "-B", "32768",
+                                                    "--immediate-mode", "--time-stamp-precision=nano",
+                                                    "-w", pcap, "tcp or udp"]), out=errf)
+            wait_for(lambda: "listening on" in errf.read_text(errors="replace"), f"tcpdump in {side}", proc=p)
+            self.caps[side] = (p, pcap)
+        self._start_servers()
+        # The path works end to end (and warms the routes' caches).
+        p = subprocess.run(self.nsexec("client", ["ping", "-c", "1", "-W", "3", SERVER_IP]),
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise LabError(f"no path C -> R -> S: {p.stdout} {p.stderr}")
+        time.sleep(0.3)
+
+    def shim_env(self, hold, logname):
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = str(self.shim)
+        env["THINKSHIM_LOG"] = str(self.dir / logname)
+        if hold:
+            env["THINKSHIM_HOLD"] = hold
+        else:
+            env.pop("THINKSHIM_HOLD", None)
+        return env
+
+    def _start_servers(self):
+        s = SERVER_IP
+        for program, (natural, held) in PORTS.items():
+            for port, hold in ((natural, None), (held, f"1:{HOLD['server_think']:g}")):
+                env = self.shim_env(hold, f"writes-server-{port}.log")
+                out = self.dir / f"server-{port}.log"
+                if program == "openssl":
+                    cmd = ["openssl", "s_server", "-accept", f"{s}:{port}", "-cert", self.crt, "-key", self.key,
+                           "-www", "-groups", "P-256", "-quiet"]
+                elif program == "gnutls":
+                    cmd = ["gnutls-serv", "-p", port, "-a", s, "--x509certfile", self.crt,
+                           "--x509keyfile", self.key, "--http", "--priority", GNUTLS_SERVER_PRIO]
+                elif program == "nginx":
+                    tmp = self.dir / f"nginx-{port}"
+                    tmp.mkdir(exist_ok=True)
+                    conf = tmp / "nginx.conf"
+                    conf.write_text(NGINX_CONF.format(tmp=tmp, ip=s, port=port, host=HOST, crt=self.crt,
+                                                      key=self.key))
+                    cmd = ["nginx", "-c", conf, "-p", tmp]
+                else:
+                    cmd = [sys.executable, ROOT / "tests" / "quic" / "peer.py", "server", "--bind", s,
+                           "--port", port, "--cert", self.crt, "--key", self.key]
+                p = self.procs.spawn_env(self.nsexec("server", cmd), env, out)
+                self.servers.append((program, port, p))
+        def listening():
+            tcp = subprocess.run(self.nsexec("server", ["ss", "-Hltn"]), capture_output=True, text=True).stdout
+            udp = subprocess.run(self.nsexec("server", ["ss", "-Hlun"]), capture_output=True, text=True).stdout
+            for program, (natural, held) in PORTS.items():
+                for port in (natural, held):
+                    if f":{port} " not in (udp if program == "quic" else tcp):
+                        return False
+            return True
+        wait_for(listening, "servers listening", timeout=20)
+
+    def _down(self):
+        if getattr(self, "caps", None):
+            time.sleep(self.rtt / 1000 * 2 + 0.5)
+        for p, _ in getattr(self, "caps", {}).values():
+            self.procs.stop(p, signal.SIGINT)
+        for program, _, p in self.servers:
+            self.procs.stop(p, signal.SIGQUIT if program == "nginx" else signal.SIGTERM)
+        self.procs.stop_all()
+        for ns in self.created:
+            if Path(f"/run/netns/{ns}").exists():
+                for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                          text=True).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    # ---- clients ---------------------------------------------------------
+    def _client(self, cmd, hold, tag, stdin=""):
+        logname = f"writes-client-{len(self.conns)}-{tag}.log"
+        env = self.shim_env(hold, logname)
+        p = subprocess.run(self.nsexec("client", cmd), input=stdin, capture_output=True, text=True,
+                           timeout=30 + self.rtt / 1000 * 20, env=env)
+        writes = read_writes(self.dir / logname)
+        if p.returncode != 0:
+            raise LabError(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {p.stdout[-800:]} {p.stderr[-800:]}")
+        # One entry per connection (local port), in the order made.
+        ports = []
+        for w in writes:
+            if w["lport"] and w["lport"] not in ports:
+                ports.append(w["lport"])
+        return p.stdout + p.stderr, writes, ports
+
+    def _hold(self, client, kind, inject):
+        if not inject:
+            return None
+        return f"1:{HOLD['client_hello_delay']:g},{CLIENT_FLIGHT[(client, kind)]}:{HOLD['client_think']:g}"
+
+    def _add(self, program, client, kind, inject, port, writes, label, server_port, **extra):
+        self.conns.append({"program": program, "client": client, "kind": kind, "injected": inject,
+                           "local_port": port, "server_port": server_port, "label": label,
+                           "writes": [w for w in writes if w["lport"] == port], **extra})
+
+    def s_client(self, program, kind, inject):
+        """openssl s_client against s_server (program openssl) or nginx."""
+        port = PORTS[program][1 if inject else 0]
+        sess = self.dir / f"sess-{program}-{int(inject)}.pem"
+        cmd = ["openssl", "s_client", "-connect", f"{SERVER_IP}:{port}", "-servername", HOST,
+               "-CAfile", self.crt, "-ign_eof", "-msg"]
+        if kind.startswith("tls12"):
+            cmd += ["-tls1_2", "-sess_out" if kind == "tls12-full" else "-sess_in", sess]
+        else:
+            cmd += ["-tls1_3", "-groups", "P-256" if kind == "tls13-full" else "X25519:P-256"]
+        req = ("GET / HTTP/1.0\r\n\r\n" if program == "openssl" else
+               f"GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n")
+        out, writes, ports = self._client(cmd, self._hold("s_client", kind, inject), f"{program}-{kind}", req)
+        m = re.search(r"^(New|Reused), (TLSv1\.[23])", out, re.M)
+        hellos = len(re.findall(r"^>>> .*ClientHello", out, re.M))
+        if not m or not re.search(r"HTTP/1\.[01] 200", out) or len(ports) != 1:
+            raise LabError(f"s_client {program} {kind}: no complete exchange (ports {ports}):\n{out[-1500:]}")
+        label = {"session": m.group(1), "version": m.group(2), "client_hellos": hellos}
+        self._add(program, "s_client", kind, inject, ports[0], writes, label, port)
+
+    def gnutls(self, kind, inject):
+        """gnutls-cli against gnutls-serv; tls12 makes full then resumed (--resume)."""
+        port = PORTS["gnutls"][1 if inject else 0]
+        prio = GNUTLS_PRIO["tls12" if kind.startswith("tls12") else kind]
+        cmd = ["gnutls-cli", "-d", "4", "--x509cafile", self.crt, "-p", port, SERVER_IP, "--sni-hostname", HOST,
+               "--verify-hostname", HOST, "--priority", prio]
+        kinds = [kind]
+        if kind == "tls12-full":
+            cmd.append("--resume")
+            kinds = ["tls12-full", "tls12-resumed"]
+        # One hold string serves both connections: per-connection counters.
+        out, writes, ports = self._client(cmd, self._hold("gnutls-cli", kind, inject), f"gnutls-{kind}",
+                                          "GET / HTTP/1.0\r\n\r\n")
+        if len(ports) != len(kinds) or "HTTP/1.0 200" not in out:
+            raise LabError(f"gnutls-cli {kind}: {len(ports)} connections, wanted {len(kinds)}:\n{out[-1500:]}")
+        # gnutls-cli's own words, split at "Connecting again" for --resume.
+        parts = out.split("- Connecting again")
+        for i, (k, lport) in enumerate(zip(kinds, ports)):
+            text = parts[i] if i < len(parts) else ""
+            ver = re.search(r"- Description: \((TLS1\.[23])", text)
+            label = {"session": "Reused" if "This is a resumed session" in text else "New",
+                     "version": ver.group(1) if ver else None,
+                     "client_hellos": len(re.findall(r"CLIENT HELLO was queued", text)),
+                     "hrr_reported": "HELLO RETRY REQUEST" in text}
+            self._add("gnutls", "gnutls-cli", k, inject, lport, writes, label, port)
+
+    def quic(self, inject):
+        port = PORTS["quic"][1 if inject else 0]
+        # The RFC 9002 initial RTT (333 ms): aioquic's default (100 ms) makes
+        # the client probe with a second Initial after 200 ms, before a
+        # 260 ms link can answer; browsers use 333 ms.
+        cmd = [sys.executable, ROOT / "tests" / "quic" / "peer.py", "client", "--connect", SERVER_IP,
+               "--port", port, "--cafile", self.crt, "--plan", "full", "--initial-rtt", "0.333"]
+        out, writes, ports = self._client(cmd, None, "quic")
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if len(rows) != 1:
+            raise LabError(f"quic client: {out[-1500:]}")
+        self._add("quic", "aioquic", "quic-full", inject, rows[0]["client_port"], writes,
+                  {"session": "Reused" if rows[0]["handshake"] == "resumed" else "New", "version": "QUIC",
+                   "retry": rows[0]["retry"]}, port)
+
+    def run_all(self):
+        for inject in (False, True):
+            for kind in KINDS:
+                for program in ("openssl", "nginx"):
+                    self.s_client(program, kind, inject)
+                if kind != "tls12-resumed":   # made by the tls12-full run (--resume)
+                    self.gnutls(kind, inject)
+            self.quic(inject)
+
+    # ---- results ---------------------------------------------------------
+    def results(self):
+        tlsrum = wanlab.binary("tlsrum", "TLSRUM")
+        recs = {}
+        for side in ("client", "router", "server"):
+            out = subprocess.run([tlsrum, "replay", self.dir / f"{side}.pcap", "--format", "ndjson"],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                raise LabError(f"tlsrum replay {side}.pcap failed: {out.stderr}")
+            recs[side] = {}
+            for line in out.stdout.splitlines():
+                r = json.loads(line)
+                recs[side].setdefault(wanlab.port_of(r["client"]), []).append(r)
+        # Server-side writes, by client port.
+        server_writes = {}
+        for program, port, _ in self.servers:
+            for w in read_writes(self.dir / f"writes-server-{port}.log"):
+                server_writes.setdefault(w["pport"], []).append(w)
+        nginx = {}
+        for program, port, _ in self.servers:
+            if program == "nginx":
+                logf = self.dir / f"nginx-{port}" / "access.log"
+                for line in logf.read_text().splitlines() if logf.exists() else []:
+                    kv = dict(t.split("=", 1) for t in line.split())
+                    nginx[int(kv["port"])] = kv
+        late = {}
+        for tag in ("cr", "rs"):
+            for p, v in wanlab.line_lateness(self.dir / f"line-{tag}.csv").items():
+                late[p] = max(late.get(p, 0.0), v)
+        out = []
+        for c in self.conns:
+            p = c["local_port"]
+            row = {**c, "rtt": self.rtt, "server_writes": server_writes.get(p, []),
+                   "nginx": nginx.get(p), "line_late_max_us": late.get(p)}
+            for side in ("client", "router", "server"):
+                lst = recs[side].get(p) or []
+                # A port is used once per lab (a few dozen connections).
+                row[f"tlsrum_{side}"] = lst[-1] if lst else None
+                if len(lst) > 1:
+                    row.setdefault("notes", []).append(f"{len(lst)} records for port {p} at {side}")
+            out.append(row)
+        return {"rtt": self.rtt, "split": SPLIT, "hold": HOLD, "connections": out}
+
+
+MAX_RERUNS = 2
+
+
+def run(rtts, workdir):
+    doc = {"started": time.time(), "rtts": rtts, "labs": [], "reruns": []}
+    shim = build_shim(workdir)
+    for rtt in rtts:
+        for attempt in range(MAX_RERUNS + 1):
+            log(f"think times: RTT {rtt} ms" + (f" (rerun {attempt})" if attempt else ""))
+            lab = ChainLab(rtt, Path(workdir) / f"rtt{rtt:g}-{attempt}", shim)
+            with lab:
+                lab.run_all()
+            res = lab.results()
+            late = [c for c in res["connections"] if (c["line_late_max_us"] or 0) > 500]
+            if late and attempt < MAX_RERUNS:
+                why = [f'{c["program"]} {c["kind"]} port {c["local_port"]}: {c["line_late_max_us"]:.0f} µs'
+                       for c in late]
+                log(f"RTT {rtt} ms: rerun, a delay line was late: {why}")
+                doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
+                continue
+            break
+        doc["labs"].append(res)
+    doc["elapsed"] = time.time() - doc["started"]
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rtt", default="20,100,260", help="comma-separated RTTs in ms")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", help="keep captures and logs here (default: a temporary directory)")
+    a = ap.parse_args()
+    rtts = [float(x) for x in a.rtt.split(",")]
+    try:
+        if a.workdir:
+            doc = run(rtts, a.workdir)
+        else:
+            with tempfile.TemporaryDirectory(prefix="tlsrum-think-") as d:
+                doc = run(rtts, d)
+    except LabError as e:
+        print(f"thinktime: lab error: {e}", file=sys.stderr)
+        return 3
+    Path(a.out).write_text(json.dumps(doc, indent=1))
+    log(f"wrote {a.out} ({doc['elapsed']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
