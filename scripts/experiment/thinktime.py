@@ -130,6 +130,7 @@ http {{
 def build_shim(out_dir):
     """Compile tools/thinkshim/thinkshim.c (gcc or cc) into out_dir."""
     src = ROOT / "tools" / "thinkshim" / "thinkshim.c"
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     so = Path(out_dir) / "thinkshim.so"
     cc = os.environ.get("CC", "cc")
     p = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", so, src, "-ldl"],
@@ -253,8 +254,14 @@ class ChainLab:
             raise LabError(f"no path C -> R -> S: {p.stdout} {p.stderr}")
         time.sleep(0.3)
 
-    def shim_env(self, hold, logname):
+    def shim_env(self, hold, logname, program=None):
         env = dict(os.environ)
+        # GnuTLS splits flights over writes and leaves Nagle on: see
+        # tools/thinkshim/thinkshim.c (THINKSHIM_NODELAY) and the report.
+        if program == "gnutls":
+            env["THINKSHIM_NODELAY"] = "1"
+        else:
+            env.pop("THINKSHIM_NODELAY", None)
         env["LD_PRELOAD"] = str(self.shim)
         env["THINKSHIM_LOG"] = str(self.dir / logname)
         if hold:
@@ -267,13 +274,13 @@ class ChainLab:
         s = SERVER_IP
         for program, (natural, held) in PORTS.items():
             for port, hold in ((natural, None), (held, f"1:{HOLD['server_think']:g}")):
-                env = self.shim_env(hold, f"writes-server-{port}.log")
+                env = self.shim_env(hold, f"writes-server-{port}.log", program)
                 out = self.dir / f"server-{port}.log"
                 if program == "openssl":
                     cmd = ["openssl", "s_server", "-accept", f"{s}:{port}", "-cert", self.crt, "-key", self.key,
                            "-www", "-groups", "P-256", "-quiet"]
                 elif program == "gnutls":
-                    cmd = ["gnutls-serv", "-p", port, "-a", s, "--x509certfile", self.crt,
+                    cmd = ["gnutls-serv", "-p", port, "--x509certfile", self.crt,
                            "--x509keyfile", self.key, "--http", "--priority", GNUTLS_SERVER_PRIO]
                 elif program == "nginx":
                     tmp = self.dir / f"nginx-{port}"
@@ -316,9 +323,9 @@ class ChainLab:
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
     # ---- clients ---------------------------------------------------------
-    def _client(self, cmd, hold, tag, stdin=""):
+    def _client(self, cmd, hold, tag, stdin="", program=None):
         logname = f"writes-client-{len(self.conns)}-{tag}.log"
-        env = self.shim_env(hold, logname)
+        env = self.shim_env(hold, logname, program)
         p = subprocess.run(self.nsexec("client", cmd), input=stdin, capture_output=True, text=True,
                            timeout=30 + self.rtt / 1000 * 20, env=env)
         writes = read_writes(self.dir / logname)
@@ -329,6 +336,7 @@ class ChainLab:
         for w in writes:
             if w["lport"] and w["lport"] not in ports:
                 ports.append(w["lport"])
+        self.last_stdout, self.last_stderr = p.stdout, p.stderr
         return p.stdout + p.stderr, writes, ports
 
     def _hold(self, client, kind, inject):
@@ -373,18 +381,25 @@ class ChainLab:
             kinds = ["tls12-full", "tls12-resumed"]
         # One hold string serves both connections: per-connection counters.
         out, writes, ports = self._client(cmd, self._hold("gnutls-cli", kind, inject), f"gnutls-{kind}",
-                                          "GET / HTTP/1.0\r\n\r\n")
+                                          "GET / HTTP/1.0\r\n\r\n", program="gnutls")
         if len(ports) != len(kinds) or "HTTP/1.0 200" not in out:
             raise LabError(f"gnutls-cli {kind}: {len(ports)} connections, wanted {len(kinds)}:\n{out[-1500:]}")
-        # gnutls-cli's own words, split at "Connecting again" for --resume.
-        parts = out.split("- Connecting again")
+        # gnutls-cli's own words: its stdout (in order) split at "Connecting
+        # again" for --resume; its -d 4 log (stderr, buffered apart from
+        # stdout) counts the ClientHellos it queued and the
+        # HelloRetryRequest it received.
+        parts = self.last_stdout.split("- Connecting again")
+        queued = len(re.findall(r"CLIENT HELLO was queued", self.last_stderr))
+        hrr = "HELLO RETRY REQUEST" in self.last_stderr
         for i, (k, lport) in enumerate(zip(kinds, ports)):
             text = parts[i] if i < len(parts) else ""
             ver = re.search(r"- Description: \((TLS1\.[23])", text)
             label = {"session": "Reused" if "This is a resumed session" in text else "New",
                      "version": ver.group(1) if ver else None,
-                     "client_hellos": len(re.findall(r"CLIENT HELLO was queued", text)),
-                     "hrr_reported": "HELLO RETRY REQUEST" in text}
+                     # Two connections without HelloRetryRequest (TLS 1.2):
+                     # one each when the log shows two.
+                     "client_hellos": queued if len(kinds) == 1 else (1 if queued == 2 and not hrr else None),
+                     "hrr_reported": hrr}
             self._add("gnutls", "gnutls-cli", k, inject, lport, writes, label, port)
 
     def quic(self, inject):

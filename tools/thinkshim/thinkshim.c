@@ -6,6 +6,8 @@
  *
  *   THINKSHIM_HOLD="N:MS[,N:MS...]"  hold the Nth payload write (1-based) on
  *                                    each connection for MS milliseconds
+ *   THINKSHIM_NODELAY=1              set TCP_NODELAY on each TCP connection
+ *                                    before its first write (see below)
  *   THINKSHIM_LOG=FILE               append one line per payload write:
  *                                    "pid fd n len held_ms t_before t_after
  *                                    local_port peer_port head" (times in
@@ -30,11 +32,20 @@
  * HelloRetryRequest. The hold is a sleep before the real call, so the bytes
  * leave the host that much later: exactly what a slow peer looks like on
  * the wire.
+ *
+ * THINKSHIM_NODELAY is for peers that split a flight into several writes
+ * and leave Nagle's algorithm on (gnutls-cli and gnutls-serv: a TLS 1.3
+ * ServerHello+CCS, then the encrypted rest; a client's CCS, then its
+ * Finished). The kernel then holds the second write until the first is
+ * acknowledged: a round trip, plus the peer's delayed-ACK timer when the
+ * peer has nothing to send. That wait is real on the wire, but it is TCP's
+ * and scales with the RTT, so it is no program think time to measure.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +66,7 @@ static struct {
 	double ms;
 } holds[MAX_HOLDS];
 static int nholds;
+static int nodelay;
 static FILE *logf;
 
 /* Unconnected UDP: counts per (fd, destination). */
@@ -109,6 +121,8 @@ __attribute__((constructor)) static void init(void)
 		nholds++;
 		h = *end == ',' ? end + 1 : end;
 	}
+	const char *nd = getenv("THINKSHIM_NODELAY");
+	nodelay = nd && *nd == '1';
 	const char *l = getenv("THINKSHIM_LOG");
 	if (l && *l) {
 		logf = fopen(l, "a");
@@ -188,12 +202,18 @@ static unsigned *counter(int fd, const struct sockaddr *to, socklen_t tolen)
 static void before(int fd, const void *head, size_t headlen, size_t len, const struct sockaddr *to,
 		   socklen_t tolen)
 {
-	if (len == 0 || (nholds == 0 && !logf) || !inet_socket(fd))
+	if (len == 0 || (nholds == 0 && !logf && !nodelay) || !inet_socket(fd))
 		return;
 	unsigned *c = counter(fd, to, tolen);
 	if (!c)
 		return;
 	unsigned n = ++*c;
+	if (nodelay && n == 1 && !to) {
+		int one = 1, type = 0;
+		socklen_t tl = sizeof(type);
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
 	double held = 0;
 	for (int i = 0; i < nholds; i++)
 		if ((unsigned)holds[i].n == n)

@@ -216,6 +216,61 @@ fn think_times_from_a_middle_vantage() {
     assert_eq!((t.server_think, t.client_think), (None, None));
 }
 
+/// Regression (gnutls-cli against gnutls-serv over a 20 ms delay line,
+/// tests think_time.rs): a TLS 1.3 client wrote its compatibility
+/// ChangeCipherSpec as soon as the ServerHello arrived, and the server's
+/// encrypted flight came 20 ms later (its second write, held by Nagle's
+/// algorithm until the ServerHello was acknowledged). The CCS's ACK made
+/// the ServerHello the last server record the client had answered, so
+/// those 20 ms of the server's went to client_think; the Finished is the
+/// answer, and the wait is the server's.
+#[test]
+fn tls13_client_ccs_on_server_hello_is_no_answer() {
+    use crate::tls::handshake::{ClientHello, ServerHello};
+    let mut hs = Handshake::new(Transport::Tcp);
+    let (c, s) = (Dir::Client, Dir::Server);
+    // Seen at the server: the round trip is all on the client's side.
+    let rtt = 0.020;
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 278, 5000);
+    record(&mut hs, c, ch);
+    hs.client_hello = Some(Box::new(ClientHello {
+        supported_versions: vec![0x0304],
+        ..Default::default()
+    }));
+    hs.state = State::ClientHello;
+    let sh = rec(0.0004, ct::HANDSHAKE, 5000, 155, ch.end);
+    record(&mut hs, s, sh);
+    hs.server_hello = Some(ServerHello {
+        legacy_version: 0x0303,
+        selected_version: Some(0x0304),
+        cipher_suite: 0x1302,
+        ..Default::default()
+    });
+    hs.server_hello_end = Some(sh.end);
+    hs.state = State::ServerHello13;
+    let sccs = rec(0.0004, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end);
+    record(&mut hs, s, sccs);
+    // The client's CCS: sent on the ServerHello, acknowledging only it.
+    let ccs = rec(rtt + 0.0008, ct::CHANGE_CIPHER_SPEC, ch.end, 1, sccs.end);
+    // The rest of the flight leaves when the ServerHello is acknowledged.
+    let flight = rec(rtt + 0.0006, ct::APPLICATION_DATA, sccs.end, 723, ch.end);
+    record(&mut hs, s, flight);
+    record(&mut hs, c, ccs);
+    // The client answers the flight (which reached it at flight.ts +
+    // rtt) 1.5 ms later.
+    let fin = rec(flight.ts + rtt + 0.0015, ct::APPLICATION_DATA, ccs.end, 69, flight.end);
+    record(&mut hs, c, fin);
+    assert_eq!(hs.kind(), Some(HandshakeKind::Full));
+    let at_server = Vantage {
+        to_server: Some(0.0),
+        to_client: Some(rtt),
+        connected: None,
+    };
+    let t = hs.timing(None, at_server);
+    assert_eq!(t.round_trips, Some(1));
+    assert_eq!((t.server_think, t.client_think), (Some(20.6), Some(1.5)));
+}
+
 /// A TLS 1.3 PSK resumption whose client sent early data (AES_256_GCM:
 /// EndOfEarlyData 21 bytes, Finished 69), as openssl s_client sends it to
 /// nginx with ssl_early_data on. `client_tail` is the client's records

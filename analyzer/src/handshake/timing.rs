@@ -194,9 +194,17 @@ impl Handshake {
             return None;
         }
         let [client, server] = &self.records;
+        // A TLS 1.3 client's middlebox-compatibility ChangeCipherSpec
+        // (RFC 8446 D.4) is no answer to anything: GnuTLS writes it as soon
+        // as the ServerHello arrives, before the rest of the server's
+        // flight, and its ACK then made the ServerHello the flight's last
+        // record the client had heard, so the wait for the rest went to
+        // the client's think time. Its Finished is the answer.
+        let tls13 = self.is_tls13();
         let mut sent: Vec<RecordInfo> = client
             .iter()
             .skip_while(|r| r.content_type != ct::HANDSHAKE)
+            .filter(|r| !(tls13 && r.content_type == ct::CHANGE_CIPHER_SPEC))
             .take_while(|r| r.ts <= end)
             .copied()
             .collect();
