@@ -12,7 +12,10 @@
 //!   New/Reused and ClientHellos, gnutls-cli's resumption and
 //!   HelloRetryRequest lines, nginx's `$ssl_session_reused`, aioquic's
 //!   state), and tlsrum's record agrees;
-//! - the shim held exactly the writes it was told to (its own log);
+//! - the shim held exactly the writes it was told to (its own log), and
+//!   injected is what it really held (the clock around its sleep: a busy
+//!   machine wakes a sleeper late);
+//! - no delay line was more than 0.5 ms late during the handshake;
 //! - each field within [injected − 1 ms, injected + natural + 1 ms] at every
 //!   vantage, where natural is the largest value of that field on the same
 //!   program's connections without injection in this run (same kind, any
@@ -193,6 +196,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     // (field, vantage, rtt) -> (min, max) of measured − injected.
     let mut excess: BTreeMap<(&str, &str, u64), (f64, f64)> = BTreeMap::new();
     let mut checked = 0;
+    let mut oversleep: BTreeMap<&str, f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         let rtt = lab["rtt"].as_f64().unwrap();
         let hold = &lab["hold"];
@@ -210,11 +214,15 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
                 failures.push(format!("{who}: not a {kind}: {p}"));
                 continue;
             }
+            // A line that released this handshake's packets late changed
+            // the wire: its figures show the stall, not the injection.
+            // thinktime.py reran the RTT up to twice and kept its best lab.
             let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
             if late > 500.0 {
                 failures.push(format!(
-                    "{who}: a delay line was {late:.0} µs late on this connection (bound 500 µs)"
+                    "{who}: a delay line was {late:.0} µs late during the handshake (bound 500 µs): not judged"
                 ));
+                continue;
             }
             // The shim did what it was told, and nothing else.
             let want_server: Vec<(u64, f64)> = if injected {
@@ -232,13 +240,29 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             if injected != !client_holds.is_empty() && !quic {
                 failures.push(format!("{who}: the client's holds were {client_holds:?}"));
             }
+            // The injected time is what the shim really held (its log: the
+            // clock before and after its sleep), which a busy machine makes
+            // a little longer than asked; both are printed.
             let inj = |field: &str| {
                 if !injected || (quic && field != "server_think") {
                     0.0
                 } else {
-                    hold[field].as_f64().unwrap()
+                    c["held"][field].as_f64().unwrap_or(f64::NAN)
                 }
             };
+            if injected {
+                for field in FIELDS {
+                    if quic && field != "server_think" {
+                        continue;
+                    }
+                    let (asked, got) = (hold[field].as_f64().unwrap(), inj(field));
+                    if !(got >= asked) {
+                        failures.push(format!("{who}: the shim held {field} {got} ms, asked {asked}"));
+                    }
+                    let o = oversleep.entry(field).or_insert(0.0);
+                    *o = f64::max(*o, got - asked);
+                }
+            }
             for (vantage, at) in VANTAGES {
                 let rec = &c[at];
                 let who = format!("{who} at {vantage}");
@@ -322,6 +346,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     for ((program, kind, field), v) in &natural {
         eprintln!("  {program:8} {kind:14} {field:19} {v:.3}");
     }
+    eprintln!("the shim's largest oversleep (ms): {oversleep:?}");
     eprintln!("measured − injected (ms) on injected connections; identity: handshake − sum:");
     for ((field, vantage, rtt), (lo, hi)) in &excess {
         eprintln!("  {field:19} {vantage:7} rtt {rtt:3}: {lo:+.3} .. {hi:+.3}");

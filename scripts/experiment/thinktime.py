@@ -154,6 +154,22 @@ def read_writes(path):
     return out
 
 
+def actual_holds(c):
+    """How long the shim really held each write it held (ms, from its log:
+    the clock before and after the sleep). A sleeping peer wakes late on a
+    busy machine; that lateness is part of the injection, not of tlsrum."""
+    def held(writes, n):
+        for w in writes:
+            if w["n"] == n and w["held"] > 0:
+                return round((w["t1"] - w["t0"]) * 1e3, 3)
+        return None
+    out = {"server_think": held(c["server_writes"], 1)}
+    if c["client"] in ("s_client", "gnutls-cli"):
+        out["client_hello_delay"] = held(c["writes"], 1)
+        out["client_think"] = held(c["writes"], CLIENT_FLIGHT[(c["client"], c["kind"])])
+    return out
+
+
 class EnvProcs(Procs):
     """wanlab's Procs, with an environment for the child (the shim's)."""
 
@@ -418,6 +434,13 @@ class ChainLab:
                    "retry": rows[0]["retry"]}, port)
 
     def run_all(self):
+        # aioquic's first handshake in a process is slower (lazy imports,
+        # first signature): one unrecorded connection to each QUIC server.
+        for port in PORTS["quic"]:
+            subprocess.run(self.nsexec("client", [sys.executable, ROOT / "tests" / "quic" / "peer.py", "client",
+                                                  "--connect", SERVER_IP, "--port", port, "--cafile", self.crt,
+                                                  "--plan", "full", "--initial-rtt", "0.333"]),
+                           capture_output=True, timeout=30)
         for inject in (False, True):
             for kind in KINDS:
                 for program in ("openssl", "nginx"):
@@ -435,55 +458,92 @@ class ChainLab:
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 raise LabError(f"tlsrum replay {side}.pcap failed: {out.stderr}")
+            # A client port can come round again within a lab (a few dozen
+            # connections from the ephemeral range): records are keyed by
+            # both ports, in time order, and handed out in the order the
+            # clients made their connections.
             recs[side] = {}
             for line in out.stdout.splitlines():
                 r = json.loads(line)
-                recs[side].setdefault(wanlab.port_of(r["client"]), []).append(r)
-        # Server-side writes, by client port.
+                key = (wanlab.port_of(r["client"]), wanlab.port_of(r["server"]))
+                recs[side].setdefault(key, []).append(r)
+            for q in recs[side].values():
+                q.sort(key=lambda r: r["ts"])
+        # Server-side writes, by (client port, server port).
         server_writes = {}
         for program, port, _ in self.servers:
             for w in read_writes(self.dir / f"writes-server-{port}.log"):
-                server_writes.setdefault(w["pport"], []).append(w)
+                server_writes.setdefault((w["pport"], port), []).append(w)
         nginx = {}
         for program, port, _ in self.servers:
             if program == "nginx":
                 logf = self.dir / f"nginx-{port}" / "access.log"
                 for line in logf.read_text().splitlines() if logf.exists() else []:
                     kv = dict(t.split("=", 1) for t in line.split())
-                    nginx[int(kv["port"])] = kv
-        late = {}
+                    nginx.setdefault((int(kv["port"]), port), []).append(kv)
+        # The lines' own log: when each of a connection's packets arrived
+        # and how late it left, to judge the handshake's packets only (a
+        # stall of this shared machine during a response body changes no
+        # handshake figure).
+        line = {}
         for tag in ("cr", "rs"):
-            for p, v in wanlab.line_lateness(self.dir / f"line-{tag}.csv").items():
-                late[p] = max(late.get(p, 0.0), v)
+            f = self.dir / f"line-{tag}.csv"
+            for row in f.read_text().splitlines()[1:] if f.exists() else []:
+                d, _, _, sport, dport, arrived, deadline, released = row.split(",")
+                # Direction ab is client -> server on both lines.
+                port = int(sport) if d == "ab" else int(dport)
+                line.setdefault(port, []).append((int(arrived) / 1e9, (int(released) - int(deadline)) / 1e3))
+        def take(q, key):
+            lst = q.get(key)
+            return lst.pop(0) if lst else None
         out = []
         for c in self.conns:
-            p = c["local_port"]
-            row = {**c, "rtt": self.rtt, "server_writes": server_writes.get(p, []),
-                   "nginx": nginx.get(p), "line_late_max_us": late.get(p)}
+            p, key = c["local_port"], (c["local_port"], c["server_port"])
+            # A server's writes to this client port from this connection on.
+            sw = [w for w in server_writes.get(key, [])]
+            starts = [i for i, w in enumerate(sw) if w["n"] == 1]
+            if len(starts) > 1:   # the port came round again: the first unclaimed run
+                sw = sw[starts[0]:starts[1]]
+                server_writes[key] = server_writes[key][starts[1]:]
+            row = {**c, "rtt": self.rtt, "server_writes": sw, "nginx": take(nginx, key),
+                   "line_late_max_us": None}
             for side in ("client", "router", "server"):
-                lst = recs[side].get(p) or []
-                # A port is used once per lab (a few dozen connections).
-                row[f"tlsrum_{side}"] = lst[-1] if lst else None
-                if len(lst) > 1:
-                    row.setdefault("notes", []).append(f"{len(lst)} records for port {p} at {side}")
+                row[f"tlsrum_{side}"] = take(recs[side], key)
+            # The handshake's window at the client: its first packet to the
+            # handshake's end, plus a round trip for the last packets to
+            # cross the lines.
+            r = row["tlsrum_client"]
+            t = (r or {}).get("timing") or {}
+            if r and t.get("handshake") is not None:
+                span = (t.get("tcp_rtt") or 0) + (t.get("client_hello_delay") or 0) + t["handshake"] + self.rtt
+                start, end = r["ts"] - 0.001, r["ts"] + span / 1e3 + 0.001
+                row["line_late_max_us"] = max((late for ts, late in line.get(p, []) if start <= ts <= end),
+                                              default=0.0)
+            row["held"] = actual_holds(row)
             out.append(row)
         return {"rtt": self.rtt, "split": SPLIT, "hold": HOLD, "connections": out}
 
 
 MAX_RERUNS = 2
+# A connection whose handshake packets a delay line released this late (µs)
+# is not judged: the wire no longer shows the injection alone.
+LATE_US = 500
 
 
 def run(rtts, workdir):
     doc = {"started": time.time(), "rtts": rtts, "labs": [], "reruns": []}
     shim = build_shim(workdir)
     for rtt in rtts:
+        best = None
         for attempt in range(MAX_RERUNS + 1):
             log(f"think times: RTT {rtt} ms" + (f" (rerun {attempt})" if attempt else ""))
             lab = ChainLab(rtt, Path(workdir) / f"rtt{rtt:g}-{attempt}", shim)
             with lab:
                 lab.run_all()
             res = lab.results()
-            late = [c for c in res["connections"] if (c["line_late_max_us"] or 0) > 500]
+            late = [c for c in res["connections"] if (c["line_late_max_us"] or 0) > LATE_US]
+            if best is None or len(late) < best[0]:
+                best = (len(late), res)
             if late and attempt < MAX_RERUNS:
                 why = [f'{c["program"]} {c["kind"]} port {c["local_port"]}: {c["line_late_max_us"]:.0f} µs'
                        for c in late]
@@ -491,7 +551,8 @@ def run(rtts, workdir):
                 doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
                 continue
             break
-        doc["labs"].append(res)
+        # The attempt with the fewest connections the line was late on.
+        doc["labs"].append(best[1])
     doc["elapsed"] = time.time() - doc["started"]
     return doc
 

@@ -339,7 +339,7 @@ impl QuicTracker {
             };
             match id {
                 Some(id) => {
-                    let id = self.short(id, ts, src, d, stats);
+                    let id = self.short(id, ts, src, d, false, stats);
                     self.recharge(id);
                 }
                 None => match packet::gquic_public_header_version(d) {
@@ -368,12 +368,13 @@ impl QuicTracker {
         let mut rest = d;
         let mut size = d.len();
         let mut conn_of_datagram = None;
+        let mut with_handshake = false;
         while let Some(&b) = rest.first() {
             if b & 0x80 == 0 {
                 // A short-header packet ends a datagram; zero bytes are padding.
                 if b != 0 {
                     if let Some(id) = conn_of_datagram {
-                        let id = self.short(id, ts, src, rest, stats);
+                        let id = self.short(id, ts, src, rest, with_handshake, stats);
                         self.recharge(id);
                     }
                 }
@@ -384,6 +385,7 @@ impl QuicTracker {
                     stats.packets += 1;
                     match p {
                         Packet::Long(l) => {
+                            with_handshake |= l.ty == LongType::Handshake;
                             let id = self.long(ts, src, dst, l, size, stats);
                             if let Some(id) = id {
                                 self.recharge(id);
@@ -953,12 +955,22 @@ impl QuicTracker {
     /// connections on one tuple); otherwise the tuple decides (the client
     /// may already use an ID the server issued in encrypted frames).
     /// Returns the connection it went to.
+    ///
+    /// `with_handshake`: the datagram also carried a Handshake packet. A
+    /// server that sends one has not yet processed the client's Finished
+    /// (it discards its Handshake keys when it does, RFC 9001 §4.9.2), so
+    /// its 1-RTT packet there is no answer to the client's: a probe after
+    /// its PTO (aioquic's fires 200 ms after its flight, before a 260 ms
+    /// path can bring the Finished) that reached the client after its
+    /// Finished had left. Taken as the server's first data, it gave
+    /// `ttfb` and the round trip `server_think` subtracts too small.
     fn short(
         &mut self,
         id: u64,
         ts: f64,
         src: Endpoint,
         bytes: &[u8],
+        with_handshake: bool,
         stats: &mut QuicStats,
     ) -> u64 {
         let Some(conn) = self.conns.peek_mut(&id) else {
@@ -1005,6 +1017,9 @@ impl QuicTracker {
         act.server_seen |= side == Side::Server;
         act.client_seen |= side == Side::Client;
         stats.packets += 1;
+        if side == Side::Server && with_handshake {
+            return id;
+        }
         act.hs.on(
             side.dir(),
             Event::Packet {
@@ -1671,6 +1686,30 @@ mod tests {
             0,
             "{st:?}"
         );
+    }
+
+    /// Regression (aioquic over a 260 ms delay line, think_time.rs): the
+    /// server's PTO probe (Handshake + 1-RTT in one datagram), sent before
+    /// the client's Finished reached it, arrived at the client after the
+    /// Finished left, and was taken as the server's answer: ttfb and the
+    /// round trip to the server too small, server_think too large.
+    #[test]
+    fn server_probe_with_handshake_packet_is_no_answer() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let mut d = handshake(ODCID, CCID, 10.0, false);
+        let answer = d.pop().unwrap();
+        let mut probe = long(2, false, ODCID, CCID, SCID, 1, &[1; 40], 0);
+        probe.extend(short(CCID));
+        d.push((10.020, false, probe));
+        d.push(answer);
+        run(&mut t, &mut st, &d);
+        assert_eq!(t.out.len(), 1);
+        let r = &t.out[0];
+        assert_eq!(r.timing.ttfb, Some(30.0));
+        // Client's Initial -> server's Initial 10 ms, its 1-RTT -> the
+        // answer 15 ms: the server thought nothing (clamped at zero).
+        assert_eq!(r.timing.server_think, Some(0.0));
     }
 
     #[test]
