@@ -63,10 +63,6 @@ CLIENT_IP, SERVER_IP = "198.18.0.1", "198.18.0.2"
 ROUTER_C, ROUTER_S = "198.18.1.1", "198.18.1.2"   # the router's ends of the two lines
 IF_C, IF_S = "dla", "dlb"                          # line C<->R, line R<->S
 SPLIT = 0.3
-# Each line busy-polls this long before a release (delayline's default is
-# 1000 µs): two lines spinning a millisecond at a time on a 2-core machine
-# would take the CPU from the peers whose think times are measured.
-SPIN_US = 300
 
 # Holds (ms), distinct so that a field taking another's hold would show.
 HOLD = {"client_hello_delay": 13.0, "server_think": 29.0, "client_think": 21.0}
@@ -144,18 +140,43 @@ def build_shim(out_dir):
     return so
 
 
-def read_writes(path):
-    """The shim's write log: one dict per payload write."""
+def read_log(path):
+    """The shim's log: one dict per payload write (W), read (R) or connect (C)."""
     out = []
     if not Path(path).exists():
         return out
     for line in Path(path).read_text().splitlines():
         f = line.split()
-        if len(f) < 10:
+        if len(f) < 11:
             continue
-        out.append({"pid": int(f[0]), "fd": int(f[1]), "n": int(f[2]), "len": int(f[3]), "held": float(f[4]),
-                    "t0": float(f[5]), "t1": float(f[6]), "lport": int(f[7]), "pport": int(f[8]), "head": f[9]})
+        out.append({"ev": f[0], "pid": int(f[1]), "fd": int(f[2]), "n": int(f[3]), "len": int(f[4]),
+                    "held": float(f[5]), "t0": float(f[6]), "t1": float(f[7]), "lport": int(f[8]),
+                    "pport": int(f[9]), "head": f[10]})
     return out
+
+
+def read_writes(path):
+    return [e for e in read_log(path) if e["ev"] == "W"]
+
+
+def own_time(events, n):
+    """The program's own time (ms) around its write n, by its own clock: from
+    its last read (or, for its first write, connect() returning) before the
+    write to the call, less any hold, plus the writes that followed it
+    without a read between (a flight written in several calls). None when
+    the log cannot tell (a non-blocking connect logs no return)."""
+    for i, e in enumerate(events):
+        if e["ev"] == "W" and e["n"] == n:
+            before = [x for x in events[:i] if x["ev"] in ("R", "C")]
+            if not before:
+                return None
+            end = e["t1"]
+            for x in events[i + 1:]:
+                if x["ev"] != "W":
+                    break
+                end = x["t1"]
+            return round(((e["t0"] - before[-1]["t0"]) + (end - e["t1"])) * 1e3, 3)
+    return None
 
 
 def actual_holds(c):
@@ -243,7 +264,7 @@ class ChainLab:
             one_way = self.rtt * frac / 2
             p = self.procs.spawn([dl, "--ns-a", self.ns[a], "--ns-b", self.ns[b], "--addr-a", addr_a,
                                   "--addr-b", addr_b, "--ifname", ifname, "--delay-ab", one_way,
-                                  "--delay-ba", one_way, "--spin-us", SPIN_US,
+                                  "--delay-ba", one_way,
                                   "--log", self.dir / f"line-{tag}.csv",
                                   "--stats", self.dir / f"line-{tag}-stats.json"],
                                  out=self.dir / f"delayline-{tag}.out", err=self.dir / f"delayline-{tag}.err")
@@ -349,7 +370,9 @@ class ChainLab:
         env = self.shim_env(hold, logname, program)
         p = subprocess.run(self.nsexec("client", cmd), input=stdin, capture_output=True, text=True,
                            timeout=30 + self.rtt / 1000 * 20, env=env)
-        writes = read_writes(self.dir / logname)
+        events = read_log(self.dir / logname)
+        writes = [e for e in events if e["ev"] == "W"]
+        self.last_events = events
         if p.returncode != 0:
             raise LabError(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {p.stdout[-800:]} {p.stderr[-800:]}")
         # One entry per connection (local port), in the order made.
@@ -368,7 +391,8 @@ class ChainLab:
     def _add(self, program, client, kind, inject, port, writes, label, server_port, **extra):
         self.conns.append({"program": program, "client": client, "kind": kind, "injected": inject,
                            "local_port": port, "server_port": server_port, "label": label,
-                           "writes": [w for w in writes if w["lport"] == port], **extra})
+                           "writes": [w for w in writes if w["lport"] == port],
+                           "events": [e for e in self.last_events if e["lport"] == port], **extra})
 
     def s_client(self, program, kind, inject):
         """openssl s_client against s_server (program openssl) or nginx."""
@@ -480,8 +504,9 @@ class ChainLab:
         # Server-side writes, by (client port, server port).
         server_writes = {}
         for program, port, _ in self.servers:
-            for w in read_writes(self.dir / f"writes-server-{port}.log"):
-                server_writes.setdefault((w["pport"], port), []).append(w)
+            for w in read_log(self.dir / f"writes-server-{port}.log"):
+                if w["pport"]:
+                    server_writes.setdefault((w["pport"], port), []).append(w)
         nginx = {}
         for program, port, _ in self.servers:
             if program == "nginx":
@@ -508,12 +533,16 @@ class ChainLab:
         for c in self.conns:
             p, key = c["local_port"], (c["local_port"], c["server_port"])
             # A server's writes to this client port from this connection on.
-            sw = [w for w in server_writes.get(key, [])]
-            starts = [i for i, w in enumerate(sw) if w["n"] == 1]
+            sev = list(server_writes.get(key, []))
+            starts = [i for i, w in enumerate(sev) if w["ev"] == "W" and w["n"] == 1]
             if len(starts) > 1:   # the port came round again: the first unclaimed run
-                sw = sw[starts[0]:starts[1]]
-                server_writes[key] = server_writes[key][starts[1]:]
-            row = {**c, "rtt": self.rtt, "server_writes": sw, "nginx": take(nginx, key),
+                cut = starts[1]
+                # the reads that led to the second run's first write belong to it
+                while cut > starts[0] + 1 and sev[cut - 1]["ev"] == "R":
+                    cut -= 1
+                sev, server_writes[key] = sev[:cut], sev[cut:]
+            sw = [w for w in sev if w["ev"] == "W"]
+            row = {**c, "rtt": self.rtt, "server_writes": sw, "server_events": sev, "nginx": take(nginx, key),
                    "line_late_max_us": None}
             for side in ("client", "router", "server"):
                 row[f"tlsrum_{side}"] = take(recs[side], key)
@@ -528,6 +557,18 @@ class ChainLab:
                 row["line_late_max_us"] = max((late for ts, late in line.get(p, []) if start <= ts <= end),
                                               default=0.0)
             row["held"] = actual_holds(row)
+            row["own"] = {"server_think": own_time(sev, 1)}
+            if c["client"] in ("s_client", "gnutls-cli"):
+                row["own"]["client_hello_delay"] = own_time(c["events"], 1)
+                row["own"]["client_think"] = own_time(c["events"], CLIENT_FLIGHT[(c["client"], c["kind"])])
+            # The link itself: TCP's round trip at every vantage within 1 ms
+            # of the configured one (a stall before the line reads a packet
+            # does not show in its lateness log).
+            offs = [abs(row[f"tlsrum_{v}"]["timing"]["tcp_rtt"] - self.rtt)
+                    for v in ("client", "router", "server")
+                    if c["kind"] != "quic-full" and row[f"tlsrum_{v}"]
+                    and row[f"tlsrum_{v}"]["timing"].get("tcp_rtt") is not None]
+            row["link_rtt_off_ms"] = round(max(offs), 3) if offs else None
             out.append(row)
         return {"rtt": self.rtt, "split": SPLIT, "hold": HOLD, "connections": out}
 
@@ -549,12 +590,13 @@ def run(rtts, workdir):
             with lab:
                 lab.run_all()
             res = lab.results()
-            late = [c for c in res["connections"] if (c["line_late_max_us"] or 0) > LATE_US]
+            late = [c for c in res["connections"]
+                    if (c["line_late_max_us"] or 0) > LATE_US or (c["link_rtt_off_ms"] or 0) > 1.0]
             if best is None or len(late) < best[0]:
                 best = (len(late), res)
             if late and attempt < MAX_RERUNS:
-                why = [f'{c["program"]} {c["kind"]} port {c["local_port"]}: {c["line_late_max_us"]:.0f} µs'
-                       for c in late]
+                why = [f'{c["program"]} {c["kind"]} port {c["local_port"]}: {c["line_late_max_us"]:.0f} µs late, '
+                       f'tcp_rtt off by {c["link_rtt_off_ms"]} ms' for c in late]
                 log(f"RTT {rtt} ms: rerun, a delay line was late: {why}")
                 doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
                 continue

@@ -9,12 +9,18 @@
  *   THINKSHIM_NODELAY=1              set TCP_NODELAY on each TCP connection
  *                                    before its first write (see below)
  *   THINKSHIM_LOG=FILE               append one line per payload write:
- *                                    "pid fd n len held_ms t_before t_after
+ *                                    "W pid fd n len held_ms t_before t_after
  *                                    local_port peer_port head" (times in
  *                                    CLOCK_REALTIME seconds, the clock
  *                                    capture timestamps use; head = the
  *                                    first 6 bytes in hex: record type,
- *                                    version, length, message type)
+ *                                    version, length, message type), one
+ *                                    per read that returned bytes
+ *                                    "R pid fd 0 len 0 t t local_port
+ *                                    peer_port -", and one per connect()
+ *                                    that returned 0 "C pid fd 0 0 0 t t
+ *                                    local_port peer_port -": the program's
+ *                                    own time around each write
  *
  * A "connection" is a TCP socket (counted from its creation by socket(),
  * accept() or accept4() until close()), or, for an unconnected UDP socket
@@ -87,6 +93,12 @@ static int (*real_close)(int);
 static int (*real_socket)(int, int, int);
 static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+static ssize_t (*real_readv)(int, const struct iovec *, int);
+static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 
 static void resolve(void)
 {
@@ -101,6 +113,12 @@ static void resolve(void)
 	real_socket = dlsym(RTLD_NEXT, "socket");
 	real_accept = dlsym(RTLD_NEXT, "accept");
 	real_accept4 = dlsym(RTLD_NEXT, "accept4");
+	real_read = dlsym(RTLD_NEXT, "read");
+	real_recv = dlsym(RTLD_NEXT, "recv");
+	real_recvfrom = dlsym(RTLD_NEXT, "recvfrom");
+	real_recvmsg = dlsym(RTLD_NEXT, "recvmsg");
+	real_readv = dlsym(RTLD_NEXT, "readv");
+	real_connect = dlsym(RTLD_NEXT, "connect");
 }
 
 __attribute__((constructor)) static void init(void)
@@ -168,8 +186,8 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, co
 	const unsigned char *b = head;
 	for (size_t i = 0; b && i < headlen && i < 6; i++)
 		snprintf(hex + 2 * i, 3, "%02x", b[i]);
-	fprintf(logf, "%d %d %u %zu %.3f %.6f %.6f %d %d %s\n", (int)getpid(), fd, n, len, held, t0,
-		now_real(), lport, pport, hex[0] ? hex : "-");
+	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s\n", n ? 'W' : (len ? 'R' : 'C'),
+		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-");
 }
 
 static double now_real(void)
@@ -334,4 +352,70 @@ int accept4(int s, struct sockaddr *a, socklen_t *l, int flags)
 	int fd = real_accept4(s, a, l, flags);
 	forget(fd);
 	return fd;
+}
+
+/* Reads and connects are only logged (THINKSHIM_LOG): when the program had
+ * its input, to tell its own time around a held write. */
+static void after_read(int fd, ssize_t got, const struct sockaddr *from)
+{
+	if (!logf || got <= 0 || !inet_socket(fd))
+		return;
+	int saved = errno;
+	log_write(fd, 0, (size_t)got, 0, now_real(), NULL, 0, from);
+	errno = saved;
+}
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+	resolve();
+	ssize_t r = real_read(fd, buf, n);
+	after_read(fd, r, NULL);
+	return r;
+}
+
+ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	resolve();
+	ssize_t r = real_recv(fd, buf, n, flags);
+	if (!(flags & MSG_PEEK))
+		after_read(fd, r, NULL);
+	return r;
+}
+
+ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
+{
+	resolve();
+	ssize_t r = real_recvfrom(fd, buf, n, flags, from, fl);
+	if (!(flags & MSG_PEEK))
+		after_read(fd, r, from && fl && *fl ? from : NULL);
+	return r;
+}
+
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	resolve();
+	ssize_t r = real_recvmsg(fd, msg, flags);
+	if (!(flags & MSG_PEEK))
+		after_read(fd, r, msg && msg->msg_namelen ? msg->msg_name : NULL);
+	return r;
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	resolve();
+	ssize_t r = real_readv(fd, iov, cnt);
+	after_read(fd, r, NULL);
+	return r;
+}
+
+int connect(int fd, const struct sockaddr *to, socklen_t len)
+{
+	resolve();
+	int r = real_connect(fd, to, len);
+	if (r == 0 && logf && inet_socket(fd)) {
+		int saved = errno;
+		log_write(fd, 0, 0, 0, now_real(), NULL, 0, NULL);
+		errno = saved;
+	}
+	return r;
 }
