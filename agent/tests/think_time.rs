@@ -197,9 +197,9 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     }
 
     // The programs' own time around the held write, by their own clock
-    // (the shim's log: from the read that brought the input, or connect()
-    // returning, to the write, less the hold, plus the rest of a flight
-    // written in several calls): its largest value without injection.
+    // (the shim's log: from the first read of the input it answers, or
+    // connect() returning, to the write, less the hold, plus the rest of a
+    // flight written in several calls): its largest value without injection.
     let mut own_natural: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         for c in lab["connections"].as_array().unwrap() {

@@ -161,13 +161,20 @@ def read_writes(path):
 
 def own_time(events, n):
     """The program's own time (ms) around its write n, by its own clock: from
-    its last read (or, for its first write, connect() returning) before the
-    write to the call, less any hold, plus the writes that followed it
-    without a read between (a flight written in several calls). None when
-    the log cannot tell (a non-blocking connect logs no return)."""
+    the first read after its previous write (the input it answers: the
+    program may read a flight record by record, verifying as it goes) or,
+    for its first write, connect() returning, to the call, less any hold,
+    plus the writes that followed it without a read between (a flight
+    written in several calls). None when the log cannot tell (a
+    non-blocking connect logs no return)."""
     for i, e in enumerate(events):
         if e["ev"] == "W" and e["n"] == n:
-            before = [x for x in events[:i] if x["ev"] in ("R", "C")]
+            before = []
+            for x in reversed(events[:i]):
+                if x["ev"] == "W":
+                    break
+                if x["ev"] in ("R", "C"):
+                    before.insert(0, x)
             if not before:
                 return None
             end = e["t1"]
@@ -175,7 +182,7 @@ def own_time(events, n):
                 if x["ev"] != "W":
                     break
                 end = x["t1"]
-            return round(((e["t0"] - before[-1]["t0"]) + (end - e["t1"])) * 1e3, 3)
+            return round(((e["t0"] - before[0]["t0"]) + (end - e["t1"])) * 1e3, 3)
     return None
 
 
