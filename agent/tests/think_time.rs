@@ -21,9 +21,10 @@
 //!   program's connections without injection in this run (same kind, any
 //!   RTT, any vantage): the program's own think time, which the injected
 //!   connections carry too. Where the program's own clock (the shim's log
-//!   of its reads and writes) shows it slower around the held write than
-//!   on any connection without injection, the upper bound grows by that
-//!   excess, and only by it;
+//!   of its reads and writes, and the kernel's count of the time it waited
+//!   for a CPU) shows it slower around the held write than on any
+//!   connection without injection, the upper bound grows by that excess,
+//!   and only by it (this 2-core machine is shared);
 //! - `handshake ≈ round_trips × tcp_rtt + server_think + client_think`
 //!   within 1 ms wherever all the terms exist;
 //! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md).
@@ -199,7 +200,9 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     // The programs' own time around the held write, by their own clock
     // (the shim's log: from the first read of the input it answers, or
     // connect() returning, to the write, less the hold, plus the rest of a
-    // flight written in several calls): its largest value without injection.
+    // flight written in several calls, plus the time the kernel kept it
+    // waiting for a CPU since its previous write): its largest value
+    // without injection.
     let mut own_natural: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         for c in lab["connections"].as_array().unwrap() {

@@ -151,7 +151,9 @@ def read_log(path):
             continue
         out.append({"ev": f[0], "pid": int(f[1]), "fd": int(f[2]), "n": int(f[3]), "len": int(f[4]),
                     "held": float(f[5]), "t0": float(f[6]), "t1": float(f[7]), "lport": int(f[8]),
-                    "pport": int(f[9]), "head": f[10]})
+                    "pport": int(f[9]), "head": f[10],
+                    # run-queue wait so far (ms): before the hold, at the event
+                    "rq0": float(f[11]) if len(f) > 12 else None, "rq1": float(f[12]) if len(f) > 12 else None})
     return out
 
 
@@ -165,24 +167,33 @@ def own_time(events, n):
     program may read a flight record by record, verifying as it goes) or,
     for its first write, connect() returning, to the call, less any hold,
     plus the writes that followed it without a read between (a flight
-    written in several calls). None when the log cannot tell (a
-    non-blocking connect logs no return)."""
+    written in several calls). Added to it: the time the program was
+    runnable but waiting for a CPU over that span, from the previous write
+    (a peer woken by its input can wait on a busy machine before its read
+    returns; the kernel's schedstat shows it, the program's clock cannot).
+    None when the log cannot tell (a non-blocking connect logs no return)."""
     for i, e in enumerate(events):
         if e["ev"] == "W" and e["n"] == n:
-            before = []
+            before, prev = [], None
             for x in reversed(events[:i]):
                 if x["ev"] == "W":
+                    prev = x
                     break
                 if x["ev"] in ("R", "C"):
                     before.insert(0, x)
             if not before:
                 return None
-            end = e["t1"]
+            last = e
             for x in events[i + 1:]:
                 if x["ev"] != "W":
                     break
-                end = x["t1"]
-            return round(((e["t0"] - before[0]["t0"]) + (end - e["t1"])) * 1e3, 3)
+                last = x
+            own = (e["t0"] - before[0]["t0"]) + (last["t1"] - e["t1"])
+            start = prev or before[0]
+            wait = 0.0
+            if None not in (e["rq0"], start["rq1"], last["rq1"], e["rq1"]):
+                wait = (e["rq0"] - start["rq1"]) + (last["rq1"] - e["rq1"])
+            return round(own * 1e3 + max(wait, 0.0), 3)
     return None
 
 

@@ -20,7 +20,14 @@
  *                                    peer_port -", and one per connect()
  *                                    that returned 0 "C pid fd 0 0 0 t t
  *                                    local_port peer_port -": the program's
- *                                    own time around each write
+ *                                    own time around each write. Every line
+ *                                    ends with the thread's time spent
+ *                                    runnable but waiting for a CPU
+ *                                    (/proc/thread-self/schedstat, ms) at
+ *                                    the event, and for W also before the
+ *                                    hold: on a busy machine a peer woken by
+ *                                    its input may wait for a CPU, which
+ *                                    the wire shows as think time
  *
  * A "connection" is a TCP socket (counted from its creation by socket(),
  * accept() or accept4() until close()), or, for an unconnected UDP socket
@@ -60,6 +67,8 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAX_FD 4096
@@ -163,6 +172,31 @@ static int inet_socket(int fd)
 
 static double now_real(void);
 
+/* Run-queue wait of the calling thread so far (ms), or -1. */
+static double run_delay(void)
+{
+	static int fd = -1;
+	static pid_t tid;
+	char buf[128];
+	pid_t me = (pid_t)syscall(SYS_gettid);
+	if (fd < 0 || tid != me) { /* a fork (nginx's worker) or another thread */
+		if (fd >= 0)
+			real_close(fd);
+		fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+		tid = me;
+	}
+	if (fd < 0)
+		return -1;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	unsigned long long run, wait;
+	if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
+		return -1;
+	return wait / 1e6;
+}
+
 static int port_of(const struct sockaddr *sa)
 {
 	if (!sa)
@@ -174,8 +208,8 @@ static int port_of(const struct sockaddr *sa)
 	return 0;
 }
 
-static void log_write(int fd, unsigned n, size_t len, double held, double t0, const void *head,
-		      size_t headlen, const struct sockaddr *to)
+static void log_write(int fd, unsigned n, size_t len, double held, double t0, double rq0,
+		      const void *head, size_t headlen, const struct sockaddr *to)
 {
 	struct sockaddr_storage me, peer;
 	socklen_t ml = sizeof(me), pl = sizeof(peer);
@@ -186,8 +220,10 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, co
 	const unsigned char *b = head;
 	for (size_t i = 0; b && i < headlen && i < 6; i++)
 		snprintf(hex + 2 * i, 3, "%02x", b[i]);
-	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s\n", n ? 'W' : (len ? 'R' : 'C'),
-		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-");
+	double rq = run_delay();
+	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f\n", n ? 'W' : (len ? 'R' : 'C'),
+		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-",
+		n ? rq0 : rq, rq);
 }
 
 static double now_real(void)
@@ -238,6 +274,7 @@ static void before(int fd, const void *head, size_t headlen, size_t len, const s
 			held = holds[i].ms;
 	int saved = errno;
 	double t0 = now_real();
+	double rq0 = logf ? run_delay() : 0;
 	if (held > 0) {
 		struct timespec until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
@@ -248,7 +285,7 @@ static void before(int fd, const void *head, size_t headlen, size_t len, const s
 			;
 	}
 	if (logf)
-		log_write(fd, n, len, held, t0, head, headlen, to);
+		log_write(fd, n, len, held, t0, rq0, head, headlen, to);
 	errno = saved;
 }
 
@@ -361,7 +398,7 @@ static void after_read(int fd, ssize_t got, const struct sockaddr *from)
 	if (!logf || got <= 0 || !inet_socket(fd))
 		return;
 	int saved = errno;
-	log_write(fd, 0, (size_t)got, 0, now_real(), NULL, 0, from);
+	log_write(fd, 0, (size_t)got, 0, now_real(), 0, NULL, 0, from);
 	errno = saved;
 }
 
@@ -414,7 +451,7 @@ int connect(int fd, const struct sockaddr *to, socklen_t len)
 	int r = real_connect(fd, to, len);
 	if (r == 0 && logf && inet_socket(fd)) {
 		int saved = errno;
-		log_write(fd, 0, 0, 0, now_real(), NULL, 0, NULL);
+		log_write(fd, 0, 0, 0, now_real(), 0, NULL, 0, NULL);
 		errno = saved;
 	}
 	return r;
