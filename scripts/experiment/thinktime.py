@@ -213,6 +213,40 @@ def actual_holds(c):
     return out
 
 
+def own_times(c, rtt):
+    """Each side's own time over the handshake by its own clock, summed over
+    its flights as the fields sum it: every write that follows input
+    (a read, or connect()) opens a flight. The handshake's span comes from
+    the client-side record (the same host clock): the client's flights after
+    its ClientHello up to its handshake end; the server's flights before
+    the client's end plus a quarter round trip (its answers to the
+    request come a half round trip after). QUIC: the server's first."""
+    r = c["tlsrum_client"]
+    t = (r or {}).get("timing") or {}
+    out = {}
+    def starts(events):
+        return [e["n"] for i, e in enumerate(events)
+                if e["ev"] == "W" and i > 0 and events[i - 1]["ev"] in ("R", "C")]
+    def total(events, ns):
+        vals = [own_time(events, n) for n in ns]
+        return None if not vals or None in vals else round(sum(vals), 3)
+    sev = c["server_events"]
+    if c["kind"] == "quic-full":
+        out["server_think"] = own_time(sev, 1)
+        return out
+    if not r or t.get("handshake") is None or t.get("tcp_rtt") is None:
+        return out
+    hello = r["ts"] + (t["tcp_rtt"] + (t.get("client_hello_delay") or 0)) / 1e3
+    end = hello + t["handshake"] / 1e3
+    first = {e["n"]: e for e in sev if e["ev"] == "W"}
+    out["server_think"] = total(sev, [n for n in starts(sev) if first[n]["t0"] < end + rtt / 4e3])
+    ev = c["events"]
+    cw = {e["n"]: e for e in ev if e["ev"] == "W"}
+    out["client_hello_delay"] = own_time(ev, 1)
+    out["client_think"] = total(ev, [n for n in starts(ev) if n > 1 and cw[n]["t0"] <= end + 0.0005])
+    return out
+
+
 class EnvProcs(Procs):
     """wanlab's Procs, with an environment for the child (the shim's)."""
 
@@ -575,10 +609,7 @@ class ChainLab:
                 row["line_late_max_us"] = max((late for ts, late in line.get(p, []) if start <= ts <= end),
                                               default=0.0)
             row["held"] = actual_holds(row)
-            row["own"] = {"server_think": own_time(sev, 1)}
-            if c["client"] in ("s_client", "gnutls-cli"):
-                row["own"]["client_hello_delay"] = own_time(c["events"], 1)
-                row["own"]["client_think"] = own_time(c["events"], CLIENT_FLIGHT[(c["client"], c["kind"])])
+            row["own"] = own_times(row, self.rtt)
             # The link itself: TCP's round trip at every vantage within 1 ms
             # of the configured one (a stall before the line reads a packet
             # does not show in its lateness log).
