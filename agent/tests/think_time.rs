@@ -27,7 +27,8 @@
 //!   and only by it (this 2-core machine is shared);
 //! - `handshake ≈ round_trips × tcp_rtt + server_think + client_think`
 //!   within 1 ms wherever all the terms exist;
-//! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md).
+//! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md);
+//! - each field the same within 1 ms at the three vantages.
 //!
 //! It prints the natural think times and, per field, vantage and RTT, the
 //! largest excess over the injected time.
@@ -228,6 +229,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     let mut checked = 0;
     let mut oversleep: BTreeMap<&str, f64> = BTreeMap::new();
     let mut widened: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut spread: BTreeMap<&str, f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         let rtt = lab["rtt"].as_f64().unwrap();
         let hold = &lab["hold"];
@@ -293,6 +295,28 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
                     }
                     let o = oversleep.entry(field).or_insert(0.0);
                     *o = f64::max(*o, got - asked);
+                }
+            }
+            // One figure whatever the vantage (DESIGN.md): the three
+            // captures of one connection agree within 1 ms, field by field
+            // (this holds whatever the peers' own timing did).
+            for field in FIELDS {
+                let vs: Vec<f64> = VANTAGES
+                    .iter()
+                    .filter_map(|(_, at)| c[*at]["timing"][field].as_f64())
+                    .collect();
+                let (lo, hi) = vs
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+                if vs.len() > 1 && hi - lo > 1.0 {
+                    failures.push(format!(
+                        "{who}: {field} differs by {:.3} ms between vantages: {vs:?}",
+                        hi - lo
+                    ));
+                }
+                if vs.len() > 1 {
+                    let e = spread.entry(field).or_insert(0.0);
+                    *e = f64::max(*e, hi - lo);
                 }
             }
             for (vantage, at) in VANTAGES {
@@ -412,6 +436,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
         eprintln!("  {program:8} {kind:14} {field:19} {v:.3}");
     }
     eprintln!("the shim's largest oversleep (ms): {oversleep:?}");
+    eprintln!("largest spread of a field across the three vantages (ms): {spread:?}");
     eprintln!("largest own-clock excess over natural on an injected connection (ms): {widened:?}");
     eprintln!("measured − injected (ms) on injected connections; identity: handshake − sum:");
     for ((field, vantage, rtt), (lo, hi)) in &excess {
