@@ -15,7 +15,9 @@
 //! - the shim held exactly the writes it was told to (its own log), and
 //!   injected is what it really held (the clock around its sleep: a busy
 //!   machine wakes a sleeper late);
-//! - no delay line was more than 0.5 ms late during the handshake;
+//! - the link behaved during the handshake: no packet's delay across either
+//!   line (between the captures at its ends, and by the line's own log)
+//!   more than 0.5 ms off, and `tcp_rtt` within 1 ms of the configured RTT;
 //! - each field within [injected − 1 ms, injected + natural + 1 ms] at every
 //!   vantage, where natural is the largest value of that field on the same
 //!   program's connections without injection in this run (same kind, any
@@ -251,10 +253,11 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             // the wire: its figures show the stall, not the injection.
             // thinktime.py reran the RTT up to twice and kept its best lab.
             let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+            let delay_off = c["line_delay_off_us"].as_f64().unwrap_or(0.0);
             let off = c["link_rtt_off_ms"].as_f64().unwrap_or(0.0);
-            if late > 500.0 || off > 1.0 {
+            if late > 500.0 || delay_off > 500.0 || off > 1.0 {
                 failures.push(format!(
-                    "{who}: a delay line was {late:.0} µs late during the handshake (bound 500 µs), tcp_rtt {off} ms off the configured RTT (bound 1 ms): not judged"
+                    "{who}: the link misbehaved during the handshake: a delay line {late:.0} µs late by its log, a packet {delay_off:.0} µs off its delay between captures (bounds 500 µs), tcp_rtt {off} ms off the configured RTT (bound 1 ms): not judged"
                 ));
                 continue;
             }
