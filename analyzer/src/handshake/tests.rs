@@ -265,6 +265,7 @@ fn tls13_client_ccs_on_server_hello_is_no_answer() {
         to_server: Some(0.0),
         to_client: Some(rtt),
         connected: None,
+        retransmission: None,
     };
     let t = hs.timing(None, at_server);
     assert_eq!(t.round_trips, Some(1));
