@@ -258,7 +258,13 @@ fn tls13_client_ccs_on_server_hello_is_no_answer() {
     record(&mut hs, c, ccs);
     // The client answers the flight (which reached it at flight.ts +
     // rtt) 1.5 ms later.
-    let fin = rec(flight.ts + rtt + 0.0015, ct::APPLICATION_DATA, ccs.end, 69, flight.end);
+    let fin = rec(
+        flight.ts + rtt + 0.0015,
+        ct::APPLICATION_DATA,
+        ccs.end,
+        69,
+        flight.end,
+    );
     record(&mut hs, c, fin);
     assert_eq!(hs.kind(), Some(HandshakeKind::Full));
     let at_server = Vantage {
