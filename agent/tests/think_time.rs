@@ -53,31 +53,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The delay line next to the tlsrum binary under test; built if missing.
-fn delayline() -> PathBuf {
-    let tlsrum = PathBuf::from(env!("CARGO_BIN_EXE_tlsrum"));
-    let path = tlsrum.with_file_name("delayline");
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let profile = match tlsrum
-            .parent()
-            .and_then(Path::file_name)
-            .and_then(|d| d.to_str())
-        {
-            Some("debug") | None => "dev".to_string(),
-            Some(dir) => dir.to_string(),
-        };
-        let status = Command::new(cargo)
-            .current_dir(repo())
-            .args(["build", "-p", "delayline", "--profile", &profile])
-            .status()
-            .expect("run cargo build -p delayline");
-        assert!(status.success(), "cargo build -p delayline failed");
-    }
-    assert!(path.exists(), "{} not found after building", path.display());
-    path
-}
-
 const FIELDS: [&str; 3] = ["client_hello_delay", "server_think", "client_think"];
 const VANTAGES: [(&str, &str); 3] = [
     ("client", "tlsrum_client"),
@@ -152,7 +127,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     ) {
         return;
     }
-    let dl = delayline();
+    let dl = common::delayline();
     let work = std::env::temp_dir().join(format!("tlsrum-think-test-{}", std::process::id()));
     let out = work.join("think.json");
     std::fs::create_dir_all(&work).unwrap();

@@ -36,33 +36,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The delay line next to the tlsrum binary under test; built if missing
-/// (`cargo test --workspace` builds it already, for its own tests).
-fn delayline() -> PathBuf {
-    let tlsrum = PathBuf::from(env!("CARGO_BIN_EXE_tlsrum"));
-    let path = tlsrum.with_file_name("delayline");
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        // The same profile as the binary under test: target/<dir>/tlsrum,
-        // where <dir> is the profile's name ("debug" for the dev profile).
-        let profile = match tlsrum
-            .parent()
-            .and_then(Path::file_name)
-            .and_then(|d| d.to_str())
-        {
-            Some("debug") | None => "dev".to_string(),
-            Some(dir) => dir.to_string(),
-        };
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo())
-            .args(["build", "-p", "delayline", "--profile", &profile]);
-        let status = cmd.status().expect("run cargo build -p delayline");
-        assert!(status.success(), "cargo build -p delayline failed");
-    }
-    assert!(path.exists(), "{} not found after building", path.display());
-    path
-}
-
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
@@ -85,7 +58,7 @@ fn wan_accuracy_at_20_100_260_ms() {
     ) {
         return;
     }
-    let dl = delayline();
+    let dl = common::delayline();
     let work = std::env::temp_dir().join(format!("tlsrum-wan-test-{}", std::process::id()));
     let out = work.join("accuracy.json");
     std::fs::create_dir_all(&work).unwrap();

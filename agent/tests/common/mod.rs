@@ -16,6 +16,7 @@
 //!   then SIGKILL), with their logs shown when one dies early; [`run`],
 //!   [`ns_cmd`], [`wait_for_text`], [`wait_for`].
 //! - [`kernel`]: a live agent's kernel flow map, read with bpftool.
+//! - [`delayline`]: the wide-area link's binary, built if missing.
 //!
 //! Declare guards so that they drop in the right order (locals drop in
 //! reverse order): the topology first, then `InNetns`, then `Procs`, then
@@ -23,6 +24,7 @@
 
 #![allow(dead_code)]
 
+pub mod delayline;
 pub mod json;
 pub mod kernel;
 pub mod netns;
@@ -30,6 +32,8 @@ pub mod prereq;
 pub mod procs;
 
 // Each test binary uses a part of these.
+#[allow(unused_imports)]
+pub use delayline::delayline;
 #[allow(unused_imports)]
 pub use netns::{InNetns, Netns, Topology, CLIENT_IP, CLIENT_IP6, SERVER_IP, SERVER_IP6};
 #[allow(unused_imports)]

@@ -155,6 +155,10 @@ mod tests {
             failure: None,
             notes: vec![],
             proxied_client: None,
+            ja4: None,
+            ja4s: None,
+            alpn_negotiated: None,
+            family: Family::Ipv4,
         }
     }
 
