@@ -169,6 +169,8 @@ struct Upper {
     proxied: [Option<Endpoint>; 2],
     /// When bytes first came again (either direction): a retransmission.
     first_retransmission: Option<f64>,
+    /// The latest segment with payload, per direction.
+    last_data: [f64; 2],
 }
 
 /// One TCP flow. Until its first payload byte it is only this struct (a
@@ -281,6 +283,7 @@ impl TcpFlow {
                     server_secret: None,
                     proxied: [None; 2],
                     first_retransmission: None,
+                    last_data: [f64::NEG_INFINITY; 2],
                 },
             })
         }
@@ -301,7 +304,7 @@ impl TcpFlow {
         self.track_tcp_handshake(dir, ts, h);
         if seen_before {
             if let Some(act) = self.active.as_deref_mut() {
-                act.up.first_retransmission.get_or_insert(ts);
+                act.up.resent(dir, ts);
             }
         }
         self.payload(dir, ts, h, payload, truncated, ctx);
@@ -447,8 +450,9 @@ impl TcpFlow {
         let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
         if out.duplicate_bytes > 0 {
-            up.first_retransmission.get_or_insert(ts);
+            up.resent(dir, ts);
         }
+        up.last_data[dir] = up.last_data[dir].max(ts);
         let client_side =
             up.client == Some(dir) || (up.client.is_none() && self.syn_dir == Some(dir));
         if out.skipped_holes > 0 {
@@ -626,7 +630,22 @@ impl Active {
     }
 }
 
+/// Bytes that come again within this long (seconds) of the direction's
+/// previous data are a copy (a mirror port capturing twice, a middlebox
+/// re-segmenting), not a retransmission: a sender retransmits after a
+/// timeout or a round trip of duplicate ACKs, and a copy this close leaves
+/// less ambiguity than the think times' millisecond.
+const RETRANSMISSION_MIN_GAP: f64 = 0.001;
+
 impl Upper {
+    /// Direction `dir` sent bytes again at `ts`: a retransmission unless
+    /// it is a near-simultaneous copy ([`RETRANSMISSION_MIN_GAP`]).
+    fn resent(&mut self, dir: usize, ts: f64) {
+        if ts - self.last_data[dir] > RETRANSMISSION_MIN_GAP {
+            self.first_retransmission.get_or_insert(ts);
+        }
+    }
+
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
