@@ -103,14 +103,7 @@ fn holds(writes: &Value) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// Not in `make test` yet (`make think-time` runs it): on this 2-core
-/// machine s_client's ClientHello, held 13 ms by the shim, left about 2 ms
-/// later than the hold plus the program's own clock explains, at 100 ms RTT
-/// on TLS 1.3 full connections (two runs of two: 0.05 ms past the bound at
-/// all three vantages alike, so the wire really showed it). Until that is
-/// explained the test would fail CI by chance (issue 14's note).
 #[test]
-#[ignore = "flaky on 2 cores: run with `make think-time`"]
 fn think_times_against_injected_delays_at_20_100_260_ms() {
     if common::skip_unless(
         "think_times_against_injected_delays_at_20_100_260_ms",

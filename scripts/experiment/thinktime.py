@@ -152,7 +152,8 @@ def read_log(path):
         out.append({"ev": f[0], "pid": int(f[1]), "fd": int(f[2]), "n": int(f[3]), "len": int(f[4]),
                     "held": float(f[5]), "t0": float(f[6]), "t1": float(f[7]), "lport": int(f[8]),
                     "pport": int(f[9]), "head": f[10],
-                    # run-queue wait so far (ms): before the hold, at the event
+                    # run-queue wait so far (ms): before the hold (a connect:
+                    # at its call), at the event
                     "rq0": float(f[11]) if len(f) > 12 else None, "rq1": float(f[12]) if len(f) > 12 else None})
     return out
 
@@ -190,9 +191,13 @@ def own_time(events, n):
                 last = x
             own = (e["t0"] - before[0]["t0"]) + (last["t1"] - e["t1"])
             start = prev or before[0]
+            # From connect()'s call for a first write (the wait for a CPU
+            # between the SYN-ACK's wake-up and connect() returning is the
+            # program's), else from the previous write's return.
+            since = start["rq0"] if start["ev"] == "C" else start["rq1"]
             wait = 0.0
-            if None not in (e["rq0"], start["rq1"], last["rq1"], e["rq1"]):
-                wait = (e["rq0"] - start["rq1"]) + (last["rq1"] - e["rq1"])
+            if None not in (e["rq0"], since, last["rq1"], e["rq1"]):
+                wait = (e["rq0"] - since) + (last["rq1"] - e["rq1"])
             return round(own * 1e3 + max(wait, 0.0), 3)
     return None
 

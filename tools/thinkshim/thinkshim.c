@@ -223,7 +223,7 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	double rq = run_delay();
 	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f\n", n ? 'W' : (len ? 'R' : 'C'),
 		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-",
-		n ? rq0 : rq, rq);
+		n || !len ? rq0 : rq, rq);
 }
 
 static double now_real(void)
@@ -448,10 +448,14 @@ ssize_t readv(int fd, const struct iovec *iov, int cnt)
 int connect(int fd, const struct sockaddr *to, socklen_t len)
 {
 	resolve();
+	/* The run-queue wait so far at the call: a blocking connect() sleeps
+	 * until the SYN-ACK, then the program may wait for a CPU before it
+	 * returns -- its own time, which the ClientHello's delay includes. */
+	double rq_call = logf ? run_delay() : 0;
 	int r = real_connect(fd, to, len);
 	if (r == 0 && logf && inet_socket(fd)) {
 		int saved = errno;
-		log_write(fd, 0, 0, 0, now_real(), 0, NULL, 0, NULL);
+		log_write(fd, 0, 0, 0, now_real(), rq_call, NULL, 0, NULL);
 		errno = saved;
 	}
 	return r;
