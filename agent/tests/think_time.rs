@@ -43,15 +43,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::Need;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 const FIELDS: [&str; 3] = ["client_hello_delay", "server_think", "client_think"];
 const VANTAGES: [(&str, &str); 3] = [
@@ -134,26 +128,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     ) {
         return;
     }
-    let dl = common::delayline();
-    let work = std::env::temp_dir().join(format!("tlsrum-think-test-{}", std::process::id()));
-    let out = work.join("think.json");
-    std::fs::create_dir_all(&work).unwrap();
-    let status = Command::new("python3")
-        .arg(repo().join("scripts/experiment/thinktime.py"))
-        .args(["--rtt", "20,100,260", "--out"])
-        .arg(&out)
-        .arg("--workdir")
-        .arg(work.join("labs"))
-        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
-        .env("DELAYLINE", &dl)
-        .status()
-        .expect("run thinktime.py");
-    assert!(
-        status.success(),
-        "thinktime.py failed (lab error); logs in {}",
-        work.display()
-    );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let (doc, work): (Value, _) = common::delayline::run_lab("thinktime.py", "think");
     let mut failures = Vec::new();
 
     // Natural think: the largest value of each field on the connections

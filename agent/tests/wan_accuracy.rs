@@ -26,15 +26,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use common::Need;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
@@ -58,26 +51,7 @@ fn wan_accuracy_at_20_100_260_ms() {
     ) {
         return;
     }
-    let dl = common::delayline();
-    let work = std::env::temp_dir().join(format!("tlsrum-wan-test-{}", std::process::id()));
-    let out = work.join("accuracy.json");
-    std::fs::create_dir_all(&work).unwrap();
-    let status = Command::new("python3")
-        .arg(repo().join("scripts/experiment/accuracy.py"))
-        .args(["--rtt", "20,100,260", "--out"])
-        .arg(&out)
-        .arg("--workdir")
-        .arg(work.join("labs"))
-        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
-        .env("DELAYLINE", &dl)
-        .status()
-        .expect("run accuracy.py");
-    assert!(
-        status.success(),
-        "accuracy.py failed (lab error); logs in {}",
-        work.display()
-    );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let (doc, work): (Value, _) = common::delayline::run_lab("accuracy.py", "wan");
 
     let mut failures = Vec::new();
     let mut checked = 0;

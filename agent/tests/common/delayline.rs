@@ -1,4 +1,5 @@
-//! The delay line (tools/delayline) the wide-area tests drive.
+//! The delay line (tools/delayline) the wide-area tests drive, and the
+//! Python labs (scripts/experiment/) that run on it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,4 +29,36 @@ pub fn delayline() -> PathBuf {
     }
     assert!(path.exists(), "{} not found after building", path.display());
     path
+}
+
+/// Runs a lab script of scripts/experiment/ at 20, 100 and 260 ms RTT with
+/// the binaries under test, and returns the JSON document it wrote and the
+/// work directory (the caller removes it once the test passed). A lab error
+/// fails the test, naming where the logs are.
+pub fn run_lab(script: &str, tag: &str) -> (serde_json::Value, PathBuf) {
+    let dl = delayline();
+    let work = std::env::temp_dir().join(format!("tlsrum-{tag}-test-{}", std::process::id()));
+    let out = work.join(format!("{tag}.json"));
+    std::fs::create_dir_all(&work).unwrap();
+    let status = Command::new("python3")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scripts/experiment")
+                .join(script),
+        )
+        .args(["--rtt", "20,100,260", "--out"])
+        .arg(&out)
+        .arg("--workdir")
+        .arg(work.join("labs"))
+        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
+        .env("DELAYLINE", &dl)
+        .status()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(
+        status.success(),
+        "{script} failed (lab error); logs in {}",
+        work.display()
+    );
+    let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    (doc, work)
 }
