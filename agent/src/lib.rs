@@ -26,7 +26,7 @@
 //! let mut source = PcapFile::open(&path, None)?;
 //! let mut analyzer = analyzer::Analyzer::new(analyzer::Config::default());
 //! let mut sink = NdjsonSink::new(Vec::new());
-//! while pump(&mut source, Duration::ZERO, &mut analyzer, None)? == Status::Open {
+//! while pump(&mut source, Duration::ZERO, &mut analyzer, None, &mut sink)? == Status::Open {
 //!     flush_records(&mut analyzer, &mut sink)?;
 //! }
 //! analyzer.finish();

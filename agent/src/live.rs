@@ -209,6 +209,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
             Duration::from_millis(100),
             &mut analyzer,
             pcap_out.as_mut(),
+            &mut sink,
         ) {
             Ok(Status::Open) => {}
             Ok(Status::Ended) => break,

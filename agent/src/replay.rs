@@ -202,7 +202,7 @@ fn replay_file(
         pb
     });
     let result = loop {
-        match pump(&mut source, Duration::ZERO, analyzer, None) {
+        match pump(&mut source, Duration::ZERO, analyzer, None, sink) {
             Ok(Status::Open) => {
                 if let Err(e) = deliver(analyzer, &mut source, sink) {
                     break Err(e);

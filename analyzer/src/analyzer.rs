@@ -159,6 +159,11 @@ impl Analyzer {
         self.flows.len() + self.quic.active_connections()
     }
 
+    /// Records finished and not yet taken.
+    pub fn records_waiting(&self) -> usize {
+        self.out.len()
+    }
+
     /// Records finished since the last call, in the order they finished.
     pub fn take_records(&mut self) -> Vec<ConnectionRecord> {
         std::mem::take(&mut self.out)

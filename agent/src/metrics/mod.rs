@@ -497,7 +497,14 @@ mod tests {
         let mut sink = FanOut::default();
         sink.push(Box::new(MetricsSink(Arc::clone(&metrics))));
         sink.push(Box::new(NdjsonSink::new(ndjson.clone())));
-        while pump(&mut source, std::time::Duration::ZERO, &mut analyzer, None).unwrap()
+        while pump(
+            &mut source,
+            std::time::Duration::ZERO,
+            &mut analyzer,
+            None,
+            &mut sink,
+        )
+        .unwrap()
             == Status::Open
         {
             deliver(&mut analyzer, &mut source, &mut sink).unwrap();
