@@ -71,6 +71,9 @@ impl TraceMemory for NoMemory {
     fn issued(&mut self, _: &[u8]) {}
 }
 
+/// A Certificate message's parser: the TLS <= 1.2 form or the TLS 1.3 one.
+type CertificateParser = fn(&[u8]) -> Result<Vec<&[u8]>, crate::tls::codec::InvalidMessage>;
+
 /// What the record shows of a leaf certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Leaf {
@@ -837,7 +840,7 @@ impl Handshake {
     fn accept_certificate(
         &mut self,
         body: Option<&[u8]>,
-        parse: fn(&[u8]) -> Result<Vec<&[u8]>, crate::tls::codec::InvalidMessage>,
+        parse: CertificateParser,
         mem: &mut dyn TraceMemory,
     ) {
         self.certs = Some(match body {

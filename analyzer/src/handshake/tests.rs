@@ -623,7 +623,9 @@ fn tls13_certificate_from_decrypted_flight_fills_certs() {
     let mut body = vec![0];
     body.extend(u24(list.len()));
     body.extend(&list);
-    let c = build(Some(&body)).certs.expect("certs from the decrypted Certificate");
+    let c = build(Some(&body))
+        .certs
+        .expect("certs from the decrypted Certificate");
     assert_eq!((c.count, c.bytes), (2, LEAF.len() + 3));
     assert_eq!(c.leaf_subject.as_deref(), Some("CN=leaf.tlsrum.test"));
     assert_eq!(c.leaf_issuer.as_deref(), Some("CN=leaf.tlsrum.test"));
