@@ -12,9 +12,9 @@ use crate::handshake::{
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
 use crate::proxy_protocol;
+use crate::quic::crypto_stream::CryptoStream;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
-use crate::tls::codec::Reader;
 use crate::tls::enums::{content_type as ct, handshake_type as ht};
 use crate::tls::keylog::{self, KeyLog};
 use crate::tls::record::{RecordStream, StreamEvent};
@@ -163,8 +163,8 @@ struct Upper {
     client: Option<usize>,
     hs: Handshake,
     notes: Vec<&'static str>,
-    /// The server's handshake traffic secret, from a key log.
-    server_secret: Option<Vec<u8>>,
+    /// The server's encrypted TLS 1.3 flight, opened with a key log.
+    server_flight: Option<Box<ServerFlight>>,
     /// The original client a PROXY protocol header named, per direction.
     proxied: [Option<Endpoint>; 2],
     /// When bytes first came again (either direction): a retransmission.
@@ -219,7 +219,7 @@ impl HeapSize for Active {
             + up.probe.iter().map(|p| p.bytes.heap_size()).sum::<usize>()
             + up.hs.heap_size()
             + up.notes.heap_size()
-            + up.server_secret.heap_size()
+            + up.server_flight.heap_size()
     }
 }
 
@@ -280,7 +280,7 @@ impl TcpFlow {
                     client: None,
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
-                    server_secret: None,
+                    server_flight: None,
                     proxied: [None; 2],
                     first_retransmission: None,
                     last_data: [f64::NEG_INFINITY; 2],
@@ -723,7 +723,7 @@ impl Upper {
         let Upper {
             stream,
             hs,
-            server_secret,
+            server_flight,
             notes,
             ..
         } = self;
@@ -771,24 +771,21 @@ impl Upper {
                     payload,
                     record,
                 } if side == Dir::Server => {
-                    let opened = server_secret.as_deref().zip(hs.cipher_suite()).and_then(
-                        |(secret, suite)| {
-                            keylog::decrypt_record(suite, secret, 0, &header, payload)
-                        },
-                    );
-                    if let Some((ct::HANDSHAKE, plain)) = opened {
-                        if let Some(body) = encrypted_extensions(&plain) {
+                    if let (Some(flight), Some(suite)) =
+                        (server_flight.as_deref_mut(), hs.cipher_suite())
+                    {
+                        flight.open(suite, &header, payload, &mut |msg_type, body| {
                             hs.on(
                                 side,
                                 Event::Message {
-                                    msg_type: ht::ENCRYPTED_EXTENSIONS,
+                                    msg_type,
                                     body: Some(body),
                                     ts: record.ts,
                                     record: Some(record),
                                 },
                                 mem,
                             );
-                        }
+                        });
                     }
                     None
                 }
@@ -798,15 +795,18 @@ impl Upper {
         });
         // With a key log entry for this ClientHello, keep the server's first
         // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
-        if side == Dir::Client && server_secret.is_none() {
+        if side == Dir::Client && server_flight.is_none() {
             let secret = hs
                 .client_hello()
                 .zip(ctx.keylog)
                 .and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
-            if secret.is_some() {
-                *server_secret = secret;
-                stream[1 - dir].capture_encrypted = true;
+            if let Some(secret) = secret {
+                *server_flight = Some(Box::new(ServerFlight::new(secret)));
+                stream[1 - dir].capture_encrypted = MAX_FLIGHT_RECORDS;
             }
+        }
+        if server_flight.as_ref().is_some_and(|f| f.done) {
+            stream[1 - dir].capture_encrypted = 0;
         }
         if ccs_encrypts {
             stream[0].ccs_encrypts = true;
@@ -840,11 +840,70 @@ fn note(notes: &mut Vec<&'static str>, name: &'static str) {
     }
 }
 
-/// The body of the EncryptedExtensions a decrypted server flight starts with.
-fn encrypted_extensions(plain: &[u8]) -> Option<&[u8]> {
-    let mut r = Reader::new(plain);
-    if r.u8("handshake type").ok()? != ht::ENCRYPTED_EXTENSIONS {
-        return None;
+/// Records of a TLS 1.3 server's encrypted flight kept whole to open with
+/// a key log: EncryptedExtensions, a Certificate (split over two or three
+/// records when the chain is long), CertificateVerify and Finished.
+const MAX_FLIGHT_RECORDS: u8 = 8;
+
+/// A TLS 1.3 server's encrypted handshake flight, opened record by record
+/// with the key log's server handshake traffic secret (RFC 8446 §5.3: the
+/// records' sequence numbers count from 0 under that key); the messages
+/// come out of a bounded reassembler, since one message may span records
+/// and one record hold several.
+struct ServerFlight {
+    secret: Vec<u8>,
+    seq: u64,
+    plain: CryptoStream,
+    offset: u64,
+    /// The Finished came, or a record did not open (a lost segment, a
+    /// stale key): nothing more to read.
+    done: bool,
+}
+
+impl HeapSize for ServerFlight {
+    fn heap_size(&self) -> usize {
+        self.secret.heap_size() + self.plain.heap_size()
     }
-    Some(r.sub24("EncryptedExtensions").ok()?.rest())
+}
+
+impl ServerFlight {
+    fn new(secret: Vec<u8>) -> Self {
+        ServerFlight {
+            secret,
+            seq: 0,
+            plain: CryptoStream::default(),
+            offset: 0,
+            done: false,
+        }
+    }
+
+    /// Opens the next record and hands each complete handshake message to
+    /// `on_message` (type, body).
+    fn open(
+        &mut self,
+        suite: u16,
+        header: &[u8; 5],
+        payload: &[u8],
+        on_message: &mut dyn FnMut(u8, &[u8]),
+    ) {
+        if self.done {
+            return;
+        }
+        let opened = keylog::decrypt_record(suite, &self.secret, self.seq, header, payload);
+        self.seq += 1;
+        let Some((ct::HANDSHAKE, plain)) = opened else {
+            self.done = true;
+            return;
+        };
+        self.plain.push(self.offset, &plain);
+        self.offset += plain.len() as u64;
+        while let Some((typ, body)) = self.plain.next_message() {
+            on_message(typ, &body);
+            if typ == ht::FINISHED {
+                self.done = true;
+                return;
+            }
+        }
+        self.done |= self.plain.capped || self.plain.oversized();
+    }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """aioquic peers for the live QUIC test (agent/tests/live_quic.rs).
 
-  peer.py server --bind IP --port N --cert C --key K [--retry]
-  peer.py client --connect IP --port N --cafile C --plan full,resume,early
+  peer.py server --bind IP --port N --cert C --key K [--retry] [--alpn P,...]
+  peer.py client --connect IP --port N --cafile C --plan full,resume,early [--keylog F]
 
 The client prints one JSON label per connection, taken from aioquic's own
 state (session_resumed, early_data_accepted, cipher suite, Retry count),
@@ -30,7 +30,7 @@ async def server(args):
         writer.write(RESPONSE)
         writer.write_eof()
 
-    conf = QuicConfiguration(is_client=False, alpn_protocols=["tlsrum-echo"], max_datagram_frame_size=None)
+    conf = QuicConfiguration(is_client=False, alpn_protocols=args.alpn.split(","), max_datagram_frame_size=None)
     conf.load_cert_chain(args.cert, args.key)
     await serve(args.bind, args.port, configuration=conf,
                 stream_handler=lambda r, w: asyncio.ensure_future(handle(r, w)),
@@ -49,6 +49,8 @@ async def client(args):
     received = []
     for step in args.plan.split(","):
         conf = QuicConfiguration(is_client=True, alpn_protocols=list(ALPN), server_name=HOST)
+        if args.keylog:
+            conf.secrets_log_file = open(args.keylog, "a")
         if args.initial_rtt is not None:
             conf.initial_rtt = args.initial_rtt
         conf.load_verify_locations(args.cafile)
@@ -80,6 +82,7 @@ async def client(args):
                 "retry": bool(c._quic._retry_count),
                 "cipher": "TLS_" + CipherSuite(tls.key_schedule.cipher_suite).name,
                 "zero_rtt_sent": early,
+                "alpn_negotiated": tls.alpn_negotiated,
             }), flush=True)
         await asyncio.sleep(0.3)
 
@@ -93,11 +96,13 @@ def main():
     s.add_argument("--cert", required=True)
     s.add_argument("--key", required=True)
     s.add_argument("--retry", action="store_true")
+    s.add_argument("--alpn", default="tlsrum-echo")
     c = sub.add_parser("client")
     c.add_argument("--connect", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cafile", required=True)
     c.add_argument("--plan", default="full,resume,early")
+    c.add_argument("--keylog")
     # Seconds; aioquic's default is 0.1 (a probe after 200 ms without an
     # answer), RFC 9002's 0.333: scripts/experiment/thinktime.py runs at 260 ms.
     c.add_argument("--initial-rtt", type=float)

@@ -36,6 +36,11 @@ pub fn delayline() -> PathBuf {
 /// work directory (the caller removes it once the test passed). A lab error
 /// fails the test, naming where the logs are.
 pub fn run_lab(script: &str, tag: &str) -> (serde_json::Value, PathBuf) {
+    run_lab_at(script, tag, "20,100,260")
+}
+
+/// [`run_lab`] with the script's own `--rtt` argument.
+pub fn run_lab_at(script: &str, tag: &str, rtt: &str) -> (serde_json::Value, PathBuf) {
     let dl = delayline();
     let work = std::env::temp_dir().join(format!("tlsrum-{tag}-test-{}", std::process::id()));
     let out = work.join(format!("{tag}.json"));
@@ -46,7 +51,7 @@ pub fn run_lab(script: &str, tag: &str) -> (serde_json::Value, PathBuf) {
                 .join("../scripts/experiment")
                 .join(script),
         )
-        .args(["--rtt", "20,100,260", "--out"])
+        .args(["--rtt", rtt, "--out"])
         .arg(&out)
         .arg("--workdir")
         .arg(work.join("labs"))

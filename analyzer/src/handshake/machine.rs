@@ -10,7 +10,9 @@ use crate::memory::HeapSize;
 use crate::record::{Certs, Transport, UtcTime};
 use crate::seq::Seq;
 use crate::tls::enums::{content_type as ct, handshake_type as ht, ProtocolVersion};
-use crate::tls::handshake::{parse_certificate_list, ClientHello, ServerHello};
+use crate::tls::handshake::{
+    parse_certificate_list, parse_certificate_list13, ClientHello, ServerHello,
+};
 use crate::tls::record::RecordInfo;
 
 /// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
@@ -68,6 +70,9 @@ impl TraceMemory for NoMemory {
     }
     fn issued(&mut self, _: &[u8]) {}
 }
+
+/// A Certificate message's parser: the TLS <= 1.2 form or the TLS 1.3 one.
+type CertificateParser = fn(&[u8]) -> Result<Vec<&[u8]>, crate::tls::codec::InvalidMessage>;
 
 /// What the record shows of a leaf certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -342,7 +347,7 @@ impl Handshake {
                     body,
                     ..
                 },
-            ) => self.accept_certificate(body, mem),
+            ) => self.accept_certificate(body, parse_certificate_list, mem),
             (
                 S::ServerHello12,
                 Server,
@@ -366,6 +371,19 @@ impl Handshake {
                         body.and_then(crate::tls::keylog::early_data_in_extensions);
                     self.encrypted_alpn = body.and_then(crate::tls::keylog::alpn_in_extensions);
                 }
+            }
+            // Decrypted with a key log: the TLS 1.3 Certificate (the first;
+            // a post-handshake one would answer a CertificateRequest).
+            (
+                S::ServerHello13 | S::Complete,
+                Server,
+                Event::Message {
+                    msg_type: ht::CERTIFICATE,
+                    body,
+                    ..
+                },
+            ) if self.certs.is_none() => {
+                self.accept_certificate(body, parse_certificate_list13, mem)
             }
             (_, _, Event::Message { .. }) => {}
 
@@ -817,9 +835,16 @@ impl Handshake {
         directive
     }
 
-    fn accept_certificate(&mut self, body: Option<&[u8]>, mem: &mut dyn TraceMemory) {
+    /// The server's Certificate (`parse`: the TLS <= 1.2 or the TLS 1.3
+    /// form): the same fields either way.
+    fn accept_certificate(
+        &mut self,
+        body: Option<&[u8]>,
+        parse: CertificateParser,
+        mem: &mut dyn TraceMemory,
+    ) {
         self.certs = Some(match body {
-            Some(b) => match parse_certificate_list(b) {
+            Some(b) => match parse(b) {
                 Ok(list) => {
                     let leaf = list
                         .first()

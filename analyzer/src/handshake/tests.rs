@@ -583,3 +583,65 @@ fn ja4s_after_hello_retry_request_is_the_first_server_hello() {
     assert_eq!(r.cipher.as_deref(), Some("TLS_AES_256_GCM_SHA384"));
     assert_eq!(r.alpn_negotiated, None);
 }
+
+/// TLS 1.3 sends the Certificate encrypted (RFC 8446 §4.4.2: a request
+/// context, and extensions after each entry): `certs` is null unless a key
+/// log opened it, then filled as TLS 1.2's is.
+#[test]
+fn tls13_certificate_from_decrypted_flight_fills_certs() {
+    const LEAF: &[u8] = include_bytes!("testdata/leaf-ed25519.der");
+    let build = |decrypted: Option<&[u8]>| {
+        let mut hs = Handshake::new(Transport::Tcp);
+        let ch = rec(0.0, ct::HANDSHAKE, 1000, 60, 5000);
+        message(
+            &mut hs,
+            Dir::Client,
+            ht::CLIENT_HELLO,
+            &client_hello12(),
+            ch,
+        );
+        let versions: &[u8] = &[3, 4];
+        let sh = server_hello_with(9, 0x1301, &[(43, versions)]);
+        let r1 = rec(0.1, ct::HANDSHAKE, 5000, 90, ch.end);
+        message(&mut hs, Dir::Server, ht::SERVER_HELLO, &sh, r1);
+        if let Some(body) = decrypted {
+            let r = rec(0.1, ct::APPLICATION_DATA, r1.end, 700, ch.end);
+            message(&mut hs, Dir::Server, ht::CERTIFICATE, body, r);
+        }
+        hs.to_record(view("10.0.0.1"), Finish::CaptureEnd)
+    };
+    assert_eq!(build(None).certs, None);
+    // Empty request context; the leaf with an (empty-bodied) extension,
+    // then a 3-byte "intermediate" with none.
+    let u24 = |n: usize| [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+    let mut list = Vec::new();
+    list.extend(u24(LEAF.len()));
+    list.extend(LEAF);
+    list.extend([0, 4, 0, 5, 0, 0]);
+    list.extend(u24(3));
+    list.extend([1, 2, 3, 0, 0]);
+    let mut body = vec![0];
+    body.extend(u24(list.len()));
+    body.extend(&list);
+    let c = build(Some(&body))
+        .certs
+        .expect("certs from the decrypted Certificate");
+    assert_eq!((c.count, c.bytes), (2, LEAF.len() + 3));
+    assert_eq!(c.leaf_subject.as_deref(), Some("CN=leaf.tlsrum.test"));
+    assert_eq!(c.leaf_issuer.as_deref(), Some("CN=leaf.tlsrum.test"));
+    // openssl x509 -noout -dates: Nov 24 20:15:09 2026 / Nov 21 20:15:09 2036 GMT.
+    assert_eq!(
+        c.not_before.map(|t| t.to_string()).as_deref(),
+        Some("2026-11-24T20:15:09Z")
+    );
+    assert_eq!(
+        c.not_after.map(|t| t.to_string()).as_deref(),
+        Some("2036-11-21T20:15:09Z")
+    );
+    // The TLS 1.2 form (no context, no entry extensions) does not parse as 1.3.
+    let mut tls12 = Vec::new();
+    tls12.extend(u24(LEAF.len() + 3));
+    tls12.extend(u24(LEAF.len()));
+    tls12.extend(LEAF);
+    assert_eq!(build(Some(&tls12)).certs, None);
+}

@@ -1249,7 +1249,7 @@ fn open_handshake(
         stats.bad_frames += 1;
     }
     while let Some((typ, body)) = level.crypto[s].next_message() {
-        if side == Side::Server && typ == ht::ENCRYPTED_EXTENSIONS {
+        if side == Side::Server && (typ == ht::ENCRYPTED_EXTENSIONS || typ == ht::CERTIFICATE) {
             act.hs.on(
                 Dir::Server,
                 Event::Message {

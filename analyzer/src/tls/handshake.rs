@@ -362,6 +362,22 @@ pub fn parse_certificate_list(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage>
     Ok(certs)
 }
 
+/// A TLS 1.3 Certificate message (RFC 8446 §4.4.2): a request context,
+/// then entries of a DER certificate (X.509 type; RFC 7250 raw public keys
+/// come out as what they are) and per-entry extensions.
+pub fn parse_certificate_list13(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage> {
+    let mut r = Reader::new(body);
+    r.sub8("certificate_request_context")?;
+    let mut list = r.sub24("certificate_list")?;
+    r.expect_empty("Certificate")?;
+    let mut certs = Vec::new();
+    while list.any_left() {
+        certs.push(list.sub24("cert_data")?.rest());
+        list.sub16("CertificateEntry extensions")?;
+    }
+    Ok(certs)
+}
+
 /// A TLS 1.2 NewSessionTicket (RFC 5077 §3.3): the ticket's length only.
 pub fn parse_new_session_ticket12(body: &[u8]) -> Result<usize, InvalidMessage> {
     let mut r = Reader::new(body);

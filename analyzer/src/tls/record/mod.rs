@@ -138,8 +138,10 @@ pub struct RecordStream {
     /// encrypted unless it is plainly a hello (a TLS 1.3 side's second
     /// hello after HelloRetryRequest) or a 2-byte alert.
     ccs_seen: bool,
-    /// Keep the next application_data record whole (to decrypt it with a key log).
-    pub capture_encrypted: bool,
+    /// Keep this many of the next application_data records whole (to
+    /// decrypt them with a key log: a TLS 1.3 server's EncryptedExtensions,
+    /// Certificate, CertificateVerify and Finished).
+    pub capture_encrypted: u8,
 
     /// The current record's header has been reported.
     announced: bool,
@@ -267,7 +269,7 @@ impl RecordStream {
                 end: start.wrapping_add(5 + len as u32),
                 ack,
             };
-            let capture = self.capture_encrypted && ctype == content_type::APPLICATION_DATA;
+            let capture = self.capture_encrypted > 0 && ctype == content_type::APPLICATION_DATA;
             let opaque = !capture
                 && (ctype == content_type::APPLICATION_DATA
                     || ctype == content_type::HEARTBEAT
@@ -303,7 +305,7 @@ impl RecordStream {
                 self.current = None;
                 self.announced = false;
                 if capture {
-                    self.capture_encrypted = false;
+                    self.capture_encrypted -= 1;
                     sink(StreamEvent::Encrypted {
                         header,
                         payload,
@@ -329,7 +331,7 @@ impl RecordStream {
             self.current = None;
             self.announced = false;
             if capture {
-                self.capture_encrypted = false;
+                self.capture_encrypted -= 1;
                 let header = [payload[0], payload[1], payload[2], payload[3], payload[4]];
                 sink(StreamEvent::Encrypted {
                     header,

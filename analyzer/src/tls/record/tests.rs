@@ -69,7 +69,7 @@ fn messages_across_records_split_anywhere() {
 #[test]
 fn capture_keeps_one_encrypted_record_whole() {
     let mut s = RecordStream::new(1024);
-    s.capture_encrypted = true;
+    s.capture_encrypted = 1;
     let wire = [23u8, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 9, 9];
     let got = collect(&mut s, &[&wire[..6], &wire[6..]]);
     assert_eq!(got, ["rec 23 3 @0 seq1000", "enc 3", "rec 23 2 @1 seq1008"]);

@@ -1,0 +1,178 @@
+//! Per-group percentiles against curl's own clock: a capture made at the
+//! client on the delay line with an IPv4 path (40 ms RTT) and an IPv6 path
+//! (90 ms RTT, a second line between the same namespaces), nginx with no
+//! session store (every handshake full), and curl making N connections per
+//! (family x TLS 1.2 / TLS 1.3) group (scripts/experiment/famlab.py, run
+//! through `common::delayline::run_lab_at`; it reruns when a delay line
+//! reports itself late). Per group, p50/p75/p95/p99 (nearest rank, rank =
+//! ceil(q·n)) of tlsrum's records must agree with the same percentiles of
+//! curl's `-w` timings within 2 ms or 2 %.
+//!
+//! The mapping at the client vantage (README: `tcp_rtt` client-side is
+//! SYN -> SYN-ACK; `handshake` ClientHello -> client's first application
+//! data; `ttfb` ClientHello -> server's first application data):
+//!
+//! - `tcp_rtt` ~ `time_connect` (connect() returns when the SYN-ACK
+//!   arrives; `--resolve` makes name resolution free);
+//! - `handshake` ~ `time_appconnect - time_connect` (curl writes its
+//!   request right after; the ClientHello leaves right after connect(),
+//!   the warm-up fetch having taken OpenSSL's one-time start-up);
+//! - `ttfb` ~ `time_starttransfer - time_connect`.
+//!
+//! Percentiles are of each side's values separately (the group output
+//! `tlsrum replay --by family,version` gives no per-connection values);
+//! [`tlsrum_groups`] is the one place that reads tlsrum's side.
+//!
+//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3; a
+//! skip locally without them, a failure under CI=true.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::Need;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
+const QUANTILES: [(&str, f64); 4] = [("p50", 0.50), ("p75", 0.75), ("p95", 0.95), ("p99", 0.99)];
+const METRICS: [&str; 3] = ["handshake", "ttfb", "tcp_rtt"];
+
+type Group = (String, String);
+/// Group -> metric -> quantile name -> ms.
+type Percentiles = BTreeMap<Group, BTreeMap<&'static str, BTreeMap<&'static str, f64>>>;
+
+/// Nearest rank: the value at rank ceil(q·n) of the sorted values.
+fn nearest_rank(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
+}
+
+fn percentiles(samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>>) -> Percentiles {
+    samples
+        .into_iter()
+        .map(|(g, by_metric)| {
+            let m = by_metric
+                .into_iter()
+                .map(|(metric, mut v)| {
+                    let qs = QUANTILES
+                        .iter()
+                        .map(|&(name, q)| (name, nearest_rank(&mut v, q)))
+                        .collect();
+                    (metric, qs)
+                })
+                .collect();
+            (g, m)
+        })
+        .collect()
+}
+
+/// tlsrum's per-group percentiles of the capture. Today from the records
+/// of `tlsrum replay --format ndjson`; once `--by family,version` lands,
+/// this reads its `handshake_ms`/`ttfb_ms`/`tcp_rtt_ms` objects instead.
+fn tlsrum_groups(capture: &str) -> Percentiles {
+    let out = common::run(&[BIN, "replay", "--format", "ndjson", capture]);
+    let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
+    for line in out.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let g = (
+            r["family"].as_str().unwrap_or("null").to_owned(),
+            r["version"].as_str().unwrap_or("null").to_owned(),
+        );
+        let completed = r["handshake"] == "full" || r["handshake"] == "resumed";
+        for m in METRICS {
+            // Handshake percentiles are over completed handshakes.
+            if m == "handshake" && !completed {
+                continue;
+            }
+            if let Some(v) = r["timing"][m].as_f64() {
+                samples
+                    .entry(g.clone())
+                    .or_default()
+                    .entry(m)
+                    .or_default()
+                    .push(v);
+            }
+        }
+    }
+    percentiles(samples)
+}
+
+/// The same percentiles of curl's own timings.
+fn curl_groups(conns: &[Value]) -> Percentiles {
+    let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
+    for c in conns {
+        let g = (
+            c["family"].as_str().unwrap().to_owned(),
+            c["version"].as_str().unwrap().to_owned(),
+        );
+        let t = |k: &str| c[k].as_f64().unwrap() * 1000.0;
+        let e = samples.entry(g).or_default();
+        e.entry("tcp_rtt").or_default().push(t("time_connect"));
+        e.entry("handshake")
+            .or_default()
+            .push(t("time_appconnect") - t("time_connect"));
+        e.entry("ttfb")
+            .or_default()
+            .push(t("time_starttransfer") - t("time_connect"));
+    }
+    percentiles(samples)
+}
+
+fn tolerance(ms: f64) -> f64 {
+    (0.02 * ms.abs()).max(2.0)
+}
+
+#[test]
+#[ignore = "not yet in make test (make family-percentiles): curl's own clock ran up to 6 ms late at \
+            the IPv6/TLS 1.3 group's upper percentiles on the busy 2-core box; the lab needs a \
+            tlsrum-independent rerun rule for a late client first"]
+fn family_version_percentiles_match_curl() {
+    if common::skip_unless(
+        "family_version_percentiles_match_curl",
+        &[
+            Need::Root,
+            Need::Tun,
+            Need::Netns,
+            Need::Tools(&["ip", "tcpdump", "nginx", "curl", "openssl", "python3"]),
+        ],
+    ) {
+        return;
+    }
+    let (doc, work) = common::delayline::run_lab_at("famlab.py", "fam", "40,90");
+    let conns = doc["connections"].as_array().unwrap();
+    let mut failures = Vec::new();
+    for c in conns {
+        let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+        if late > 500.0 {
+            failures.push(format!(
+                "port {}: a delay line was {late:.0} µs late (bound 500 µs)",
+                c["local_port"]
+            ));
+        }
+    }
+    let want = curl_groups(conns);
+    let got = tlsrum_groups(doc["capture"].as_str().unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "groups"
+    );
+    for (g, metrics) in &want {
+        for (m, qs) in metrics {
+            for (q, w) in qs {
+                let t = got[g][m][q];
+                let line = format!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1);
+                eprintln!("{line}");
+                if (t - w).abs() > tolerance(*w) {
+                    failures.push(line);
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(work);
+    if let Some(parent) = std::path::Path::new(doc["capture"].as_str().unwrap()).parent() {
+        let _ = std::fs::remove_dir_all(parent);
+    }
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Family x version lab (agent/tests/family_percentiles.rs): wanlab's nginx
+and delay line for IPv4, a second delay line between the same namespaces for
+IPv6 with another RTT, and curl making N connections per (family x TLS 1.2 /
+1.3) group with its own -w timings as the labels. One capture at the client
+(tcpdump -i any: both lines) of the labelled port only: the warm-up fetch
+that takes curl's one-time OpenSSL start-up goes to another port and stays
+out of the capture, so that every record in it has a label.
+
+    famlab.py --rtt 40,90 --out doc.json [--workdir DIR] [-n 20]
+
+--rtt is V4,V6 (ms). A run where either delay line missed its own bound
+(500 us late on any packet of a connection) is rerun (at most twice): the
+link was not what was configured. The JSON document holds the labels, the
+lines' lateness per client port, the capture's path and the reruns.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import wanlab
+from wanlab import HOST, PORTS, SERVER_IP, Lab, LabError, binary, line_lateness, wait_for
+
+CLIENT_IP6 = "fd00:1812::1"  # unique local: exists only in the lab
+SERVER_IP6 = "fd00:1812::2"
+IFACE6 = "dl1"
+PORT = PORTS["none"]      # no session store, no tickets: every handshake full
+WARMUP = PORTS["cache"]   # not captured
+LATE_US = 500.0
+MAX_RERUNS = 2
+
+
+class FamLab(Lab):
+    """wanlab.Lab with an IPv6 line of its own RTT and a capture of both."""
+
+    def __init__(self, rtt4, rtt6, workdir):
+        super().__init__(rtt4, workdir, live=False, capture_filter=f"tcp port {PORT}")
+        self.rtt6 = float(rtt6)
+
+    def _start_nginx(self):
+        # Called by Lab._up once the IPv4 line and its captures run: the
+        # IPv6 line first (nginx binds its address), then nginx with both.
+        for ns in (self.ns_c, self.ns_s):
+            for k in ("all", "default"):
+                subprocess.run(self.nsexec(ns, ["sysctl", "-qw", f"net.ipv6.conf.{k}.accept_dad=0"]),
+                               check=True)
+        dl = binary("delayline", "DELAYLINE")
+        self.line6 = self.procs.spawn([dl, "--ns-a", self.ns_c, "--ns-b", self.ns_s,
+                                       "--addr-a", CLIENT_IP6, "--addr-b", SERVER_IP6, "--ifname", IFACE6,
+                                       "--rtt", self.rtt6, "--log", self.dir / "line6.csv",
+                                       "--stats", self.dir / "line6-stats.json"],
+                                      out=self.dir / "delayline6.out", err=self.dir / "delayline6.err")
+        wait_for(lambda: "ready" in (self.dir / "delayline6.out").read_text(), "IPv6 delayline ready",
+                 proc=self.line6)
+        # An IPv6 point-to-point address gets no route to its peer (IPv4's does).
+        for ns, peer in ((self.ns_c, SERVER_IP6), (self.ns_s, CLIENT_IP6)):
+            subprocess.run(["ip", "-n", ns, "-6", "route", "add", peer, "dev", IFACE6], check=True)
+        pcap = self.dir / "both.pcap"
+        errf = self.dir / "tcpdump-both.log"
+        p = self.procs.spawn(self.nsexec(self.ns_c, ["tcpdump", "-i", "any", "-n", "-s", "0", "-U", "-B", "32768",
+                                                     "--immediate-mode", "--time-stamp-precision=nano",
+                                                     "-w", pcap, f"tcp port {PORT}"]), out=errf)
+        wait_for(lambda: "listening on" in errf.read_text(errors="replace"), "tcpdump -i any", proc=p)
+        self.caps["both"] = (p, pcap)
+        orig = wanlab.NGINX_SERVER
+        try:
+            # Each server block listens on both families.
+            wanlab.NGINX_SERVER = orig.replace("        listen {ip}:{port} ssl;\n",
+                                               "        listen {ip}:{port} ssl;\n"
+                                               f"        listen [{SERVER_IP6}]:{{port}} ssl;\n")
+            super()._start_nginx()
+        finally:
+            wanlab.NGINX_SERVER = orig
+
+    def group(self, family, tls, n):
+        """One curl process: a warm-up fetch (not captured), then n
+        connections to PORT over `family`, each a full handshake."""
+        addr = SERVER_IP if family == "ipv4" else f"[{SERVER_IP6}]"
+        args = ["curl", "-sS", "--http1.1", "--cacert", self.crt,
+                "--resolve", f"{HOST}:{PORT}:{addr}", "--resolve", f"{HOST}:{WARMUP}:{addr}",
+                "-w", "%{local_port} %{time_connect} %{time_appconnect} %{time_starttransfer} "
+                      "%{http_code} %{http_version}\\n"]
+        args += ["--tlsv1.2", "--tls-max", "1.2"] if tls == "1.2" else ["--tlsv1.3"]
+        urls = [f"https://{HOST}:{WARMUP}/"] + [f"https://{HOST}:{PORT}/"] * n
+        for url in urls:
+            args += [url, "-o", "/dev/null"]
+        rtt = self.rtt if family == "ipv4" else self.rtt6
+        out = self._run(self.ns_c, args, timeout=30 + len(urls) * rtt / 1000 * 8)
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        if len(rows) != len(urls):
+            raise LabError(f"curl made {len(rows)} of {len(urls)} transfers: {out}")
+        for i, (lport, tc, ta, ts, code, hv) in enumerate(rows):
+            if code != "200":
+                raise LabError(f"curl got HTTP {code}")
+            if i == 0:
+                continue
+            self.conns.append({"family": family, "version": "TLS" + tls, "local_port": int(lport),
+                               "time_connect": float(tc), "time_appconnect": float(ta),
+                               "time_starttransfer": float(ts), "http_version": hv})
+
+    def late(self):
+        """Client port -> the worse of the two lines' lateness (us)."""
+        late = line_lateness(self.dir / "line.csv")
+        for p, v in line_lateness(self.dir / "line6.csv").items():
+            late[p] = max(late.get(p, 0.0), v)
+        return late
+
+
+def run(rtt4, rtt6, workdir, n):
+    doc = {"started": time.time(), "rtt": {"ipv4": rtt4, "ipv6": rtt6}, "reruns": []}
+    for attempt in range(MAX_RERUNS + 1):
+        wanlab.log(f"RTT v4 {rtt4} ms, v6 {rtt6} ms" + (f" (rerun {attempt})" if attempt else ""))
+        lab = FamLab(rtt4, rtt6, Path(workdir) / f"fam-{attempt}")
+        with lab:
+            for family in ("ipv4", "ipv6"):
+                for tls in ("1.2", "1.3"):
+                    lab.group(family, tls, n)
+        late = lab.late()
+        for c in lab.conns:
+            c["line_late_max_us"] = late.get(c["local_port"])
+        bad = sorted(c["local_port"] for c in lab.conns if (c["line_late_max_us"] or 0) > LATE_US)
+        if bad and attempt < MAX_RERUNS:
+            wanlab.log(f"rerun: a delay line was over {LATE_US:g} us late on client ports {bad}")
+            doc["reruns"].append({"attempt": attempt, "late_ports": bad})
+            continue
+        break
+    doc["capture"] = str(lab.caps["both"][1])
+    doc["connections"] = lab.conns
+    doc["line_stats"] = lab.line_stats
+    doc["elapsed"] = time.time() - doc["started"]
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rtt", default="40,90", help="V4,V6 round-trip times in ms")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", help="keep captures and logs here (default: a temporary directory)")
+    ap.add_argument("-n", type=int, default=20, help="connections per family x version group")
+    a = ap.parse_args()
+    rtt4, rtt6 = (float(x) for x in a.rtt.split(","))
+    try:
+        if a.workdir:
+            doc = run(rtt4, rtt6, a.workdir, a.n)
+        else:
+            # The capture must outlive the run: keep the directory.
+            doc = run(rtt4, rtt6, tempfile.mkdtemp(prefix="tlsrum-fam-"), a.n)
+    except LabError as e:
+        print(f"famlab: lab error: {e}", file=sys.stderr)
+        return 3
+    Path(a.out).write_text(json.dumps(doc, indent=1))
+    wanlab.log(f"wrote {a.out} ({doc['elapsed']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
