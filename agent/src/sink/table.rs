@@ -35,7 +35,7 @@ impl RecordSink for TableSink {
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<()> {
         let total = end.stats;
         let mut out = io::stdout().lock();
-        table::write_table(&mut out, &self.summary, self.top)?;
+        table::write_table(&mut out, &self.summary, self.top, None)?;
         writeln!(
             out,
             "{} files, {} packets, {} TLS-over-TCP and {} QUIC connections, {} non-TLS flows, {} stream errors, {} reassembly gaps, {} flows evicted",

@@ -2,4 +2,5 @@
 pub mod csv;
 pub mod html;
 pub mod ndjson;
+pub mod slices;
 pub mod table;
