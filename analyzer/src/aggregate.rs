@@ -353,7 +353,9 @@ mod tests {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let mut values = Vec::new();
         for _ in 0..20_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let u = (x >> 11) as f64 / (1u64 << 53) as f64;
             values.push(0.002 * (3.6e6f64 / 0.002).powf(u));
         }

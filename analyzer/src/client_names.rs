@@ -125,7 +125,8 @@ impl ClientNames {
 /// (`t13d1516h2`), `b` and `c` 12 hex digits each.
 fn is_ja4(s: &str) -> bool {
     let mut parts = s.split('_');
-    let (Some(a), Some(b), Some(c), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(a), Some(b), Some(c), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return false;
     };
@@ -161,13 +162,21 @@ mod tests {
     #[test]
     fn bad_lines_name_their_line() {
         for (text, line, what) in [
-            (format!("ja4,name\n{CURL},curl\n{CURL}\n"), 3, "expected 2 fields"),
+            (
+                format!("ja4,name\n{CURL},curl\n{CURL}\n"),
+                3,
+                "expected 2 fields",
+            ),
             (format!("{CURL},curl,extra\n"), 1, "expected 2 fields"),
             ("# c\n\nnot-a-fingerprint,x\n".to_string(), 3, "not a JA4"),
             (format!("{CURL},\n"), 1, "no name"),
             (format!("{CURL},a\n{CURL},b\n"), 2, "named twice"),
             (format!("{CURL},\"unterminated\n"), 1, "unbalanced quote"),
-            (format!("ja4,name\n{CURL},\"a\"b\"\n"), 2, "unbalanced quote"),
+            (
+                format!("ja4,name\n{CURL},\"a\"b\"\n"),
+                2,
+                "unbalanced quote",
+            ),
         ] {
             let Err((l, w)) = ClientNames::parse(text.as_bytes()) else {
                 panic!("accepted {text:?}");

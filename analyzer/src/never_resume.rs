@@ -73,7 +73,11 @@ impl ByClient {
         if let Some(c) = self.by_ja4.get_mut(ja4) {
             return c.merge(&one);
         }
-        let key = if self.by_ja4.len() < MAX_NAMES { ja4 } else { OTHER };
+        let key = if self.by_ja4.len() < MAX_NAMES {
+            ja4
+        } else {
+            OTHER
+        };
         self.by_ja4.entry(key.to_string()).or_default().merge(&one);
     }
 
@@ -102,7 +106,12 @@ mod tests {
     use super::*;
     use crate::record::*;
 
-    fn rec(ja4: Option<&str>, kind: HandshakeKind, offered: Option<Vec<Resumption>>, avoidable: f64) -> ConnectionRecord {
+    fn rec(
+        ja4: Option<&str>,
+        kind: HandshakeKind,
+        offered: Option<Vec<Resumption>>,
+        avoidable: f64,
+    ) -> ConnectionRecord {
         ConnectionRecord {
             ts: 0.0,
             transport: Transport::Tcp,

@@ -339,7 +339,10 @@ impl Slicer {
         let k = (step / self.step).round().max(1.0) as i64;
         let cells = std::mem::take(&mut self.cells);
         for ((w, g), s) in cells {
-            self.cells.entry((w.div_euclid(k), g)).or_default().merge(&s);
+            self.cells
+                .entry((w.div_euclid(k), g))
+                .or_default()
+                .merge(&s);
         }
         self.window_ids = self.window_ids.iter().map(|w| w.div_euclid(k)).collect();
         self.step = step;
@@ -401,7 +404,12 @@ mod tests {
     use super::*;
     use crate::record::*;
 
-    pub(crate) fn rec(ts: f64, sni: Option<&str>, kind: HandshakeKind, hs: f64) -> ConnectionRecord {
+    pub(crate) fn rec(
+        ts: f64,
+        sni: Option<&str>,
+        kind: HandshakeKind,
+        hs: f64,
+    ) -> ConnectionRecord {
         ConnectionRecord {
             ts,
             transport: Transport::Tcp,
@@ -439,7 +447,15 @@ mod tests {
         let v = |r: &ConnectionRecord| Dim::ALL.map(|d| d.value(r));
         assert_eq!(
             v(&r),
-            ["(no sni)", "(none)", "ipv4", "TLS1.3", "(unknown)", "tcp", "10.0.0.2"]
+            [
+                "(no sni)",
+                "(none)",
+                "ipv4",
+                "TLS1.3",
+                "(unknown)",
+                "tcp",
+                "10.0.0.2"
+            ]
         );
         r.server = "[2001:db8::1]:8443".into();
         r.version = None;
@@ -535,11 +551,20 @@ mod tests {
         let mut s = Slicer::new(vec![Dim::Version], Windows::Auto);
         // One hour, a connection every 10 s.
         for i in 0..360 {
-            s.add(&rec(1_699_999_980.0 + i as f64 * 10.0, None, HandshakeKind::Full, 1.0));
+            s.add(&rec(
+                1_699_999_980.0 + i as f64 * 10.0,
+                None,
+                HandshakeKind::Full,
+                1.0,
+            ));
         }
         s.finish();
         assert_eq!(s.step(), 60.0);
-        assert!((20..=61).contains(&s.window_count()), "{}", s.window_count());
+        assert!(
+            (20..=61).contains(&s.window_count()),
+            "{}",
+            s.window_count()
+        );
         let n: u64 = s.rows().iter().map(|r| r.stats.connections).sum();
         assert_eq!(n, 360);
         assert!(s.rows().iter().all(|r| r.stats.connections <= 6));

@@ -40,14 +40,14 @@ fn client<'a>(slicer: &Slicer, row: &Row<'_>, names: Option<&'a ClientNames>) ->
 
 /// One value of a flat row.
 #[derive(Debug, Clone, PartialEq)]
-enum Cell {
+pub(crate) enum Cell {
     Str(String),
     Int(u64),
     Num(Option<f64>),
 }
 
 /// The flat (CSV) header.
-fn header(slicer: &Slicer, names: Option<&ClientNames>) -> Vec<String> {
+pub(crate) fn header(slicer: &Slicer, names: Option<&ClientNames>) -> Vec<String> {
     let mut h = Vec::new();
     if slicer.windowed() {
         h.extend(["window_start".to_string(), "window_end".to_string()]);
@@ -77,7 +77,7 @@ fn header(slicer: &Slicer, names: Option<&ClientNames>) -> Vec<String> {
 }
 
 /// The flat cells of a row, in [`header`]'s order.
-fn cells(slicer: &Slicer, row: &Row<'_>, names: Option<&ClientNames>) -> Vec<Cell> {
+pub(crate) fn cells(slicer: &Slicer, row: &Row<'_>, names: Option<&ClientNames>) -> Vec<Cell> {
     let mut c = Vec::new();
     if let Some((a, b)) = row.window {
         c.extend([Cell::Num(Some(a)), Cell::Num(Some(b))]);
@@ -103,7 +103,11 @@ fn cells(slicer: &Slicer, row: &Row<'_>, names: Option<&ClientNames>) -> Vec<Cel
     c.push(Cell::Num(s.resumption_rate()));
     for (_, h) in dists(s) {
         c.push(Cell::Int(h.count()));
-        c.extend(QUANTILES.iter().map(|(_, q)| Cell::Num(h.quantile(*q).map(round_ms))));
+        c.extend(
+            QUANTILES
+                .iter()
+                .map(|(_, q)| Cell::Num(h.quantile(*q).map(round_ms))),
+        );
     }
     c.push(Cell::Num(Some(round_ms(s.avoidable_ms))));
     c
@@ -111,7 +115,9 @@ fn cells(slicer: &Slicer, row: &Row<'_>, names: Option<&ClientNames>) -> Vec<Cel
 
 fn json_num(out: &mut String, v: Option<f64>) {
     match v.filter(|v| v.is_finite()) {
-        Some(v) => out.push_str(&serde_json::Number::from_f64(v).map_or("null".into(), |n| n.to_string())),
+        Some(v) => {
+            out.push_str(&serde_json::Number::from_f64(v).map_or("null".into(), |n| n.to_string()))
+        }
         None => out.push_str("null"),
     }
 }
@@ -121,7 +127,11 @@ fn json_str(out: &mut String, s: &str) {
 }
 
 /// One JSON object per row, in table order (windows ascending).
-pub fn write_ndjson(w: &mut impl Write, slicer: &Slicer, names: Option<&ClientNames>) -> io::Result<()> {
+pub fn write_ndjson(
+    w: &mut impl Write,
+    slicer: &Slicer,
+    names: Option<&ClientNames>,
+) -> io::Result<()> {
     let mut out = String::new();
     for row in slicer.rows() {
         out.clear();
@@ -211,7 +221,11 @@ fn window_label(start: f64, step: f64) -> String {
     let secs = start.floor();
     let t = UtcTime(secs as i64).to_string();
     if step < 1.0 {
-        format!("{}.{:03}Z", t.trim_end_matches('Z'), ((start - secs) * 1000.0).round() as u32)
+        format!(
+            "{}.{:03}Z",
+            t.trim_end_matches('Z'),
+            ((start - secs) * 1000.0).round() as u32
+        )
     } else {
         t
     }
@@ -240,7 +254,12 @@ pub(crate) fn write_columns(
 ) -> io::Result<()> {
     let cols = rows.first().map_or(0, |r| r.len());
     let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().map(|r| r.get(c).map_or(0, |v| v.chars().count())).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |v| v.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for (i, r) in rows.iter().enumerate() {
         if Some(i) == rule_before {
@@ -265,7 +284,11 @@ pub(crate) fn write_columns(
 }
 
 /// The table: one row per group (per window), then TOTAL over everything.
-pub fn write_table(w: &mut impl Write, slicer: &Slicer, names: Option<&ClientNames>) -> io::Result<()> {
+pub fn write_table(
+    w: &mut impl Write,
+    slicer: &Slicer,
+    names: Option<&ClientNames>,
+) -> io::Result<()> {
     let flat = header(slicer, names);
     // The table shows a window by its start.
     let skip_end = |i: usize| slicer.windowed() && i == 1;
@@ -307,10 +330,21 @@ pub fn write_table(w: &mut impl Write, slicer: &Slicer, names: Option<&ClientNam
     write_columns(w, &rows, left, Some(rule))?;
     writeln!(w, "(times in ms: nearest-rank percentiles within 0.5%; hs = completed handshakes (full and resumed); ttfb and rtt over every connection that has them; declined = full handshakes whose client offered resumption)")?;
     if slicer.folded.groups > 0 {
-        writeln!(w, "({} connections folded into (other): more than {} groups or {} cells)", slicer.folded.groups, crate::slice::MAX_GROUPS, crate::slice::MAX_CELLS)?;
+        writeln!(
+            w,
+            "({} connections folded into (other): more than {} groups or {} cells)",
+            slicer.folded.groups,
+            crate::slice::MAX_GROUPS,
+            crate::slice::MAX_CELLS
+        )?;
     }
     if slicer.folded.windows > 0 {
-        writeln!(w, "({} connections left out of the windows: more than {} windows; TOTAL has them)", slicer.folded.windows, crate::slice::MAX_WINDOWS)?;
+        writeln!(
+            w,
+            "({} connections left out of the windows: more than {} windows; TOTAL has them)",
+            slicer.folded.windows,
+            crate::slice::MAX_WINDOWS
+        )?;
     }
     Ok(())
 }
@@ -381,7 +415,10 @@ mod tests {
         let first = &lines[0];
         assert_eq!(first["window_start"], 0.0);
         assert_eq!(first["window_end"], 60.0);
-        assert_eq!(first["group"], serde_json::json!({"ja4": A, "version": "TLS1.3"}));
+        assert_eq!(
+            first["group"],
+            serde_json::json!({"ja4": A, "version": "TLS1.3"})
+        );
         assert_eq!(first["client"], "curl 7.88.1");
         assert_eq!(first["connections"], 2);
         assert_eq!(first["resumption_rate"], 0.5);
@@ -406,11 +443,17 @@ mod tests {
             lines.next().unwrap(),
             "ja4,version,connections,full,resumed,declined,failed,incomplete,resumption_rate,handshake_n,handshake_p50,handshake_p75,handshake_p95,handshake_p99,ttfb_n,ttfb_p50,ttfb_p75,ttfb_p95,ttfb_p99,tcp_rtt_n,tcp_rtt_p50,tcp_rtt_p75,tcp_rtt_p95,tcp_rtt_p99,avoidable_ms"
         );
-        assert!(lines.next().unwrap().starts_with(&format!("{A},TLS1.3,3,1,1,0,1,0,0.5,2,")));
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with(&format!("{A},TLS1.3,3,1,1,0,1,0,0.5,2,")));
         let mut out = Vec::new();
         write_table(&mut out, &s, None).unwrap();
         let table = String::from_utf8(out).unwrap();
-        let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
         assert_eq!(rows[0][..4], ["ja4", "version", "conns", "full"]);
         assert_eq!(rows[1][..4], [A, "TLS1.3", "3", "1"]);
         assert_eq!(rows[3][..4], ["TOTAL", "all", "3", "1"]);

@@ -91,7 +91,11 @@ pub fn write_table(
 ) -> io::Result<()> {
     let (top_rows, rest) = s.top_by_transport(top);
     let mut rows: Vec<Vec<String>> = vec![HEAD.iter().map(|h| h.to_string()).collect()];
-    rows.extend(top_rows.iter().map(|(n, t, a)| row(n, transport_name(*t), a)));
+    rows.extend(
+        top_rows
+            .iter()
+            .map(|(n, t, a)| row(n, transport_name(*t), a)),
+    );
     if let Some(rest) = &rest {
         rows.push(row(crate::aggregate::OTHER, "", rest));
     }
@@ -260,7 +264,10 @@ mod tests {
         // (and the table's rounding).
         let near = |cell: &str, want: f64| {
             let v: f64 = cell.parse().unwrap_or_else(|_| panic!("{cell:?}:\n{text}"));
-            assert!((v - want).abs() <= want * 0.005 + 0.05, "{v} vs {want}:\n{text}");
+            assert!(
+                (v - want).abs() <= want * 0.005 + 0.05,
+                "{v} vs {want}:\n{text}"
+            );
         };
         let a = row("a.test");
         near(a["ch_delay_p50"], 2.0);
