@@ -68,6 +68,31 @@ fn tool_missing(what: &str) -> bool {
     true
 }
 
+/// Opens `report` in headless Chromium (tests/html/inspect.mjs), saves a
+/// screenshot to `shot` and returns what the page showed, after checking
+/// that it logged no error and fetched nothing.
+fn inspect(html_dir: &Path, report: &Path, shot: &Path) -> Value {
+    let node = Command::new("node")
+        .arg(html_dir.join("inspect.mjs"))
+        .arg(report)
+        .arg(shot)
+        .output()
+        .expect("node");
+    assert!(
+        node.status.success(),
+        "{}",
+        String::from_utf8_lossy(&node.stderr)
+    );
+    let page: Value = serde_json::from_slice(&node.stdout).unwrap();
+    assert_eq!(page["errors"], Value::Array(vec![]), "console errors");
+    assert_eq!(
+        page["requests"],
+        Value::Array(vec![]),
+        "the page must fetch nothing"
+    );
+    page
+}
+
 #[test]
 fn report_renders_in_chromium_and_matches_the_records() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -161,24 +186,7 @@ fn report_renders_in_chromium_and_matches_the_records() {
     assert!(total.connections > 20);
 
     let shot = artifacts.join("html-report.png");
-    let node = Command::new("node")
-        .arg(html_dir.join("inspect.mjs"))
-        .arg(&report)
-        .arg(&shot)
-        .output()
-        .expect("node");
-    assert!(
-        node.status.success(),
-        "{}",
-        String::from_utf8_lossy(&node.stderr)
-    );
-    let page: Value = serde_json::from_slice(&node.stdout).unwrap();
-    assert_eq!(page["errors"], Value::Array(vec![]), "console errors");
-    assert_eq!(
-        page["requests"],
-        Value::Array(vec![]),
-        "the page must fetch nothing"
-    );
+    let page = inspect(&html_dir, &report, &shot);
     let charts = page["charts"].as_array().unwrap();
     assert!(charts.len() >= 8, "{charts:?}");
     assert!(
@@ -315,24 +323,7 @@ fn slicing_sections_render_in_chromium() {
         }
     }
     let shot = artifacts.join("html-report-slicing.png");
-    let node = Command::new("node")
-        .arg(html_dir.join("inspect.mjs"))
-        .arg(&report)
-        .arg(&shot)
-        .output()
-        .expect("node");
-    assert!(
-        node.status.success(),
-        "{}",
-        String::from_utf8_lossy(&node.stderr)
-    );
-    let page: Value = serde_json::from_slice(&node.stdout).unwrap();
-    assert_eq!(page["errors"], Value::Array(vec![]), "console errors");
-    assert_eq!(
-        page["requests"],
-        Value::Array(vec![]),
-        "the page must fetch nothing"
-    );
+    let page = inspect(&html_dir, &report, &shot);
     let charts = page["charts"].as_array().unwrap();
     for id in [
         "series-version-resumption",

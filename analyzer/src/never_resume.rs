@@ -113,33 +113,13 @@ mod tests {
         avoidable: f64,
     ) -> ConnectionRecord {
         ConnectionRecord {
-            ts: 0.0,
-            transport: Transport::Tcp,
-            client: "10.0.0.1:40000".into(),
-            server: "10.0.0.2:443".into(),
-            sni: None,
-            version: Some("TLS1.3"),
-            cipher: None,
-            alpn: Some(vec![]),
-            handshake: Some(kind),
             offered,
-            resumption: None,
-            early_data: Some(EarlyData::None),
-            hrr: false,
-            retry: false,
             timing: Timing {
                 avoidable: (avoidable > 0.0).then_some(avoidable),
                 ..Timing::default()
             },
-            bytes: HandshakeBytes::default(),
-            certs: None,
-            failure: None,
-            notes: vec![],
-            proxied_client: None,
             ja4: ja4.map(Into::into),
-            ja4s: None,
-            alpn_negotiated: None,
-            family: Family::Ipv4,
+            ..ConnectionRecord::sample(kind)
         }
     }
 

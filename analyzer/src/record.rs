@@ -300,6 +300,40 @@ pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
     }
 }
 
+/// A TLS 1.3 connection over TCP and IPv4 of `kind`, with nothing else
+/// known: unit tests set the fields they are about on top of it.
+#[cfg(test)]
+impl ConnectionRecord {
+    pub(crate) fn sample(kind: HandshakeKind) -> Self {
+        ConnectionRecord {
+            ts: 0.0,
+            transport: Transport::Tcp,
+            client: "10.0.0.1:40000".into(),
+            server: "10.0.0.2:443".into(),
+            sni: None,
+            version: Some("TLS1.3"),
+            cipher: None,
+            alpn: Some(vec![]),
+            handshake: Some(kind),
+            offered: Some(vec![]),
+            resumption: None,
+            early_data: Some(EarlyData::None),
+            hrr: false,
+            retry: false,
+            timing: Timing::default(),
+            bytes: HandshakeBytes::default(),
+            certs: None,
+            failure: None,
+            notes: vec![],
+            proxied_client: None,
+            ja4: None,
+            ja4s: None,
+            alpn_negotiated: None,
+            family: Family::Ipv4,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{endpoint, UtcTime};

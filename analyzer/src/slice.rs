@@ -412,32 +412,12 @@ mod tests {
     ) -> ConnectionRecord {
         ConnectionRecord {
             ts,
-            transport: Transport::Tcp,
-            client: "10.0.0.1:40000".into(),
-            server: "10.0.0.2:443".into(),
             sni: sni.map(Into::into),
-            version: Some("TLS1.3"),
-            cipher: None,
-            alpn: Some(vec![]),
-            handshake: Some(kind),
-            offered: Some(vec![]),
-            resumption: None,
-            early_data: Some(EarlyData::None),
-            hrr: false,
-            retry: false,
             timing: Timing {
                 handshake: Some(hs),
                 ..Timing::default()
             },
-            bytes: HandshakeBytes::default(),
-            certs: None,
-            failure: None,
-            notes: vec![],
-            proxied_client: None,
-            ja4: None,
-            ja4s: None,
-            alpn_negotiated: None,
-            family: Family::Ipv4,
+            ..ConnectionRecord::sample(kind)
         }
     }
 

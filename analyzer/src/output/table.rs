@@ -194,30 +194,10 @@ mod tests {
 
     fn tcp(sni: &str, kind: HandshakeKind, timing: Timing) -> ConnectionRecord {
         ConnectionRecord {
-            ts: 0.0,
-            transport: Transport::Tcp,
-            client: "10.0.0.1:40000".into(),
-            server: "10.0.0.2:443".into(),
             sni: Some(sni.into()),
-            version: Some("TLS1.3"),
-            cipher: None,
-            alpn: Some(vec![]),
-            handshake: Some(kind),
-            offered: Some(vec![]),
             resumption: (kind == HandshakeKind::Resumed).then_some(Resumption::Psk),
-            early_data: Some(EarlyData::None),
-            hrr: false,
-            retry: false,
             timing,
-            bytes: HandshakeBytes::default(),
-            certs: None,
-            failure: None,
-            notes: vec![],
-            proxied_client: None,
-            ja4: None,
-            ja4s: None,
-            alpn_negotiated: None,
-            family: Family::Ipv4,
+            ..ConnectionRecord::sample(kind)
         }
     }
 
