@@ -22,7 +22,7 @@
 //!    (`tlsrum_kernel_packets_total{kind="done"}`), nothing is lost
 //!    (`tlsrum_drops_total`, `tlsrum_kernel_bytes_lost_total`);
 //! 5. `live_metrics_agree_with_the_records`: each agent's /metrics counters
-//!    agree with its records.
+//!    agree with its records (labels family, version and ja4 included).
 //!
 //! `tcpreplay_of_pcaps_matches_replay`:
 //! 3. `tcpreplay` of the committed `pcaps/*.pcapng` from the client's end
@@ -478,6 +478,58 @@ fn assert_metrics_agree(name: &str, m: &Metrics, records: &[Value]) {
         m.sum("tlsrum_connection_records_total", &[]),
         records.len() as f64,
         "{name}: tlsrum_connection_records_total"
+    );
+    // Issue 15: the address family and version labels are the records'.
+    let mut families: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    let mut timed: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for r in records {
+        *families.entry(vec![s(&r["family"])]).or_default() += 1.0;
+        if r["timing"]["handshake"].is_number() {
+            let version = r["version"].as_str().unwrap_or("unknown").to_owned();
+            *timed
+                .entry(vec![s(&r["handshake"]), s(&r["family"]), version])
+                .or_default() += 1.0;
+        }
+    }
+    assert_eq!(
+        m.group("tls_handshakes_total", &["family"]),
+        families,
+        "{name}: tls_handshakes_total by family vs records"
+    );
+    assert_eq!(
+        m.group(
+            "tls_handshake_duration_seconds_count",
+            &["kind", "family", "version"]
+        ),
+        timed,
+        "{name}: tls_handshake_duration_seconds by kind, family, version vs records"
+    );
+    // The ja4 label: the records' fingerprints. With fewer fingerprints
+    // than the sketch has counters (4 x --top-clients 20) and label
+    // values, each fingerprint seen twice or more has its own series from
+    // its second handshake on (the admission rule, docs/running.md); the
+    // rest is other, records without one none; nothing lost.
+    let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+    for r in records {
+        let j = r["ja4"].as_str().unwrap_or("none").to_owned();
+        *seen.entry(j).or_default() += 1.0;
+    }
+    assert!(seen.len() <= 20, "{name}: {} fingerprints", seen.len());
+    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for (j, n) in &seen {
+        if j == "none" {
+            want.insert(vec![j.clone()], *n);
+        } else if *n >= 2.0 {
+            want.insert(vec![j.clone()], n - 1.0);
+            *want.entry(vec!["other".into()]).or_default() += 1.0;
+        } else {
+            *want.entry(vec!["other".into()]).or_default() += 1.0;
+        }
+    }
+    assert_eq!(
+        m.group("tls_client_handshakes_total", &["ja4"]),
+        want,
+        "{name}: tls_client_handshakes_total by ja4 vs the records' fingerprints"
     );
     let by_name = m.group("tls_handshakes_total", &["server_name"]);
     assert_eq!(
