@@ -820,6 +820,19 @@ type Rows = Vec<(BTreeMap<String, String>, f64)>;
 fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool) {
     let title = p["title"].as_str().unwrap();
     let ctx = || format!("{file}: \"{title}\": {expr}\n=> {rows:?}");
+    // Every step repeats each round, so each fingerprint of this test has
+    // its own ja4 series by round 2 and `other` may stop moving: over the
+    // window its rate is 0 and a quantile or ratio of it NaN (a gap in
+    // Grafana). Every other value must be finite.
+    let rows: &Rows = &rows
+        .iter()
+        .filter(|(l, v)| {
+            !(title.ends_with("by top client")
+                && v.is_nan()
+                && l.get("ja4").map(String::as_str) == Some("other"))
+        })
+        .cloned()
+        .collect();
     assert!(!rows.is_empty(), "no data: {}", ctx());
     let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
     for (_, v) in rows {
