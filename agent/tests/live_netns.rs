@@ -1238,7 +1238,10 @@ fn live_family_labels_follow_ipv4_and_ipv6() {
             script.push_str(&format!(" -o /dev/null https://{HOST}:{NGINX_TICKETS}/"));
         }
         let out = client(&topo, &script);
-        n += out.lines().filter(|l| l.trim().parse::<u16>().is_ok()).count();
+        n += out
+            .lines()
+            .filter(|l| l.trim().parse::<u16>().is_ok())
+            .count();
     }
     assert_eq!(n, 6, "curl connections");
     wait_records(&[&ebpf, &pcap], n, &mut procs);
@@ -1255,7 +1258,10 @@ fn live_family_labels_follow_ipv4_and_ipv6() {
                 agent.name
             );
             assert_eq!(
-                m.sum("tls_handshake_duration_seconds_count", &[("family", family)]),
+                m.sum(
+                    "tls_handshake_duration_seconds_count",
+                    &[("family", family)]
+                ),
                 3.0,
                 "{}: handshakes timed over {family}",
                 agent.name
@@ -1268,7 +1274,11 @@ fn live_family_labels_follow_ipv4_and_ipv6() {
             ) > 0.0
                 && m.sum(
                     "tls_handshakes_total",
-                    &[("family", "ipv6"), ("kind", "resumed"), ("version", "TLS1.3")]
+                    &[
+                        ("family", "ipv6"),
+                        ("kind", "resumed"),
+                        ("version", "TLS1.3")
+                    ]
                 ) > 0.0,
             "{}: TLS 1.3 resumed over IPv6",
             agent.name

@@ -420,7 +420,11 @@ mod tests {
         let mut known = analyzer_counters(&Stats::default());
         known.extend(KERNEL.iter().map(|k| k.counter(0)));
         known.extend(pcap_counters(0));
-        let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(5), &known);
+        let mut m = Metrics::new(
+            ServerNames::new(5, None),
+            ClientFingerprints::new(5),
+            &known,
+        );
         m.health(&Stats::filled(1), 3, 4096);
         m.counters(&kernel);
         m.counters(&pcap_counters(1));
@@ -736,11 +740,7 @@ mod tests {
     fn ten_thousand_fingerprints_keep_the_heavy_ones_and_lose_nothing() {
         const TOP: usize = 20;
         const FLOOD: usize = 10_000;
-        let mut m = Metrics::new(
-            ServerNames::new(5, None),
-            ClientFingerprints::new(TOP),
-            &[],
-        );
+        let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(TOP), &[]);
         let early: Vec<String> = (0..3).map(|i| format!("t13d1516h2_early{i}")).collect();
         let late: Vec<String> = (0..3).map(|i| format!("t13d1516h2_late{i}")).collect();
         let mut records = 0u64;
@@ -752,10 +752,19 @@ mod tests {
             m.record(&record(ja4, kind, family, ms));
         };
         for i in 0..FLOOD {
-            feed(&mut m, Some(&format!("t13d0000xx_oneoff{i:05}")), HandshakeKind::Full, Family::Ipv4);
+            feed(
+                &mut m,
+                Some(&format!("t13d0000xx_oneoff{i:05}")),
+                HandshakeKind::Full,
+                Family::Ipv4,
+            );
             if i % 20 == 0 {
                 for (j, e) in early.iter().enumerate() {
-                    let kind = if j == 0 { HandshakeKind::Resumed } else { HandshakeKind::Full };
+                    let kind = if j == 0 {
+                        HandshakeKind::Resumed
+                    } else {
+                        HandshakeKind::Full
+                    };
                     feed(&mut m, Some(e), kind, Family::Ipv6);
                 }
             }
@@ -771,7 +780,11 @@ mod tests {
         let text = m.encode();
         let counts = samples(&text, "tls_client_handshakes_total");
         let values: BTreeSet<&str> = counts.iter().map(|(l, _)| l["ja4"].as_str()).collect();
-        assert!(values.len() <= TOP + 2, "{} ja4 values: {values:?}", values.len());
+        assert!(
+            values.len() <= TOP + 2,
+            "{} ja4 values: {values:?}",
+            values.len()
+        );
         for heavy in early.iter().chain(&late) {
             let own: f64 = counts
                 .iter()
@@ -780,13 +793,23 @@ mod tests {
                 .sum();
             assert!(own > 0.0, "{heavy} has no series of its own: {values:?}");
         }
-        assert!(values.contains("other") && values.contains("none"), "{values:?}");
+        assert!(
+            values.contains("other") && values.contains("none"),
+            "{values:?}"
+        );
         // Nothing lost, nothing counted twice: counter and histogram alike.
         let all: f64 = counts.iter().map(|(_, v)| v).sum();
         assert_eq!(all, records as f64);
-        assert_eq!(total(&text, "tls_client_handshake_duration_seconds_count"), records as f64);
+        assert_eq!(
+            total(&text, "tls_client_handshake_duration_seconds_count"),
+            records as f64
+        );
         let sum = total(&text, "tls_client_handshake_duration_seconds_sum");
-        assert!((sum - timed_ms / 1e3).abs() < 1e-6, "{sum} vs {}", timed_ms / 1e3);
+        assert!(
+            (sum - timed_ms / 1e3).abs() < 1e-6,
+            "{sum} vs {}",
+            timed_ms / 1e3
+        );
         assert_eq!(total(&text, "tls_handshakes_total"), records as f64);
         // The first heavy client resumes every time: its own series say so.
         let resumed = counts
