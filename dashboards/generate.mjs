@@ -6,7 +6,7 @@
 // script makes (the dashboard test runs it that way).
 //
 // Every query filters on $instance; on $server_name and $transport where the
-// metric has that label (agent/src/metrics.rs). The test in
+// metric has that label (agent/src/metrics/mod.rs). The test in
 // agent/tests/dashboards.rs runs every query against a real Prometheus.
 
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -18,7 +18,7 @@ const DS = { type: 'prometheus', uid: '${datasource}' };
 
 // ---- selectors ----
 
-// Which filter labels each metric carries (see agent/src/metrics.rs).
+// Which filter labels each metric carries (see agent/src/metrics/mod.rs).
 const LABELS = {
   tls_handshakes_total: ['server_name', 'transport'],
   tls_resumption_offers_total: ['server_name', 'transport'],
