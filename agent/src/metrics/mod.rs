@@ -679,6 +679,89 @@ mod tests {
         }
     }
 
+    /// Issue 15 on real captures, TLS over TCP and QUIC: the family,
+    /// version and ja4 labels are the records' (a fingerprint seen twice
+    /// or more has its own series from its second handshake on: fewer
+    /// fingerprints here than sketch counters), and every record is counted
+    /// once by client.
+    #[test]
+    fn family_version_and_client_labels_are_the_records() {
+        // Captures with a fingerprint seen more than once.
+        for capture in [
+            "curl-nginx-tls13-nocache-notickets.pcapng",
+            "aioquic-aioquic-quic-full.pcapng",
+        ] {
+            let (lines, text) = replay_into_metrics(capture);
+            let records: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let group = |metric: &str, labels: &[&str]| {
+                let mut m: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+                for (l, v) in samples(&text, metric) {
+                    *m.entry(labels.iter().map(|k| l[*k].clone()).collect())
+                        .or_default() += v;
+                }
+                m.retain(|_, v| *v != 0.0);
+                m
+            };
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").to_string();
+            let mut families: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            let mut timed: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+            for r in &records {
+                *families
+                    .entry(vec![s(&r["family"]), s(&r["transport"])])
+                    .or_default() += 1.0;
+                if r["timing"]["handshake"].is_number() {
+                    *timed
+                        .entry(vec![s(&r["family"]), s(&r["version"])])
+                        .or_default() += 1.0;
+                }
+                *seen
+                    .entry(r["ja4"].as_str().unwrap_or("none").into())
+                    .or_default() += 1.0;
+            }
+            assert_eq!(
+                group("tls_handshakes_total", &["family", "transport"]),
+                families,
+                "{capture}"
+            );
+            assert_eq!(
+                group(
+                    "tls_handshake_duration_seconds_count",
+                    &["family", "version"]
+                ),
+                timed,
+                "{capture}"
+            );
+            let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            for (j, n) in seen {
+                let (own, other) = match (j.as_str(), n >= 2.0) {
+                    ("none", _) => (n, 0.0),
+                    (_, true) => (n - 1.0, 1.0),
+                    (_, false) => (0.0, n),
+                };
+                if own > 0.0 {
+                    want.insert(vec![j.clone()], own);
+                }
+                if other > 0.0 {
+                    *want.entry(vec!["other".into()]).or_default() += other;
+                }
+            }
+            assert_eq!(
+                group("tls_client_handshakes_total", &["ja4"]),
+                want,
+                "{capture}"
+            );
+            let prefix = if capture.contains("quic") { 'q' } else { 't' };
+            assert!(
+                want.keys().any(|k| k[0].starts_with(prefix)),
+                "{capture}: no client of its own: {want:?}"
+            );
+        }
+    }
+
     /// A record with only what the traffic metrics read filled in.
     fn record(ja4: Option<&str>, kind: HandshakeKind, family: Family, ms: f64) -> ConnectionRecord {
         use analyzer::record::{HandshakeBytes, Resumption, Timing};
