@@ -1307,7 +1307,7 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
             .is_empty()
     });
 
-    // Two rounds, a few scrapes apart: every series exists before its second
+    // Rounds a few scrapes apart (ROUNDS): every series exists before its second
     // increment, so rate() over the window sees it move.
     let steps = steps(&topo.dir);
     let want = totals(&steps, ROUNDS);
