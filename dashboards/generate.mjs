@@ -6,7 +6,7 @@
 // script makes (the dashboard test runs it that way).
 //
 // Every query filters on $instance; on $server_name and $transport where the
-// metric has that label (agent/src/metrics.rs). The test in
+// metric has that label (agent/src/metrics/mod.rs). The test in
 // agent/tests/dashboards.rs runs every query against a real Prometheus.
 
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -18,7 +18,7 @@ const DS = { type: 'prometheus', uid: '${datasource}' };
 
 // ---- selectors ----
 
-// Which filter labels each metric carries (see agent/src/metrics.rs).
+// Which filter labels each metric carries (see agent/src/metrics/mod.rs).
 const LABELS = {
   tls_handshakes_total: ['server_name', 'transport'],
   tls_resumption_offers_total: ['server_name', 'transport'],
@@ -33,6 +33,9 @@ const LABELS = {
   tls_server_think_seconds: ['server_name', 'transport'],
   tls_client_think_seconds: ['server_name', 'transport'],
   tls_handshake_network_seconds: ['server_name', 'transport'],
+  // Issue 15: by client fingerprint, no server_name (the series budget).
+  tls_client_handshakes_total: ['transport'],
+  tls_client_handshake_duration_seconds: ['transport'],
 };
 
 /** `metric{instance=~"$instance", <variable filters>, <extra>}` */
@@ -353,8 +356,12 @@ function dashboard({ uid, title, description, panels, otherTitle }) {
 
 const ratioOf = (num, den) => `(${num}\nor\n0 * ${den})\n/\n${den}`;
 
-const resumedRate = 'sum by (server_name) (' + rate('tls_handshakes_total', 'kind="resumed"') + ')';
-const decidedRate = 'sum by (server_name) (' + rate('tls_handshakes_total', 'kind=~"full|resumed"') + ')';
+/** Resumed / (full + resumed) handshakes of `metric`, by `by`. */
+const resumptionRate = (by, metric = 'tls_handshakes_total') =>
+  ratioOf(
+    `sum by (${by}) (` + rate(metric, 'kind="resumed"') + ')',
+    `sum by (${by}) (` + rate(metric, 'kind=~"full|resumed"') + ')',
+  );
 const acceptedByMethod = 'sum by (method) (' + rate('tls_resumption_offers_total', 'outcome="accepted"') + ')';
 const offersByMethod = 'sum by (method) (' + rate('tls_resumption_offers_total') + ')';
 
@@ -474,7 +481,7 @@ const resumption = dashboard({
       timeseries(
         'Resumption rate by server name',
         'Resumed / (full + resumed) handshakes per server name. A name with handshakes but no resumption shows 0.',
-        [target(ratioOf(resumedRate, decidedRate), '{{server_name}}')],
+        [target(resumptionRate('server_name'), '{{server_name}}')],
         { unit: 'percentunit', max: 1 },
       ),
       12,
@@ -533,6 +540,34 @@ const resumption = dashboard({
         { color: 'continuous-GrYlRd' },
       ),
       12,
+    ],
+    [row('Who connects')],
+    [
+      timeseries(
+        'Resumption rate by address family',
+        'Resumed / (full + resumed) handshakes, IPv4 against IPv6 (the connection as seen, after tunnels).',
+        [target(resumptionRate('family'), '{{family}}')],
+        { unit: 'percentunit', max: 1 },
+      ),
+      8,
+    ],
+    [
+      timeseries(
+        'Resumption rate by version',
+        'Resumed / (full + resumed) handshakes by negotiated TLS version.',
+        [target(resumptionRate('version'), '{{version}}')],
+        { unit: 'percentunit', max: 1 },
+      ),
+      8,
+    ],
+    [
+      timeseries(
+        'Resumption rate by top client',
+        'Resumed / (full + resumed) handshakes by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other", "none" without a fingerprint. A fingerprint counts under its own name from its admission on (docs/running.md). Not split by server name: the metric has no server_name label.',
+        [target(resumptionRate('ja4', 'tls_client_handshakes_total'), '{{ja4}}')],
+        { unit: 'percentunit', max: 1 },
+      ),
+      8,
     ],
     [row('Versions and transports')],
     [
@@ -612,6 +647,34 @@ const cost = dashboard({
       ),
       12,
     ],
+    [row('Who connects')],
+    [
+      timeseries(
+        'Handshake duration p95 by address family',
+        'ClientHello to the client\'s first application data, 95th percentile from the histogram buckets, IPv4 against IPv6.',
+        quantiles('tls_handshake_duration_seconds', 'family', [0.95]),
+        { unit: 's' },
+      ),
+      8,
+    ],
+    [
+      timeseries(
+        'Handshake duration p95 by version',
+        'ClientHello to the client\'s first application data, 95th percentile from the histogram buckets, by negotiated TLS version.',
+        quantiles('tls_handshake_duration_seconds', 'version', [0.95]),
+        { unit: 's' },
+      ),
+      8,
+    ],
+    [
+      timeseries(
+        'Handshake duration p95 by top client',
+        'ClientHello to the client\'s first application data, 95th percentile, by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other". Not split by server name: the metric has no server_name label.',
+        quantiles('tls_client_handshake_duration_seconds', 'ja4', [0.95]),
+        { unit: 's' },
+      ),
+      8,
+    ],
     [row('Where the time goes')],
     [
       timeseries(
@@ -681,7 +744,7 @@ const cost = dashboard({
     [
       timeseries(
         'Avoidable handshake time by server name',
-        'Seconds per second that full handshakes cost beyond a resumed one, where the client had offered resumption (round trips saved x TCP RTT). Not split by transport: the metric has no transport label.',
+        'Seconds per second that full handshakes cost beyond a resumed one, where the client had offered resumption (round trips saved x TCP RTT).',
         [target(`sum by (server_name) (${rate('tls_avoidable_handshake_seconds_total')})`, '{{server_name}}')],
         { unit: 's', stack: true },
       ),

@@ -18,6 +18,7 @@ use clap::{Args, ValueEnum};
 use crate::ebpf::{
     EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
 };
+use crate::metrics::clients::ClientFingerprints;
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
@@ -61,6 +62,10 @@ pub struct LiveArgs {
     /// Distinct server_name label values before the rest become "other".
     #[arg(long, default_value_t = 20)]
     pub top_server_names: usize,
+    /// Client fingerprints (JA4) with a `ja4` label value of their own: the
+    /// busiest N, admitted by a heavy-hitters sketch; the rest "other".
+    #[arg(long, default_value_t = 20)]
+    pub top_clients: usize,
     /// Replace server names in labels by a salted SHA-256 prefix.
     #[arg(long, value_name = "SALT")]
     pub hash_server_names: Option<String>,
@@ -168,6 +173,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
     let metrics = Arc::new(Mutex::new(Metrics::new(
         names,
+        ClientFingerprints::new(args.top_clients),
         &known_counters(&mut *source),
     )));
     metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;

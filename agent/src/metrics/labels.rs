@@ -12,6 +12,7 @@ pub struct HandshakeLabels {
     pub kind: String,
     pub method: String,
     pub version: String,
+    pub family: String,
     pub transport: String,
     pub server_name: String,
 }
@@ -36,6 +37,32 @@ pub struct KindLabels {
     pub kind: String,
     pub transport: String,
     pub server_name: String,
+}
+
+/// The handshake and time-to-first-byte histograms: by kind, address
+/// family and version too (issue 15).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimedLabels {
+    pub kind: String,
+    pub family: String,
+    pub version: String,
+    pub transport: String,
+    pub server_name: String,
+}
+
+/// The client families: by fingerprint ([`super::clients`]), no server
+/// name (the budget: docs/running.md).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientKindLabels {
+    pub ja4: String,
+    pub kind: String,
+    pub transport: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientLabels {
+    pub ja4: String,
+    pub transport: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,9 +1,10 @@
 //! Prometheus metrics (prometheus-client): traffic facts under `tls_`,
 //! from each record; the agent's own health under `tlsrum_`, from the
 //! counters of the analyzer, the capture source and the kernel
-//! ([`health`]). Label values are enums, except `server_name`, which is
-//! bounded ([`labels::ServerNames`]).
+//! ([`health`]). Label values are enums, except `server_name` and `ja4`,
+//! which are bounded ([`labels::ServerNames`], [`clients`]).
 
+pub mod clients;
 pub mod health;
 pub mod http;
 pub mod labels;
@@ -21,9 +22,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use self::clients::ClientFingerprints;
 use self::health::Health;
 use self::labels::{
-    EarlyDataLabels, HandshakeLabels, KindLabels, NameTransportLabels, OfferLabels, ServerNames,
+    ClientKindLabels, ClientLabels, EarlyDataLabels, HandshakeLabels, KindLabels,
+    NameTransportLabels, OfferLabels, ServerNames, TimedLabels,
 };
 use crate::sink::{RecordSink, RunEnd};
 
@@ -45,12 +48,13 @@ pub fn analyzer_counters(s: &Stats) -> Vec<Count> {
 pub struct Metrics {
     registry: Registry,
     names: ServerNames,
+    clients: ClientFingerprints,
     handshakes: Family<HandshakeLabels, Counter>,
     offers: Family<OfferLabels, Counter>,
     early_data: Family<EarlyDataLabels, Counter>,
     hrr: Family<NameTransportLabels, Counter>,
-    handshake_seconds: Family<KindLabels, Histogram>,
-    ttfb_seconds: Family<KindLabels, Histogram>,
+    handshake_seconds: Family<TimedLabels, Histogram>,
+    ttfb_seconds: Family<TimedLabels, Histogram>,
     tcp_rtt_seconds: Family<NameTransportLabels, Histogram>,
     round_trips: Family<KindLabels, Histogram>,
     avoidable_seconds: Family<NameTransportLabels, Counter<f64, AtomicU64>>,
@@ -58,6 +62,8 @@ pub struct Metrics {
     server_think_seconds: Family<NameTransportLabels, Histogram>,
     client_think_seconds: Family<NameTransportLabels, Histogram>,
     network_seconds: Family<NameTransportLabels, Histogram>,
+    client_handshakes: Family<ClientKindLabels, Counter>,
+    client_handshake_seconds: Family<ClientLabels, Histogram>,
     // agent health
     records: Counter,
     flows_active: Gauge,
@@ -68,10 +74,10 @@ pub struct Metrics {
 impl Metrics {
     /// `known`: the counters this run will report (analyzer, source,
     /// kernel), whose series exist from the start.
-    pub fn new(names: ServerNames, known: &[Count]) -> Self {
+    pub fn new(names: ServerNames, clients: ClientFingerprints, known: &[Count]) -> Self {
         let mut registry = Registry::default();
         let handshakes = Family::<HandshakeLabels, Counter>::default();
-        registry.register("tls_handshakes", "TLS handshakes by kind (full, resumed, failed, incomplete), resumption method, version and transport", handshakes.clone());
+        registry.register("tls_handshakes", "TLS handshakes by kind (full, resumed, failed, incomplete), resumption method, version, address family and transport", handshakes.clone());
         let offers = Family::<OfferLabels, Counter>::default();
         registry.register(
             "tls_resumption_offers",
@@ -90,20 +96,20 @@ impl Metrics {
             "Handshakes with a HelloRetryRequest",
             hrr.clone(),
         );
-        let handshake_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+        let handshake_seconds = Family::<TimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
         });
         registry.register(
             "tls_handshake_duration_seconds",
-            "ClientHello to the client's first application data, by kind",
+            "ClientHello to the client's first application data, by kind, address family and version",
             handshake_seconds.clone(),
         );
-        let ttfb_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+        let ttfb_seconds = Family::<TimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
         });
         registry.register(
             "tls_time_to_first_byte_seconds",
-            "ClientHello to the server's first application data, by kind",
+            "ClientHello to the server's first application data, by kind, address family and version",
             ttfb_seconds.clone(),
         );
         let tcp_rtt_seconds =
@@ -160,6 +166,23 @@ impl Metrics {
             "tls_handshake_network_seconds",
             "Handshake time less both sides' think time (about round trips x TCP RTT), where both are known",
         );
+        // Issue 15: who connects. By client fingerprint (the top N by
+        // volume, the rest `other`: clients.rs), without server_name.
+        let client_handshakes = Family::<ClientKindLabels, Counter>::default();
+        registry.register(
+            "tls_client_handshakes",
+            "TLS handshakes by client fingerprint (JA4: the top N by volume, the rest other, none without one), kind and transport",
+            client_handshakes.clone(),
+        );
+        let client_handshake_seconds =
+            Family::<ClientLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(seconds_buckets())
+            });
+        registry.register(
+            "tls_client_handshake_duration_seconds",
+            "ClientHello to the client's first application data (as tls_handshake_duration_seconds), by client fingerprint",
+            client_handshake_seconds.clone(),
+        );
         let records = Counter::default();
         registry.register(
             "tlsrum_connection_records",
@@ -182,6 +205,7 @@ impl Metrics {
         Metrics {
             registry,
             names,
+            clients,
             handshakes,
             offers,
             early_data,
@@ -195,6 +219,8 @@ impl Metrics {
             server_think_seconds,
             client_think_seconds,
             network_seconds,
+            client_handshakes,
+            client_handshake_seconds,
             records,
             flows_active,
             flow_memory,
@@ -204,6 +230,9 @@ impl Metrics {
 
     pub fn record(&mut self, r: &ConnectionRecord) {
         let server_name = self.names.label(r.sni.as_deref());
+        let ja4 = self.clients.label(r.ja4.as_deref());
+        let family = r.family.as_str().to_string();
+        let version = r.version.unwrap_or("unknown").to_string();
         let transport = match r.transport {
             Transport::Tcp => "tcp",
             Transport::Quic => "quic",
@@ -216,9 +245,17 @@ impl Metrics {
             .get_or_create(&HandshakeLabels {
                 kind: kind.clone(),
                 method: r.resumption.map_or("none", |m| m.as_str()).into(),
-                version: r.version.unwrap_or("unknown").into(),
+                version: version.clone(),
+                family: family.clone(),
                 transport: transport.clone(),
                 server_name: server_name.clone(),
+            })
+            .inc();
+        self.client_handshakes
+            .get_or_create(&ClientKindLabels {
+                ja4: ja4.clone(),
+                kind: kind.clone(),
+                transport: transport.clone(),
             })
             .inc();
         for m in r.offered.iter().flatten() {
@@ -256,17 +293,30 @@ impl Metrics {
         if r.hrr {
             self.hrr.get_or_create(&nt).inc();
         }
+        let tl = TimedLabels {
+            kind: kind.clone(),
+            family,
+            version,
+            transport: transport.clone(),
+            server_name: server_name.clone(),
+        };
+        if let Some(ms) = r.timing.handshake {
+            self.handshake_seconds.get_or_create(&tl).observe(ms / 1e3);
+            self.client_handshake_seconds
+                .get_or_create(&ClientLabels {
+                    ja4,
+                    transport: transport.clone(),
+                })
+                .observe(ms / 1e3);
+        }
+        if let Some(ms) = r.timing.ttfb {
+            self.ttfb_seconds.get_or_create(&tl).observe(ms / 1e3);
+        }
         let kl = KindLabels {
             kind,
             transport: transport.clone(),
             server_name: server_name.clone(),
         };
-        if let Some(ms) = r.timing.handshake {
-            self.handshake_seconds.get_or_create(&kl).observe(ms / 1e3);
-        }
-        if let Some(ms) = r.timing.ttfb {
-            self.ttfb_seconds.get_or_create(&kl).observe(ms / 1e3);
-        }
         if let Some(n) = r.timing.round_trips {
             self.round_trips.get_or_create(&kl).observe(n as f64);
         }
@@ -342,9 +392,10 @@ impl RecordSink for MetricsSink {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
+    use std::collections::{BTreeMap, BTreeSet, HashSet};
 
     use analyzer::counters::QuicStats;
+    use analyzer::record::Family;
 
     use super::health::{series, Series};
     use super::*;
@@ -369,7 +420,11 @@ mod tests {
         let mut known = analyzer_counters(&Stats::default());
         known.extend(KERNEL.iter().map(|k| k.counter(0)));
         known.extend(pcap_counters(0));
-        let mut m = Metrics::new(ServerNames::new(5, None), &known);
+        let mut m = Metrics::new(
+            ServerNames::new(5, None),
+            ClientFingerprints::new(5),
+            &known,
+        );
         m.health(&Stats::filled(1), 3, 4096);
         m.counters(&kernel);
         m.counters(&pcap_counters(1));
@@ -491,6 +546,7 @@ mod tests {
         let mut analyzer = analyzer::Analyzer::new(analyzer::Config::default());
         let metrics = Arc::new(Mutex::new(Metrics::new(
             ServerNames::new(5, None),
+            ClientFingerprints::new(5),
             &analyzer_counters(&Stats::default()),
         )));
         let ndjson = Shared::default();
@@ -630,11 +686,240 @@ mod tests {
         }
     }
 
+    /// Issue 15 on real captures, TLS over TCP and QUIC: the family,
+    /// version and ja4 labels are the records' (a fingerprint seen twice
+    /// or more has its own series from its second handshake on: fewer
+    /// fingerprints here than sketch counters), and every record is counted
+    /// once by client.
+    #[test]
+    fn family_version_and_client_labels_are_the_records() {
+        // Captures with a fingerprint seen more than once.
+        for capture in [
+            "curl-nginx-tls13-nocache-notickets.pcapng",
+            "aioquic-aioquic-quic-full.pcapng",
+        ] {
+            let (lines, text) = replay_into_metrics(capture);
+            let records: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let group = |metric: &str, labels: &[&str]| {
+                let mut m: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+                for (l, v) in samples(&text, metric) {
+                    *m.entry(labels.iter().map(|k| l[*k].clone()).collect())
+                        .or_default() += v;
+                }
+                m.retain(|_, v| *v != 0.0);
+                m
+            };
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").to_string();
+            let mut families: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            let mut timed: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+            for r in &records {
+                *families
+                    .entry(vec![s(&r["family"]), s(&r["transport"])])
+                    .or_default() += 1.0;
+                if r["timing"]["handshake"].is_number() {
+                    *timed
+                        .entry(vec![s(&r["family"]), s(&r["version"])])
+                        .or_default() += 1.0;
+                }
+                *seen
+                    .entry(r["ja4"].as_str().unwrap_or("none").into())
+                    .or_default() += 1.0;
+            }
+            assert_eq!(
+                group("tls_handshakes_total", &["family", "transport"]),
+                families,
+                "{capture}"
+            );
+            assert_eq!(
+                group(
+                    "tls_handshake_duration_seconds_count",
+                    &["family", "version"]
+                ),
+                timed,
+                "{capture}"
+            );
+            let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+            for (j, n) in seen {
+                let (own, other) = match (j.as_str(), n >= 2.0) {
+                    ("none", _) => (n, 0.0),
+                    (_, true) => (n - 1.0, 1.0),
+                    (_, false) => (0.0, n),
+                };
+                if own > 0.0 {
+                    want.insert(vec![j.clone()], own);
+                }
+                if other > 0.0 {
+                    *want.entry(vec!["other".into()]).or_default() += other;
+                }
+            }
+            assert_eq!(
+                group("tls_client_handshakes_total", &["ja4"]),
+                want,
+                "{capture}"
+            );
+            let prefix = if capture.contains("quic") { 'q' } else { 't' };
+            assert!(
+                want.keys().any(|k| k[0].starts_with(prefix)),
+                "{capture}: no client of its own: {want:?}"
+            );
+        }
+    }
+
+    /// A record with only what the traffic metrics read filled in.
+    fn record(ja4: Option<&str>, kind: HandshakeKind, family: Family, ms: f64) -> ConnectionRecord {
+        use analyzer::record::{HandshakeBytes, Resumption, Timing};
+        ConnectionRecord {
+            ts: 0.0,
+            transport: Transport::Tcp,
+            client: "192.0.2.2:40000".into(),
+            server: "192.0.2.1:443".into(),
+            sni: Some("example.test".into()),
+            version: Some("TLS1.3"),
+            cipher: None,
+            alpn: None,
+            handshake: Some(kind),
+            offered: None,
+            resumption: (kind == HandshakeKind::Resumed).then_some(Resumption::Psk),
+            early_data: None,
+            hrr: false,
+            retry: false,
+            timing: Timing {
+                handshake: Some(ms),
+                ..Timing::default()
+            },
+            bytes: HandshakeBytes::default(),
+            certs: None,
+            failure: None,
+            notes: Vec::new(),
+            ja4: ja4.map(str::to_string),
+            ja4s: None,
+            alpn_negotiated: None,
+            family,
+            proxied_client: None,
+        }
+    }
+
+    /// The samples of one metric: (labels, value).
+    fn samples(text: &str, metric: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(metric)?.strip_prefix('{'))
+            .map(|l| {
+                let (labels, value) = l.rsplit_once("} ").unwrap();
+                let labels = labels
+                    .split(',')
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=').unwrap();
+                        (k.to_string(), v.trim_matches('"').to_string())
+                    })
+                    .collect();
+                (labels, value.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Issue 15: 10,000 one-off fingerprints, with heavy clients among
+    /// them from the start and others that appear only halfway through the
+    /// flood, and records without a fingerprint. The heavy ones get series
+    /// of their own, the label has at most N + 2 values (`other`, `none`),
+    /// and no handshake is lost: every series together holds every record.
+    #[test]
+    fn ten_thousand_fingerprints_keep_the_heavy_ones_and_lose_nothing() {
+        const TOP: usize = 20;
+        const FLOOD: usize = 10_000;
+        let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(TOP), &[]);
+        let early: Vec<String> = (0..3).map(|i| format!("t13d1516h2_early{i}")).collect();
+        let late: Vec<String> = (0..3).map(|i| format!("t13d1516h2_late{i}")).collect();
+        let mut records = 0u64;
+        let mut timed_ms = 0.0;
+        let mut feed = |m: &mut Metrics, ja4: Option<&str>, kind, family| {
+            records += 1;
+            let ms = (records % 97) as f64;
+            timed_ms += ms;
+            m.record(&record(ja4, kind, family, ms));
+        };
+        for i in 0..FLOOD {
+            feed(
+                &mut m,
+                Some(&format!("t13d0000xx_oneoff{i:05}")),
+                HandshakeKind::Full,
+                Family::Ipv4,
+            );
+            if i % 20 == 0 {
+                for (j, e) in early.iter().enumerate() {
+                    let kind = if j == 0 {
+                        HandshakeKind::Resumed
+                    } else {
+                        HandshakeKind::Full
+                    };
+                    feed(&mut m, Some(e), kind, Family::Ipv6);
+                }
+            }
+            if i >= FLOOD / 2 && i % 10 == 0 {
+                for l in &late {
+                    feed(&mut m, Some(l), HandshakeKind::Full, Family::Ipv4);
+                }
+            }
+            if i % 100 == 0 {
+                feed(&mut m, None, HandshakeKind::Failed, Family::Ipv4);
+            }
+        }
+        let text = m.encode();
+        let counts = samples(&text, "tls_client_handshakes_total");
+        let values: BTreeSet<&str> = counts.iter().map(|(l, _)| l["ja4"].as_str()).collect();
+        assert!(
+            values.len() <= TOP + 2,
+            "{} ja4 values: {values:?}",
+            values.len()
+        );
+        for heavy in early.iter().chain(&late) {
+            let own: f64 = counts
+                .iter()
+                .filter(|(l, _)| l["ja4"] == *heavy)
+                .map(|(_, v)| v)
+                .sum();
+            assert!(own > 0.0, "{heavy} has no series of its own: {values:?}");
+        }
+        assert!(
+            values.contains("other") && values.contains("none"),
+            "{values:?}"
+        );
+        // Nothing lost, nothing counted twice: counter and histogram alike.
+        let all: f64 = counts.iter().map(|(_, v)| v).sum();
+        assert_eq!(all, records as f64);
+        assert_eq!(
+            total(&text, "tls_client_handshake_duration_seconds_count"),
+            records as f64
+        );
+        let sum = total(&text, "tls_client_handshake_duration_seconds_sum");
+        assert!(
+            (sum - timed_ms / 1e3).abs() < 1e-6,
+            "{sum} vs {}",
+            timed_ms / 1e3
+        );
+        assert_eq!(total(&text, "tls_handshakes_total"), records as f64);
+        // The first heavy client resumes every time: its own series say so.
+        let resumed = counts
+            .iter()
+            .find(|(l, _)| l["ja4"] == early[0] && l["kind"] == "resumed");
+        assert!(resumed.is_some_and(|(_, v)| *v > 0.0), "{counts:?}");
+        // The address family reaches the handshake counter and histograms.
+        let ipv6 = samples(&text, "tls_handshake_duration_seconds_count")
+            .into_iter()
+            .filter(|(l, _)| l["family"] == "ipv6" && l["version"] == "TLS1.3")
+            .map(|(_, v)| v)
+            .sum::<f64>();
+        assert_eq!(ipv6, (early.len() * FLOOD.div_ceil(20)) as f64);
+    }
+
     /// Counters are cumulative: a series follows the value, and a counter
     /// that starts again from zero (a re-attached capture) only adds.
     #[test]
     fn series_follow_cumulative_counters() {
-        let mut m = Metrics::new(ServerNames::new(5, None), &[]);
+        let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(5), &[]);
         let at = |v: u64| KERNEL[0].counter(v);
         m.counters(&[at(5)]);
         m.counters(&[at(7)]);

@@ -1,0 +1,171 @@
+//! The bound on the `ja4` label: client fingerprints get series of their
+//! own only once a heavy-hitters sketch shows they are among the busiest.
+//!
+//! A Space-Saving sketch (Metwally, Agrawal, El Abbadi, "Efficient
+//! computation of frequent and top-k elements in data streams", 2005) with
+//! `K = SKETCH_PER_LABEL × N` counters sees every record's fingerprint.
+//! Each counter holds an estimate and its possible overcount (`error`);
+//! `estimate − error` is a count the fingerprint certainly reached since it
+//! took the counter. A fingerprint is admitted — its own label value, for
+//! good: series never vanish — when, with fewer than N admitted, that
+//! certain count is at least [`MIN_ADMIT`], exceeds `M / K` (M: the
+//! fingerprints seen so far, so the fingerprint made more than a 1/K share
+//! of them), and ranks among the N largest certain counts in the sketch.
+//! Everything else is `other`, a record without a fingerprint `none`. A
+//! fingerprint seen once has a certain count of 1 wherever the sketch put
+//! it, so a flood of one-off fingerprints never takes a slot, however long;
+//! it only raises `M / K`, which a steady client outgrows.
+//!
+//! Handshakes a fingerprint made before its admission stay in `other`
+//! (counters do not move between series).
+
+use std::collections::{HashMap, HashSet};
+
+/// Sketch counters per admitted label value (`K = SKETCH_PER_LABEL × N`).
+pub const SKETCH_PER_LABEL: usize = 4;
+/// Handshakes a fingerprint must certainly have made to be admitted.
+pub const MIN_ADMIT: u64 = 2;
+
+struct Slot {
+    key: String,
+    count: u64,
+    error: u64,
+}
+
+impl Slot {
+    fn certain(&self) -> u64 {
+        self.count - self.error
+    }
+}
+
+/// Bounds the `ja4` label to the top N fingerprints by volume, plus
+/// `other` and `none`.
+pub struct ClientFingerprints {
+    top: usize,
+    admitted: HashSet<String>,
+    slots: Vec<Slot>,
+    index: HashMap<String, usize>,
+    /// Fingerprints the sketch has seen (M).
+    seen: u64,
+}
+
+impl ClientFingerprints {
+    pub fn new(top: usize) -> Self {
+        ClientFingerprints {
+            top,
+            admitted: HashSet::new(),
+            slots: Vec::new(),
+            index: HashMap::new(),
+            seen: 0,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.top * SKETCH_PER_LABEL
+    }
+
+    /// The label value for a record's fingerprint.
+    pub fn label(&mut self, ja4: Option<&str>) -> String {
+        let Some(ja4) = ja4 else {
+            return "none".into();
+        };
+        if self.admitted.len() >= self.top {
+            // Every slot is taken for good: the sketch has nothing to decide.
+            return if self.admitted.contains(ja4) {
+                ja4.to_string()
+            } else {
+                "other".into()
+            };
+        }
+        // The sketch sees the admitted too: ranks and shares are of all
+        // handshakes with a fingerprint.
+        let i = self.count(ja4);
+        if self.admitted.contains(ja4) {
+            return ja4.to_string();
+        }
+        if self.admits(i) {
+            self.admitted.insert(ja4.to_string());
+            return ja4.to_string();
+        }
+        "other".into()
+    }
+
+    /// Space-Saving's update: the fingerprint's counter, or the smallest
+    /// one taken over (its count becomes the overcount). Returns its slot.
+    fn count(&mut self, ja4: &str) -> usize {
+        self.seen += 1;
+        if let Some(&i) = self.index.get(ja4) {
+            self.slots[i].count += 1;
+            return i;
+        }
+        if self.slots.len() < self.capacity() {
+            self.slots.push(Slot {
+                key: ja4.to_string(),
+                count: 1,
+                error: 0,
+            });
+            self.index.insert(ja4.to_string(), self.slots.len() - 1);
+            return self.slots.len() - 1;
+        }
+        let (i, min) = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.count))
+            .min_by_key(|&(_, c)| c)
+            .expect("capacity > 0 when top > 0");
+        let old = std::mem::replace(
+            &mut self.slots[i],
+            Slot {
+                key: ja4.to_string(),
+                count: min + 1,
+                error: min,
+            },
+        );
+        self.index.remove(&old.key);
+        self.index.insert(ja4.to_string(), i);
+        i
+    }
+
+    fn admits(&self, i: usize) -> bool {
+        let certain = self.slots[i].certain();
+        if certain < MIN_ADMIT || certain * self.capacity() as u64 <= self.seen {
+            return false;
+        }
+        let above = self.slots.iter().filter(|s| s.certain() > certain).count();
+        above < self.top
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fingerprint_needs_two_handshakes_and_stays() {
+        let mut c = ClientFingerprints::new(2);
+        assert_eq!(c.label(None), "none");
+        assert_eq!(c.label(Some("a")), "other");
+        assert_eq!(c.label(Some("a")), "a");
+        assert_eq!(c.label(Some("b")), "other");
+        assert_eq!(c.label(Some("b")), "b");
+        // Both slots are taken: c never gets in, a and b stay.
+        for _ in 0..10 {
+            assert_eq!(c.label(Some("c")), "other");
+        }
+        assert_eq!(c.label(Some("a")), "a");
+        assert_eq!(ClientFingerprints::new(0).label(Some("a")), "other");
+    }
+
+    /// Once the sketch is full, a returning fingerprint's certain count
+    /// starts again at 1: one-offs that took over a counter never qualify.
+    #[test]
+    fn one_offs_never_qualify_once_the_sketch_is_full() {
+        let mut c = ClientFingerprints::new(1);
+        for i in 0..1000 {
+            assert_eq!(c.label(Some(&format!("x{i}"))), "other");
+        }
+        assert!(c.slots.iter().all(|s| s.certain() == 1));
+        assert!(c.admitted.is_empty());
+    }
+}
