@@ -563,8 +563,8 @@ const resumption = dashboard({
     [
       timeseries(
         'Resumption rate by top client',
-        'Resumed / (full + resumed) handshakes by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other", "none" without a fingerprint. A fingerprint counts under its own name from its admission on (docs/running.md). Not split by server name: the metric has no server_name label.',
-        [target(resumptionRate('ja4', 'tls_client_handshakes_total'), '{{ja4}}')],
+        'Resumed / (full + resumed) handshakes by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other", "none" without a fingerprint; with --ja4-names the legend shows the client\'s name. A fingerprint counts under its own name from its admission on (docs/running.md). Not split by server name: the metric has no server_name label.',
+        [target(resumptionRate('ja4, client', 'tls_client_handshakes_total'), '{{client}} {{ja4}}')],
         { unit: 'percentunit', max: 1 },
       ),
       8,
@@ -669,8 +669,8 @@ const cost = dashboard({
     [
       timeseries(
         'Handshake duration p95 by top client',
-        'ClientHello to the client\'s first application data, 95th percentile, by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other". Not split by server name: the metric has no server_name label.',
-        quantiles('tls_client_handshake_duration_seconds', 'ja4', [0.95]),
+        'ClientHello to the client\'s first application data, 95th percentile, by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other"; with --ja4-names the legend shows the client\'s name. Not split by server name: the metric has no server_name label.',
+        [target(`histogram_quantile(0.95, sum by (ja4, client, le) (${rate('tls_client_handshake_duration_seconds', '', '_bucket')}))`, 'p95 {{client}} {{ja4}}')],
         { unit: 's' },
       ),
       8,

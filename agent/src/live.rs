@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use analyzer::client_names::ClientNames;
 use analyzer::counters::Counter;
 use analyzer::{Analyzer, Config, Stats};
 use anyhow::{Context, Result};
@@ -66,6 +67,10 @@ pub struct LiveArgs {
     /// busiest N, admitted by a heavy-hitters sketch; the rest "other".
     #[arg(long, default_value_t = 20)]
     pub top_clients: usize,
+    /// CSV of `ja4,name`: a `client` label with the name beside each
+    /// fingerprint's `ja4` (as `replay --ja4-names`).
+    #[arg(long, value_name = "FILE")]
+    pub ja4_names: Option<PathBuf>,
     /// Replace server names in labels by a salted SHA-256 prefix.
     #[arg(long, value_name = "SALT")]
     pub hash_server_names: Option<String>,
@@ -163,6 +168,11 @@ fn return_freed_memory_promptly() {
 }
 
 pub fn run(args: LiveArgs) -> Result<ExitCode> {
+    // A bad names file stops the agent before it attaches anything.
+    let client_names = match &args.ja4_names {
+        Some(path) => Some(Arc::new(ClientNames::load(path)?)),
+        None => None,
+    };
     return_freed_memory_promptly();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -173,7 +183,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
     let metrics = Arc::new(Mutex::new(Metrics::new(
         names,
-        ClientFingerprints::new(args.top_clients),
+        ClientFingerprints::new(args.top_clients).with_names(client_names),
         &known_counters(&mut *source),
     )));
     metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;

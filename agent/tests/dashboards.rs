@@ -182,6 +182,11 @@ http {{
     });
 }
 
+/// The names file the project ships (docs/ja4-names.csv).
+fn ja4_names() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ja4-names.csv")
+}
+
 fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
     let mut cmd = ns_cmd(&t.server_ns, &[env!("CARGO_BIN_EXE_tlsrum")]);
     cmd.args([
@@ -199,6 +204,7 @@ fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
         cmd.args(["--port", &p.to_string()]);
     }
     cmd.arg("--events").arg(t.dir.join("events.ndjson"));
+    cmd.arg("--ja4-names").arg(ja4_names());
     procs.spawn_logged("tlsrum", cmd, &t.dir.join("tlsrum.log"));
     wait_for("the agent's /metrics", Duration::from_secs(20), || {
         get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok()
@@ -1125,6 +1131,16 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
         !own.is_empty() && own.is_subset(&fingerprints),
         "ja4 values {own:?}, the records' {fingerprints:?}"
     );
+    // --ja4-names: each series' `client` is its fingerprint's name, if any.
+    let names = analyzer::client_names::ClientNames::load(&ja4_names()).unwrap();
+    for (l, _) in &clients {
+        let want = names.get(&l["ja4"]).unwrap_or_default();
+        assert_eq!(
+            l.get("client").map(String::as_str).unwrap_or_default(),
+            want,
+            "{l:?}"
+        );
+    }
     assert_eq!(
         by(&hs, ["family"]).into_keys().collect::<Vec<_>>(),
         vec![["ipv4".to_string()]],

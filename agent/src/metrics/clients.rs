@@ -20,6 +20,9 @@
 //! (counters do not move between series).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use analyzer::client_names::ClientNames;
 
 /// Sketch counters per admitted label value (`K = SKETCH_PER_LABEL × N`).
 pub const SKETCH_PER_LABEL: usize = 4;
@@ -47,6 +50,9 @@ pub struct ClientFingerprints {
     index: HashMap<String, usize>,
     /// Fingerprints the sketch has seen (M).
     seen: u64,
+    /// `--ja4-names`: the `client` label beside an admitted `ja4` (one
+    /// name per fingerprint, so it adds no series).
+    names: Option<Arc<ClientNames>>,
 }
 
 impl ClientFingerprints {
@@ -57,7 +63,22 @@ impl ClientFingerprints {
             slots: Vec::new(),
             index: HashMap::new(),
             seen: 0,
+            names: None,
         }
+    }
+
+    pub fn with_names(mut self, names: Option<Arc<ClientNames>>) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The `client` label for a `ja4` label value: its name, or empty.
+    pub fn name(&self, label: &str) -> String {
+        self.names
+            .as_ref()
+            .and_then(|n| n.get(label))
+            .unwrap_or_default()
+            .to_string()
     }
 
     fn capacity(&self) -> usize {

@@ -55,6 +55,8 @@ pub struct TimedLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClientKindLabels {
     pub ja4: String,
+    /// The fingerprint's name from `--ja4-names`; empty when none.
+    pub client: String,
     pub kind: String,
     pub transport: String,
 }
@@ -62,6 +64,7 @@ pub struct ClientKindLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClientLabels {
     pub ja4: String,
+    pub client: String,
     pub transport: String,
 }
 

@@ -231,6 +231,7 @@ impl Metrics {
     pub fn record(&mut self, r: &ConnectionRecord) {
         let server_name = self.names.label(r.sni.as_deref());
         let ja4 = self.clients.label(r.ja4.as_deref());
+        let client = self.clients.name(&ja4);
         let family = r.family.as_str().to_string();
         let version = r.version.unwrap_or("unknown").to_string();
         let transport = match r.transport {
@@ -254,6 +255,7 @@ impl Metrics {
         self.client_handshakes
             .get_or_create(&ClientKindLabels {
                 ja4: ja4.clone(),
+                client: client.clone(),
                 kind: kind.clone(),
                 transport: transport.clone(),
             })
@@ -305,6 +307,7 @@ impl Metrics {
             self.client_handshake_seconds
                 .get_or_create(&ClientLabels {
                     ja4,
+                    client,
                     transport: transport.clone(),
                 })
                 .observe(ms / 1e3);
@@ -518,6 +521,14 @@ mod tests {
 
     /// (NDJSON lines, /metrics) after replaying a capture through the
     /// pipeline into the metrics and NDJSON at once.
+    /// docs/ja4-names.csv: the bundled captures' clients by name.
+    fn bundled_client_names() -> analyzer::client_names::ClientNames {
+        analyzer::client_names::ClientNames::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ja4-names.csv"),
+        )
+        .unwrap()
+    }
+
     fn replay_into_metrics(capture: &str) -> (Vec<String>, String) {
         use std::io::Write;
         use std::sync::{Arc, Mutex};
@@ -546,7 +557,7 @@ mod tests {
         let mut analyzer = analyzer::Analyzer::new(analyzer::Config::default());
         let metrics = Arc::new(Mutex::new(Metrics::new(
             ServerNames::new(5, None),
-            ClientFingerprints::new(5),
+            ClientFingerprints::new(5).with_names(Some(Arc::new(bundled_client_names()))),
             &analyzer_counters(&Stats::default()),
         )));
         let ndjson = Shared::default();
@@ -760,6 +771,23 @@ mod tests {
                 group("tls_client_handshakes_total", &["ja4"]),
                 want,
                 "{capture}"
+            );
+            // `client` is the fingerprint's name (docs/ja4-names.csv names
+            // these captures' clients), empty for other and none.
+            let names = bundled_client_names();
+            for (l, _) in samples(&text, "tls_client_handshakes_total") {
+                let want = names.get(&l["ja4"]).unwrap_or_default();
+                assert_eq!(
+                    l.get("client").map(String::as_str),
+                    Some(want),
+                    "{capture}: {l:?}"
+                );
+            }
+            assert!(
+                samples(&text, "tls_client_handshakes_total")
+                    .iter()
+                    .any(|(l, _)| !l["client"].is_empty()),
+                "{capture}: no client named"
             );
             let prefix = if capture.contains("quic") { 'q' } else { 't' };
             assert!(
