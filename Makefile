@@ -7,7 +7,7 @@ TLSRUM := target/release/tlsrum
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke think-time family-percentiles
+.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke think-time family-percentiles docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
@@ -51,6 +51,13 @@ fuzz-smoke: deps
 # of the output; review `git diff pcaps/` and commit it with the change.
 baselines: deps
 	bash scripts/baselines.sh
+
+# docs/timeseries.png (README, "Slicing"): the HTML report's "Over time"
+# section for the bundled capture that spans an nginx reload, shot in headless
+# Chromium by scripts/report-chart.mjs.
+docs-charts: build
+	$(TLSRUM) replay --window 5s --html target/timeseries.html pcaps/curl-nginx-upgrade.pcapng >/dev/null
+	node scripts/report-chart.mjs target/timeseries.html docs/timeseries.png
 
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
 pcaps: deps

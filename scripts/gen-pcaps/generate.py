@@ -363,25 +363,57 @@ class Ctx:
         p.logfile = logf
         return p
 
-    def nginx(self, cache, tickets, early_data="off"):
+    def nginx(self, cache, tickets, early_data="off", protocols="TLSv1.2 TLSv1.3",
+              ipv6=False):
+        """nginx in the foreground; ipv6 adds a listener on [::1] (same port)."""
         d = self.tmp / "nginx"
         if d.exists():
             shutil.rmtree(d)
         d.mkdir()
+        self._nginx_conf(d, cache, tickets, early_data, protocols, ipv6)
+        p = self.procs.spawn(["nginx", "-p", d, "-c", d / "nginx.conf", "-e", d / "error.log"],
+                             out=self.next_log("nginx"))
+        wait_listening(self.port, p)
+        p.access_log = d / "access.log"
+        p.nginx_dir = d
+        return p
+
+    def _nginx_conf(self, d, cache, tickets, early_data, protocols, ipv6):
         conf = (HERE / "nginx.conf.in").read_text()
+        listen6 = f"listen [::1]:{self.port} ssl;" if ipv6 else ""
         for k, v in {"TMP": d, "PORT": self.port, "CHAIN": self.pki["chain"],
                      "KEY": self.pki["key"], "SESSION_CACHE": cache,
-                     "SESSION_TICKETS": tickets, "EARLY_DATA": early_data}.items():
+                     "SESSION_TICKETS": tickets, "EARLY_DATA": early_data,
+                     "PROTOCOLS": protocols, "LISTEN6": listen6}.items():
             conf = conf.replace(f"@{k}@", str(v))
         if "@" in re.sub(r"#.*", "", conf):
             raise Fail("unfilled placeholder in nginx.conf.in")
         (d / "nginx.conf").write_text(conf)
         run(["nginx", "-t", "-q", "-p", d, "-c", d / "nginx.conf", "-e", d / "error.log"])
-        p = self.procs.spawn(["nginx", "-p", d, "-c", d / "nginx.conf", "-e", d / "error.log"],
-                             out=self.next_log("nginx"))
-        wait_listening(self.port, p)
-        p.access_log = d / "access.log"
-        return p
+
+    def nginx_reload(self, p, cache, tickets, early_data="off", protocols="TLSv1.2 TLSv1.3",
+                     ipv6=False, timeout=10.0):
+        """Rewrite the running nginx's config and `nginx -s reload` it (SIGHUP to
+        the master, found by its pid file); returns once the master has started
+        a worker with the new config and every old worker has exited, so no
+        later connection meets the old config."""
+        d = p.nginx_dir
+        errlog = d / "error.log"
+        mark = len(errlog.read_text(errors="replace"))
+        old_workers = [pid for pid in group_members(p.pid) if pid != p.pid]
+        self._nginx_conf(d, cache, tickets, early_data, protocols, ipv6)
+        run(["nginx", "-p", d, "-c", d / "nginx.conf", "-e", errlog, "-s", "reload"])
+        end = time.time() + timeout
+        while time.time() < end:
+            if p.poll() is not None:
+                raise Fail(f"nginx exited during the reload (rc={p.returncode})")
+            new = errlog.read_text(errors="replace")[mark:]
+            gone = not any(Path(f"/proc/{pid}").exists() for pid in old_workers)
+            if "reconfiguring" in new and "start worker process" in new and gone:
+                return new
+            time.sleep(0.05)
+        raise Fail(f"nginx did not finish reloading within {timeout}s:\n"
+                   f"{errlog.read_text(errors='replace')[mark:]}")
 
     def stop_server(self, p):
         self.procs.stop(p)
@@ -447,8 +479,14 @@ class Ctx:
         return p.returncode, logf.read_text(errors="replace")
 
     def curl(self, args, n, timeout=60.0):
+        """One curl process fetching the URL n times; returns its -w and -v output."""
+        return self.curl_wait(self.curl_spawn(args, n), timeout)
+
+    def curl_spawn(self, args, n, ipv6=False):
+        """Start one curl process fetching the URL n times, in the background."""
         url = f"https://{HOST}:{self.port}/"
-        cmd = ["curl", "-sS", "-v", "--http1.1", "--resolve", f"{HOST}:{self.port}:127.0.0.1",
+        addr = "::1" if ipv6 else "127.0.0.1"
+        cmd = ["curl", "-sS", "-v", "--http1.1", "--resolve", f"{HOST}:{self.port}:{addr}",
                "--cacert", self.pki["ca"], "-H", "Connection: close",
                "-w", "local_port=%{local_port} http_version=%{http_version} "
                      "status=%{response_code}\n"] + args
@@ -459,18 +497,23 @@ class Ctx:
         with open(wlog, "wb") as w, open(vlog, "wb") as v:
             p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=w,
                                  stderr=v, start_new_session=True)
-            p.cmdline = " ".join(map(str, cmd))
-            self.procs.live.append(p)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.procs.stop(p)
-                raise Fail(f"curl timed out: {p.cmdline}")
+        p.cmdline = " ".join(map(str, cmd))
+        p.wlog, p.vlog = wlog, vlog
+        self.procs.live.append(p)
+        return p
+
+    def curl_wait(self, p, timeout=60.0):
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
             self.procs.stop(p)
+            raise Fail(f"curl timed out: {p.cmdline}")
+        self.procs.stop(p)
         if p.returncode != 0:
-            raise Fail(f"curl failed rc={p.returncode}: {vlog.read_text(errors='replace')[-2000:]}")
+            raise Fail(f"curl failed rc={p.returncode}: "
+                       f"{p.vlog.read_text(errors='replace')[-2000:]}")
         time.sleep(0.2)
-        return wlog.read_text(), vlog.read_text(errors="replace")
+        return p.wlog.read_text(), p.vlog.read_text(errors="replace")
 
 
 # --------------------------------------------------------------------------
@@ -950,12 +993,26 @@ def curl_nginx(ctx, ver, cfg):
     wout, vout = ctx.curl(args, n)
     time.sleep(0.3)
     ctx.stop_server(srv)
+    entries = parse_nginx_log(srv.access_log)
+    if len(entries) != n:
+        raise Fail(f"nginx logged {len(entries)} requests, curl made {n}")
+    conns = curl_labels(ctx, wout, vout, entries, ver, cache, tickets, n)
+    desc = (f"nginx with ssl_session_cache {cache}; ssl_session_tickets {tickets}; one curl "
+            f"process ({' '.join(args)} --http1.1) fetches the URL {n} times with "
+            "'Connection: close', so each fetch is a new TCP connection that may reuse the "
+            "TLS session")
+    return desc, CURL_SRC, conns
+
+
+def curl_labels(ctx, wout, vout, entries, ver, cache, tickets, n, ip=4):
+    """Labels of one curl process's n connections (its -w and -v output) from
+    the nginx access log lines of their ports; ver is the version nginx must
+    have negotiated, cache/tickets its configuration at the time."""
     wl = [dict(t.split("=", 1) for t in line.split()) for line in wout.splitlines() if line]
     blocks = re.split(r"^\* Connected to .*$", vout, flags=re.M)[1:]
-    entries = parse_nginx_log(srv.access_log)
-    if not (len(wl) == len(blocks) == len(entries) == n):
-        raise Fail(f"curl/nginx disagree on the connection count: -w {len(wl)}, "
-                   f"-v {len(blocks)}, access log {len(entries)}")
+    if not (len(wl) == len(blocks) == n):
+        raise Fail(f"curl disagrees with itself on the connection count: -w {len(wl)}, "
+                   f"-v {len(blocks)}, expected {n}")
     by_port = {int(e["port"]): e for e in entries}
     conns = []
     for w, blk in zip(wl, blocks):
@@ -995,12 +1052,8 @@ def curl_nginx(ctx, ver, cfg):
         if reusing:
             evid.append("curl: SSL re-using session ID")
         lab["evidence"] = " | ".join(evid)
-        conns.append(conn(ctx.port, client_port=port, **lab))
-    desc = (f"nginx with ssl_session_cache {cache}; ssl_session_tickets {tickets}; one curl "
-            f"process ({' '.join(args)} --http1.1) fetches the URL {n} times with "
-            "'Connection: close', so each fetch is a new TCP connection that may reuse the "
-            "TLS session")
-    return desc, CURL_SRC, conns
+        conns.append(conn(ctx.port, ip, client_port=port, **lab))
+    return conns
 
 
 def _register_curl_nginx():
@@ -1128,6 +1181,86 @@ def sc_openssl_vs_gnutls(ctx):
             OSSL_SRC, [conn(ctx.port, **strip_private(c)) for c in (first, second)])
 
 
+# ---- a capture spanning a change -------------------------------------------
+
+# A capture that spans a configuration change (the before/after time series of
+# the HTML report and `--window`): nginx first serves TLS 1.2 only with no
+# session cache and no tickets, so nothing can be resumed; then `nginx -s
+# reload` enables TLS 1.3 and session tickets.  In each phase two curl
+# processes (one over IPv4, one over IPv6, started half a second apart) fetch
+# UPGRADE_FETCHES times at one fetch a second, so a connection starts about
+# every 0.5 s.  New curl processes after the reload: a curl holding no
+# session makes the first fetch of each phase by construction, and the
+# `offered` label stays exact (a TLS 1.2 session carried across the reload
+# would be offered, or not, by OpenSSL's own rules).
+UPGRADE_FETCHES = 16
+UPGRADE_BEFORE = {"cache": "off", "tickets": "off", "protocols": "TLSv1.2"}
+UPGRADE_AFTER = {"cache": "off", "tickets": "on", "protocols": "TLSv1.2 TLSv1.3"}
+
+
+@scenario("curl-nginx-upgrade")
+def sc_curl_nginx_upgrade(ctx):
+    n = UPGRADE_FETCHES
+    srv = ctx.nginx(ipv6=True, **UPGRADE_BEFORE)
+    conns = []
+    for phase, (cfg, ver) in enumerate(((UPGRADE_BEFORE, "TLS1.2"), (UPGRADE_AFTER, "TLS1.3"))):
+        if phase:
+            reload_log = ctx.nginx_reload(srv, ipv6=True, **cfg)
+            log("nginx reloaded: " + " / ".join(
+                l.split("] ", 1)[-1] for l in reload_log.splitlines() if "reconfiguring" in l))
+        started = []
+        for ipv6 in (False, True):
+            started.append((ipv6, ctx.curl_spawn(["--rate", "1/s"], n, ipv6=ipv6)))
+            time.sleep(0.5)
+        outs = [(ipv6, ctx.curl_wait(p, timeout=2 * n + 30)) for ipv6, p in started]
+        time.sleep(0.3)
+        entries = parse_nginx_log(srv.access_log)
+        labs = []
+        for ipv6, (wout, vout) in outs:
+            got = curl_labels(ctx, wout, vout, entries, ver, cfg["cache"], cfg["tickets"], n,
+                              6 if ipv6 else 4)
+            # By construction: before the reload nothing is resumable (no
+            # cache, no tickets: nginx sends an empty session ID); after it,
+            # each curl's first fetch is full and the others resume its ticket.
+            want = ["full"] * n if phase == 0 else ["full"] + ["resumed"] * (n - 1)
+            if [c["handshake"] for c in got] != want:
+                raise Fail(f"phase {phase} IPv{6 if ipv6 else 4}: handshakes "
+                           f"{[c['handshake'] for c in got]}, expected {want}")
+            if phase == 0 and any(c["offered"] for c in got):
+                raise Fail("curl re-used a session nginx made unresumable")
+            labs += got
+        for c in labs:
+            c["evidence"] += (" | before the reload: ssl_protocols TLSv1.2; ssl_session_cache "
+                              "off; ssl_session_tickets off" if phase == 0 else
+                              " | after `nginx -s reload`: ssl_protocols TLSv1.2 TLSv1.3; "
+                              "ssl_session_cache off; ssl_session_tickets on")
+        conns += labs
+    time.sleep(0.3)
+    ctx.stop_server(srv)
+    if len(parse_nginx_log(srv.access_log)) != 4 * n:
+        raise Fail(f"nginx logged {len(parse_nginx_log(srv.access_log))} requests, "
+                   f"curl made {4 * n}")
+
+    def in_syn_order(ports):
+        by_port = {c["client_port"]: c for c in conns}
+        if len(by_port) != len(conns) or set(by_port) != set(ports):
+            raise Fail(f"curl's ports {sorted(by_port)} are not the capture's SYNs {ports} "
+                       "(an IPv4 and an IPv6 client drew the same port? run it again)")
+        return [by_port[p] for p in ports]
+    ctx.deferred_ports = in_syn_order
+    return (f"nginx listening on 127.0.0.1 and [::1], first with ssl_protocols TLSv1.2, "
+            f"ssl_session_cache off and ssl_session_tickets off (no resumption possible); "
+            f"two curl processes (--http1.1 --rate 1/s, one over IPv4 and one over IPv6, "
+            f"started 0.5 s apart) fetch the URL {n} times each with 'Connection: close'; "
+            f"then `nginx -s reload` with ssl_protocols TLSv1.2 TLSv1.3 and "
+            f"ssl_session_tickets on (cache still off), and two new curl processes do the "
+            f"same: each one's first fetch is a full TLS 1.3 handshake, the other "
+            f"{n - 1} resume it with a PSK. A connection about every 0.5 s; the capture "
+            f"spans the reload",
+            CURL_SRC + "; the configuration before and after `nginx -s reload`", None)
+
+
+
 # --------------------------------------------------------------------------
 # Capture sanity checks (tshark contradicting a label is a scenario bug).
 # --------------------------------------------------------------------------
@@ -1181,7 +1314,9 @@ def verify_capture(pcap, port, conns):
                 problems.append(f"{where}: full TLS1.2 but no Certificate")
             if c.get("resumption") == "ticket" and 35 not in d["ch"][0]:
                 problems.append(f"{where}: ticket resumption without SessionTicket ext")
-        if c["version"] == "TLS1.2" and "offered" in c:
+        # A client that also offers TLS 1.3 sends a random legacy session ID
+        # (compatibility mode), which offers nothing: only check the others.
+        if c["version"] == "TLS1.2" and "offered" in c and 43 not in d["ch"][0]:
             sid = d["ch_sid"][0]
             if ("session_id" in c["offered"] and sid == 0) or (not c["offered"] and sid):
                 problems.append(f"{where}: offered={c['offered']} but ClientHello "

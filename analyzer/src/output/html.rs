@@ -298,7 +298,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
 th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
 .chart{max-width:100%;height:auto;background:#fff}.label{font-size:11px;fill:#444}.value{font-size:11px;fill:#222}
-.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.note{color:#666;font-size:12px}
+.legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.axis{stroke:#999}.note{color:#666;font-size:12px}
 #summary{font-size:12px}#summary td,#summary th{padding:3px 5px}.scroll{overflow-x:auto}";
 
 /// Renders the whole report.

@@ -98,10 +98,48 @@ struct Line {
     metric: String,
 }
 
+/// A round tick step for an axis from 0 to `max` with about four ticks:
+/// 1, 2, 2.5 or 5 times a power of ten, so labels read 0, 5, 10, 15, 20.
+fn nice_step(max: f64) -> f64 {
+    let raw = max / 4.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|&s| s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * mag)
+}
+
+/// Decimals that show every multiple of `step` exactly (at most 3).
+fn decimals(step: f64) -> usize {
+    (0..3)
+        .find(|&d| {
+            let v = step * 10f64.powi(d as i32);
+            (v - v.round()).abs() < 1e-6
+        })
+        .unwrap_or(3)
+}
+
+/// A window start as an x-axis tick label: the time of day (UTC), with
+/// tenths for sub-second windows; the date when windows are days long.
+fn tick_label(t: f64, step: f64) -> String {
+    let full = UtcTime(t.floor() as i64).to_string(); // 2026-11-24T20:33:55Z
+    if step >= 86_400.0 {
+        return full.get(..10).unwrap_or(&full).to_string();
+    }
+    let hms = full.get(11..19).unwrap_or(&full);
+    if step < 1.0 {
+        format!("{hms}.{}", ((t - t.floor()) * 10.0).round().min(9.0))
+    } else {
+        hms.to_string()
+    }
+}
+
 fn line_chart(
     id: &str,
     title: &str,
     x: (f64, f64),
+    step: f64,
     y_max: f64,
     unit: &str,
     lines: &[Line],
@@ -116,31 +154,52 @@ fn line_chart(
         svg,
         "<rect x=\"{left}\" y=\"{top}\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/>"
     );
-    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    let y_step = nice_step(if y_max > 0.0 { y_max } else { 1.0 });
+    let y_ticks = (y_max / y_step).ceil().max(1.0);
+    let y_max = y_step * y_ticks;
     let span = (x.1 - x.0).max(1e-9);
     let xp = |t: f64| left + (t - x.0) / span * plot_w;
     let yp = |v: f64| top + plot_h * (1.0 - v / y_max);
-    for i in 0..=4 {
-        let v = y_max * i as f64 / 4.0;
+    for i in 0..=y_ticks as usize {
+        let v = y_step * i as f64;
         let y = yp(v);
         let _ = write!(
             svg,
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label\">{}{unit}</text>",
+            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label\">{v:.prec$}{unit}</text>",
             left + plot_w,
             left - 4.0,
             y + 4.0,
-            if v >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+            prec = decimals(y_step)
         );
     }
-    for (t, anchor) in [(x.0, "start"), (x.1, "end")] {
+    // A tick at every window start, labelled at most every 8th of the axis
+    // (labels of 8 characters need about 60 px).
+    let windows = ((x.1 - x.0) / step).round() as usize;
+    let every = windows.div_ceil(8).max(1);
+    for i in (0..=windows).step_by(every) {
+        let t = x.0 + i as f64 * step;
         let _ = write!(
             svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" class=\"label\">{} UTC</text>",
+            "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{0:.1}\" y2=\"{2:.1}\" class=\"axis\"/><text x=\"{0:.1}\" y=\"{3:.1}\" text-anchor=\"middle\" class=\"label\">{4}</text>",
             xp(t),
-            height - 20.0,
-            UtcTime(t.floor() as i64)
+            top + plot_h,
+            top + plot_h + 4.0,
+            top + plot_h + 16.0,
+            tick_label(t, step)
         );
     }
+    let day = UtcTime(x.0.floor() as i64).to_string();
+    let _ = write!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"label\">window start (UTC){}</text>",
+        left + plot_w / 2.0,
+        height - 6.0,
+        if step >= 86_400.0 {
+            String::new()
+        } else {
+            format!(", {}", day.get(..10).unwrap_or(&day))
+        }
+    );
     for (j, l) in lines.iter().enumerate() {
         let pts: Vec<String> = l
             .points
@@ -254,6 +313,7 @@ pub fn series_section(series: &[&Slicer]) -> String {
             &format!("series-{dim}-resumption"),
             &format!("Resumption rate by {dim}, per {step} window (% of completed handshakes)"),
             x,
+            s.step(),
             100.0,
             "%",
             &rate,
@@ -262,13 +322,14 @@ pub fn series_section(series: &[&Slicer]) -> String {
             .iter()
             .flat_map(|l| l.points.iter().map(|p| p.1))
             .fold(0.0, f64::max)
-            * 1.1;
+            * 1.05;
         h.push_str(&line_chart(
             &format!("series-{dim}-handshake"),
             &format!(
                 "Handshake time by {dim}, per {step} window: p50 (solid) and p95 (dashed), ms"
             ),
             x,
+            s.step(),
             y_max,
             "",
             &hs,
@@ -276,4 +337,29 @@ pub fn series_section(series: &[&Slicer]) -> String {
     }
     h.push_str("<p class=\"note\">Windows of capture time aligned to the epoch (UTC); a line joins the windows that have data, so a change (a config push, a new client version) shows as a step.</p>");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_ticks_are_round() {
+        assert_eq!(nice_step(100.0), 25.0);
+        assert_eq!(nice_step(20.5), 10.0);
+        assert_eq!(nice_step(9.0), 2.5);
+        assert_eq!(nice_step(0.3), 0.1);
+        assert_eq!(decimals(25.0), 0);
+        assert_eq!(decimals(2.5), 1);
+        assert_eq!(decimals(0.25), 2);
+    }
+
+    #[test]
+    fn tick_labels_by_window_length() {
+        // 2026-11-24T20:40:35Z
+        let t = 1_795_552_835.0;
+        assert_eq!(tick_label(t, 5.0), "20:40:35");
+        assert_eq!(tick_label(t + 0.2, 0.1), "20:40:35.2");
+        assert_eq!(tick_label(t, 86_400.0), "2026-11-24");
+    }
 }
