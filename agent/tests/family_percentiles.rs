@@ -3,27 +3,41 @@
 //! (90 ms RTT, a second line between the same namespaces), nginx with no
 //! session store (every handshake full), and curl making N connections per
 //! (family x TLS 1.2 / TLS 1.3) group (scripts/experiment/famlab.py, run
-//! through `common::delayline::run_lab_at`; it reruns when a delay line
-//! reports itself late). Per group, p50/p75/p95/p99 (nearest rank, rank =
-//! ceil(q·n)) of tlsrum's records must agree with the same percentiles of
-//! curl's `-w` timings within 2 ms or 2 %.
+//! through `common::delayline::run_lab_at`). Per group, p50/p75/p95/p99
+//! (nearest rank, rank = ceil(q·n)) of tlsrum's records must agree with the
+//! same percentiles of curl's `-w` timings within 2 ms or 2 %.
 //!
-//! The mapping at the client vantage (README: `tcp_rtt` client-side is
-//! SYN -> SYN-ACK; `handshake` ClientHello -> client's first application
-//! data; `ttfb` ClientHello -> server's first application data):
+//! The mapping at the client vantage. README: `tcp_rtt` client-side is SYN
+//! -> the client's ACK of the SYN-ACK; `handshake` and `ttfb` start at the
+//! ClientHello; `client_hello_delay` is that ACK -> the ClientHello. curl's
+//! spans start at `time_connect` (connect() returned: the ACK went out), so
+//! they hold the client_hello_delay as well (0.5-1.5 ms here: curl's
+//! per-connection TLS set-up; without it tlsrum's TLS 1.3 handshake read
+//! ~1 ms short of curl's in the first run, with it within 0.3 ms):
 //!
-//! - `tcp_rtt` ~ `time_connect` (connect() returns when the SYN-ACK
-//!   arrives; `--resolve` makes name resolution free);
-//! - `handshake` ~ `time_appconnect - time_connect` (curl writes its
-//!   request right after; the ClientHello leaves right after connect(),
-//!   the warm-up fetch having taken OpenSSL's one-time start-up);
-//! - `ttfb` ~ `time_starttransfer - time_connect`.
+//! - `tcp_rtt` ~ `time_connect` (`--resolve` makes name resolution free);
+//! - `handshake` ~ `time_appconnect - time_connect - chd`;
+//! - `ttfb` ~ `time_starttransfer - time_connect - chd`;
+//!
+//! where chd is the wire's ACK -> first payload byte of that connection,
+//! taken by the lab from the capture (not from tlsrum). Per connection that
+//! is `handshake + client_hello_delay ~ time_appconnect - time_connect`;
+//! it is moved to curl's side because percentiles do not add: the group
+//! output gives p95 of `handshake`, not of a sum, and p95 of `handshake` is
+//! what the test must check.
+//!
+//! The lab reruns (bounded; reasons on stderr) when its labels are not what
+//! they claim, judged without tlsrum: a delay line over 500 µs late on a
+//! connection, or curl's own clock late (`time_connect` more than 1 ms over
+//! the configured RTT, which it cannot undercut: see famlab.py). If the
+//! last attempt still has either, the test fails naming the lab, not
+//! tlsrum, and prints the comparison anyway.
 //!
 //! Percentiles are of each side's values separately (the group output
 //! `tlsrum replay --by family,version` gives no per-connection values);
 //! [`tlsrum_groups`] is the one place that reads tlsrum's side.
 //!
-//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3; a
+//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3, chrt; a
 //! skip locally without them, a failure under CI=true.
 
 mod common;
@@ -98,8 +112,11 @@ fn tlsrum_groups(capture: &str) -> Percentiles {
     percentiles(samples)
 }
 
-/// The same percentiles of curl's own timings.
-fn curl_groups(conns: &[Value]) -> Percentiles {
+/// The same percentiles of curl's own timings, its spans moved from
+/// connect() to the ClientHello by the wire's gap between them (module
+/// doc). A connection whose ClientHello the lab did not find in the
+/// capture is a failure.
+fn curl_groups(conns: &[Value], failures: &mut Vec<String>) -> Percentiles {
     let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
     for c in conns {
         let g = (
@@ -107,14 +124,21 @@ fn curl_groups(conns: &[Value]) -> Percentiles {
             c["version"].as_str().unwrap().to_owned(),
         );
         let t = |k: &str| c[k].as_f64().unwrap() * 1000.0;
+        let Some(chd) = c["client_hello_delay_ms"].as_f64() else {
+            failures.push(format!(
+                "port {}: no ACK and ClientHello in the capture",
+                c["local_port"]
+            ));
+            continue;
+        };
         let e = samples.entry(g).or_default();
         e.entry("tcp_rtt").or_default().push(t("time_connect"));
         e.entry("handshake")
             .or_default()
-            .push(t("time_appconnect") - t("time_connect"));
+            .push(t("time_appconnect") - t("time_connect") - chd);
         e.entry("ttfb")
             .or_default()
-            .push(t("time_starttransfer") - t("time_connect"));
+            .push(t("time_starttransfer") - t("time_connect") - chd);
     }
     percentiles(samples)
 }
@@ -134,24 +158,34 @@ fn family_version_percentiles_match_curl() {
             Need::Root,
             Need::Tun,
             Need::Netns,
-            Need::Tools(&["ip", "tcpdump", "nginx", "curl", "openssl", "python3"]),
+            Need::Tools(&["ip", "tcpdump", "nginx", "curl", "openssl", "python3", "chrt"]),
         ],
     ) {
         return;
     }
     let (doc, work) = common::delayline::run_lab_at("famlab.py", "fam", "40,90");
     let conns = doc["connections"].as_array().unwrap();
+    let reruns = doc["reruns"].as_array().map_or(0, Vec::len);
+    let client_bound = doc["client_late_bound_ms"].as_f64().unwrap();
     let mut failures = Vec::new();
     for c in conns {
         let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
         if late > 500.0 {
             failures.push(format!(
-                "port {}: a delay line was {late:.0} µs late (bound 500 µs)",
+                "lab, after {reruns} reruns: port {}: a delay line was {late:.0} µs late (bound 500 µs)",
+                c["local_port"]
+            ));
+        }
+        let late = c["client_late_ms"].as_f64().unwrap();
+        if late > client_bound {
+            failures.push(format!(
+                "lab, after {reruns} reruns: port {}: curl's time_connect {late:.3} ms over the \
+                 configured RTT (bound {client_bound} ms): the client's clock or the line, not tlsrum",
                 c["local_port"]
             ));
         }
     }
-    let want = curl_groups(conns);
+    let want = curl_groups(conns, &mut failures);
     let got = tlsrum_groups(doc["capture"].as_str().unwrap());
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
