@@ -26,12 +26,21 @@
 //! output gives p95 of `handshake`, not of a sum, and p95 of `handshake` is
 //! what the test must check.
 //!
-//! The lab reruns (bounded; reasons on stderr) when its labels are not what
-//! they claim, judged without tlsrum: a delay line over 500 µs late on a
-//! connection, or curl's own clock late (`time_connect` more than 1 ms over
-//! the configured RTT, which it cannot undercut: see famlab.py). If the
-//! last attempt still has either, the test fails naming the lab, not
-//! tlsrum, and prints the comparison anyway.
+//! The lab reruns (at most 4 times; reasons on stderr) when curl's own
+//! clock was late, judged without tlsrum: `time_connect` more than 1 ms
+//! over the configured RTT plus what the delay line itself was late on
+//! that connection's SYN and SYN-ACK (its log), which curl cannot undercut
+//! (famlab.py). If the last attempt still has one, the test fails naming
+//! the client, not tlsrum, and prints the comparison anyway. A late delay
+//! line is only noted: curl and the capture see the same late packet, and
+//! nothing here is compared against the configured RTT (wan_accuracy's
+//! `tcp_rtt` check is; there it spoils the run). curl runs at SCHED_FIFO
+//! 40, below the lines' 50, so that the builds sharing the machine do not
+//! preempt it between an event and its clock read: in the first run, at
+//! normal priority, it was descheduled for 3-5 ms between writing its
+//! TLS 1.3 Finished and reading `time_appconnect` on 9 of 20 IPv6/TLS 1.3
+//! connections (its request left that much after the Finished), which no
+//! rule on curl's own numbers can see.
 //!
 //! Percentiles are of each side's values separately (the group output
 //! `tlsrum replay --by family,version` gives no per-connection values);
@@ -169,18 +178,20 @@ fn family_version_percentiles_match_curl() {
     let client_bound = doc["client_late_bound_ms"].as_f64().unwrap();
     let mut failures = Vec::new();
     for c in conns {
-        let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
-        if late > 500.0 {
-            failures.push(format!(
-                "lab, after {reruns} reruns: port {}: a delay line was {late:.0} µs late (bound 500 µs)",
+        let line = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+        if line > 500.0 {
+            // Both clocks saw the same late packet (module doc): logged only.
+            eprintln!(
+                "note: port {}: a delay line was {line:.0} µs late",
                 c["local_port"]
-            ));
+            );
         }
         let late = c["client_late_ms"].as_f64().unwrap();
         if late > client_bound {
             failures.push(format!(
                 "lab, after {reruns} reruns: port {}: curl's time_connect {late:.3} ms over the \
-                 configured RTT (bound {client_bound} ms): the client's clock or the line, not tlsrum",
+                 configured RTT plus the line's own lateness (bound {client_bound} ms): the \
+                 client's clock, not tlsrum",
                 c["local_port"]
             ));
         }
