@@ -11,7 +11,13 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::pipeline::{self, deliver, pump};
-use crate::sink::html::HtmlSink;
+use std::sync::Arc;
+
+use analyzer::client_names::ClientNames;
+use analyzer::slice::{Dim, Slicer, Windows};
+
+use crate::sink::html::{HtmlSink, HtmlSlices};
+use crate::sink::slices::SliceSink;
 use crate::sink::{FanOut, Format, RecordSink, RunEnd};
 use crate::source::pcap_file::{self, PcapFile};
 use crate::source::Status;
@@ -22,9 +28,21 @@ pub struct ReplayArgs {
     /// search for them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Output: a summary table per server name, or one record per connection.
+    /// Output: a summary table per server name, or one record per
+    /// connection; with --by or --window, the aggregates by group (and window).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Aggregate by these dimensions (comma-separated, repeatable): sni,
+    /// ja4, family, version, alpn, transport, server.
+    #[arg(long, value_name = "DIM", value_delimiter = ',', value_parser = parse_dim)]
+    by: Vec<Dim>,
+    /// Aggregate by time window of capture time, aligned to the epoch:
+    /// 30s, 5m, 1h, 1d or seconds.
+    #[arg(long, value_name = "DURATION", value_parser = analyzer::slice::parse_duration)]
+    window: Option<f64>,
+    /// CSV of `ja4,name`: client names shown next to fingerprints.
+    #[arg(long, value_name = "FILE")]
+    ja4_names: Option<PathBuf>,
     /// Only packets matching this BPF expression (as tcpdump).
     #[arg(long)]
     filter: Option<String>,
@@ -64,6 +82,13 @@ pub struct ReplayArgs {
     quiet: bool,
 }
 
+fn parse_dim(s: &str) -> Result<Dim, String> {
+    Dim::parse(s.trim()).ok_or_else(|| {
+        let all: Vec<&str> = Dim::ALL.iter().map(|d| d.name()).collect();
+        format!("`{s}` is not a dimension (one of {})", all.join(", "))
+    })
+}
+
 /// Expands directories (recursively, sorted) into capture files.
 fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -86,6 +111,17 @@ fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode> {
+    // A bad names file stops the run before anything is read.
+    let names = match &args.ja4_names {
+        Some(path) => Some(Arc::new(ClientNames::load(path)?)),
+        None => None,
+    };
+    let mut dims: Vec<Dim> = Vec::new();
+    for d in &args.by {
+        if !dims.contains(d) {
+            dims.push(*d);
+        }
+    }
     let files = capture_files(&args.paths)?;
     if files.is_empty() {
         bail!(
@@ -119,9 +155,25 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         ..Config::default()
     };
     let mut sink = FanOut::default();
-    sink.push(args.format.stdout_sink(args.top)?);
+    let windows = match args.window {
+        Some(secs) => Windows::Fixed(secs),
+        None => Windows::None,
+    };
+    if dims.is_empty() && args.window.is_none() {
+        sink.push(args.format.stdout_sink(args.top, names.clone())?);
+    } else {
+        sink.push(Box::new(SliceSink::new(
+            Slicer::new(dims.clone(), windows),
+            args.format,
+            names.clone(),
+        )));
+    }
     if let Some(path) = &args.html {
-        sink.push(Box::new(HtmlSink::new(path.clone(), args.top)));
+        sink.push(Box::new(HtmlSink::new(
+            path.clone(),
+            args.top,
+            HtmlSlices::new(dims, args.window, names),
+        )));
     }
     let progress = !args.quiet && io::stderr().is_terminal();
     let mut failures = 0;

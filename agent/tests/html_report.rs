@@ -251,3 +251,133 @@ fn report_renders_in_chromium_and_matches_the_records() {
         assert_eq!(get(&format!("total/round_trips_{i}")), n.to_string());
     }
 }
+
+/// Issue 15: with `--by` and `--ja4-names`, the report gains the by-table,
+/// the never-resume section (names included) and the time series by
+/// version and by family; each renders in Chromium and its numbers are
+/// the records'.
+#[test]
+fn slicing_sections_render_in_chromium() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let html_dir = root.join("tests/html");
+    if !Path::new("/usr/bin/chromium").exists()
+        && std::env::var_os("CHROMIUM").is_none()
+        && tool_missing("chromium")
+    {
+        return;
+    }
+    if !html_dir.join("node_modules/playwright-core").exists()
+        && tool_missing("tests/html/node_modules (npm ci)")
+    {
+        return;
+    }
+    let artifacts = root.join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let report = artifacts.join("report-slicing.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
+        .current_dir(&root)
+        .args([
+            "replay",
+            "--format",
+            "ndjson",
+            "--by",
+            "version",
+            "--ja4-names",
+        ])
+        .arg("docs/ja4-names.csv")
+        .arg("--html")
+        .arg(&report)
+        .arg("pcaps")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The records, for the numbers (with --by, stdout has the aggregates).
+    let out = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
+        .current_dir(&root)
+        .args(["replay", "--format", "ndjson", "pcaps"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut by_version: BTreeMap<String, u64> = BTreeMap::new();
+    let mut missed: BTreeMap<String, u64> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let v = r["version"].as_str().unwrap_or("(unknown)").to_string();
+        *by_version.entry(v).or_default() += 1;
+        if let (Some(ja4), Some("full")) = (r["ja4"].as_str(), r["handshake"].as_str()) {
+            if r["offered"].is_array() {
+                *missed.entry(ja4.to_string()).or_default() += 1;
+            }
+        }
+    }
+    let shot = artifacts.join("html-report-slicing.png");
+    let node = Command::new("node")
+        .arg(html_dir.join("inspect.mjs"))
+        .arg(&report)
+        .arg(&shot)
+        .output()
+        .expect("node");
+    assert!(
+        node.status.success(),
+        "{}",
+        String::from_utf8_lossy(&node.stderr)
+    );
+    let page: Value = serde_json::from_slice(&node.stdout).unwrap();
+    assert_eq!(page["errors"], Value::Array(vec![]), "console errors");
+    assert_eq!(
+        page["requests"],
+        Value::Array(vec![]),
+        "the page must fetch nothing"
+    );
+    let charts = page["charts"].as_array().unwrap();
+    for id in [
+        "series-version-resumption",
+        "series-version-handshake",
+        "series-family-resumption",
+        "series-family-handshake",
+    ] {
+        let c = charts
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no chart {id}: {charts:?}"));
+        // The frame, the grid, and at least one line per value.
+        assert!(c["drawn"].as_u64().unwrap() > 6, "{c}");
+        assert!(c["width"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let m = &page["metrics"];
+    let get = |k: &str| {
+        m[k].as_str()
+            .unwrap_or_else(|| panic!("no metric {k} on the page"))
+            .to_string()
+    };
+    for (v, n) in &by_version {
+        assert_eq!(get(&format!("by/{v}/connections")), n.to_string(), "{v}");
+    }
+    let total: u64 = by_version.values().sum();
+    assert_eq!(get("by/TOTAL/connections"), total.to_string());
+    // The never-resume table: the busiest missing fingerprint, named.
+    let (top, n) = missed
+        .iter()
+        .max_by_key(|(k, n)| (**n, std::cmp::Reverse(*k)))
+        .unwrap();
+    let shown: u64 = get(&format!("never_resume/{top}/full_no_offer"))
+        .parse::<u64>()
+        .unwrap()
+        + get(&format!("never_resume/{top}/declined"))
+            .parse::<u64>()
+            .unwrap();
+    assert_eq!(shown, *n, "{top}");
+    assert_ne!(get(&format!("never_resume/{top}/client")), "-");
+    // Points of the series carry their values.
+    let points = m
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with("series/version/"))
+        .count();
+    assert!(points >= 2, "{points} series points");
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::never_resume::ByClient;
 use crate::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption, Transport};
 
 /// Distinct server names kept before the rest are folded into `(other)`.
@@ -10,15 +11,17 @@ pub const MAX_NAMES: usize = 10_000;
 pub const OTHER: &str = "(other)";
 pub const NO_SNI: &str = "(no sni)";
 
-/// A log-bucketed histogram of milliseconds: ~1% relative precision from
-/// 1 µs to over an hour in a fixed 2 KiB-ish footprint.
+/// A log-bucketed histogram of milliseconds, sparse (only non-empty
+/// buckets are kept): buckets 1% wide from 1 µs up, a quantile reported as
+/// its bucket's geometric midpoint, so within 0.5% of the true order
+/// statistic.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Histogram {
     counts: BTreeMap<u16, u64>,
     n: u64,
 }
 
-const GROWTH: f64 = 1.02;
+const GROWTH: f64 = 1.01;
 const FLOOR_MS: f64 = 0.001;
 
 impl Histogram {
@@ -38,7 +41,9 @@ impl Histogram {
         self.n
     }
 
-    /// The q-quantile (0..=1), as the upper edge of its bucket.
+    /// The q-quantile (0..=1): the nearest-rank order statistic (rank
+    /// ⌈q·n⌉), as the geometric midpoint of its bucket (within
+    /// √[`GROWTH`] − 1 < 0.5% of it; values under 1 µs give 1 µs).
     pub fn quantile(&self, q: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
@@ -51,7 +56,7 @@ impl Histogram {
                 return Some(if b == 0 {
                     FLOOR_MS
                 } else {
-                    FLOOR_MS * GROWTH.powi(b as i32)
+                    FLOOR_MS * GROWTH.powf(b as f64 - 0.5)
                 });
             }
         }
@@ -262,11 +267,14 @@ pub struct Summary {
     /// By transport, then server name (bounded like `by_name`, per transport).
     pub by_transport_name: BTreeMap<Transport, BTreeMap<String, Aggregate>>,
     pub by_transport: BTreeMap<Transport, Aggregate>,
+    /// Resumption by client fingerprint ("which clients never resume").
+    pub clients: ByClient,
 }
 
 impl Summary {
     pub fn add(&mut self, r: &ConnectionRecord) {
         self.total.add(r);
+        self.clients.add(r);
         self.by_transport.entry(r.transport).or_default().add(r);
         let name = r.sni.as_deref().unwrap_or(NO_SNI);
         let names = self.by_transport_name.entry(r.transport).or_default();
@@ -336,16 +344,56 @@ impl Summary {
 mod tests {
     use super::*;
 
+    /// The reported quantile is within 0.5% of the nearest-rank order
+    /// statistic, over values from 2 µs to an hour and every quantile
+    /// the outputs show.
     #[test]
-    fn histogram_quantiles_are_within_two_percent() {
+    fn histogram_quantiles_are_within_half_a_percent() {
+        // A deterministic spread of values (LCG), log-uniform.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut values = Vec::new();
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            values.push(0.002 * (3.6e6f64 / 0.002).powf(u));
+        }
+        for n in [1, 2, 3, 10, 99, 1000, 20_000] {
+            let mut h = Histogram::default();
+            let mut v = values[..n].to_vec();
+            for &ms in &v {
+                h.add(ms);
+            }
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            for q in [0.0, 0.01, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0] {
+                let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+                let exact = v[rank - 1];
+                let got = h.quantile(q).unwrap();
+                assert!(
+                    (got - exact).abs() <= exact * 0.005,
+                    "n={n} q={q}: {got} vs {exact}"
+                );
+            }
+        }
         let mut h = Histogram::default();
         for i in 1..=1000 {
             h.add(i as f64);
         }
-        let med = h.quantile(0.5).unwrap();
-        assert!((med - 500.0).abs() / 500.0 < 0.02, "median {med}");
-        let p99 = h.quantile(0.99).unwrap();
-        assert!((p99 - 990.0).abs() / 990.0 < 0.02, "p99 {p99}");
+        for (q, exact) in [(0.5, 500.0), (0.95, 950.0), (0.99, 990.0)] {
+            let got = h.quantile(q).unwrap();
+            assert!((got - exact).abs() <= exact * 0.005, "{q}: {got}");
+        }
         assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    /// Sparse: a histogram keeps only the buckets it has seen.
+    #[test]
+    fn histogram_memory_is_sparse() {
+        let mut h = Histogram::default();
+        for _ in 0..10_000 {
+            h.add(12.0);
+        }
+        assert_eq!(h.buckets().count(), 1);
     }
 }

@@ -2,15 +2,18 @@
 pub mod aggregate;
 mod analyzer;
 pub mod caps;
+pub mod client_names;
 pub mod counters;
 pub mod flow;
 pub mod handshake;
 pub mod memory;
+pub mod never_resume;
 pub mod output;
 pub mod proxy_protocol;
 pub mod quic;
 pub mod record;
 pub mod seq;
+pub mod slice;
 pub mod tcp;
 pub mod tls;
 pub mod wire;

@@ -8,6 +8,7 @@
 pub mod csv;
 pub mod html;
 pub mod ndjson;
+pub mod slices;
 pub mod table;
 
 use std::io::{self, BufWriter};
@@ -83,11 +84,16 @@ pub enum Format {
 
 impl Format {
     /// The sink writing this format to standard output; `top` is the
-    /// number of server names the table shows.
-    pub fn stdout_sink(self, top: usize) -> Result<Box<dyn RecordSink>> {
+    /// number of server names the table shows, `names` the client names
+    /// its never-resume section uses.
+    pub fn stdout_sink(
+        self,
+        top: usize,
+        names: Option<std::sync::Arc<analyzer::client_names::ClientNames>>,
+    ) -> Result<Box<dyn RecordSink>> {
         let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
         Ok(match self {
-            Format::Table => Box::new(table::TableSink::new(top)),
+            Format::Table => Box::new(table::TableSink::new(top, names)),
             Format::Ndjson => Box::new(ndjson::NdjsonSink::new(stdout())),
             Format::Csv => Box::new(csv::CsvSink::new(stdout())?),
         })

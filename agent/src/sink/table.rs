@@ -4,7 +4,10 @@
 
 use std::io::{self, Write};
 
+use std::sync::Arc;
+
 use analyzer::aggregate::Summary;
+use analyzer::client_names::ClientNames;
 use analyzer::output::table;
 use analyzer::record::ConnectionRecord;
 use anyhow::Result;
@@ -15,13 +18,16 @@ pub struct TableSink {
     summary: Box<Summary>,
     /// Server names shown; the rest are folded into "(other)".
     top: usize,
+    /// Client names for the never-resume section.
+    names: Option<Arc<ClientNames>>,
 }
 
 impl TableSink {
-    pub fn new(top: usize) -> Self {
+    pub fn new(top: usize, names: Option<Arc<ClientNames>>) -> Self {
         TableSink {
             summary: Box::default(),
             top,
+            names,
         }
     }
 }
@@ -35,7 +41,7 @@ impl RecordSink for TableSink {
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<()> {
         let total = end.stats;
         let mut out = io::stdout().lock();
-        table::write_table(&mut out, &self.summary, self.top)?;
+        table::write_table(&mut out, &self.summary, self.top, self.names.as_deref())?;
         writeln!(
             out,
             "{} files, {} packets, {} TLS-over-TCP and {} QUIC connections, {} non-TLS flows, {} stream errors, {} reassembly gaps, {} flows evicted",

@@ -1,0 +1,173 @@
+//! "Which clients never resume": per client fingerprint (JA4), the full
+//! handshakes that offered nothing and those whose offer was declined,
+//! against the resumed ones, and the avoidable latency they cost. Bounded
+//! like the server names ([`MAX_NAMES`], the rest folded into `(other)`).
+
+use std::collections::BTreeMap;
+
+use crate::aggregate::{MAX_NAMES, OTHER};
+use crate::record::{ConnectionRecord, HandshakeKind};
+
+/// Fingerprints the never-resume table lists, at most.
+pub const NEVER_RESUME_ROWS: usize = 10;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientResumption {
+    /// Full handshakes whose client offered no resumption.
+    pub full_no_offer: u64,
+    /// Full handshakes whose client offered resumption (the server declined).
+    pub declined: u64,
+    pub resumed: u64,
+    pub avoidable_ms: f64,
+}
+
+impl ClientResumption {
+    /// Full handshakes that could have been resumed: offered nothing, or declined.
+    pub fn missed(&self) -> u64 {
+        self.full_no_offer + self.declined
+    }
+
+    /// Resumed share of the completed handshakes counted here.
+    pub fn resumption_rate(&self) -> Option<f64> {
+        let done = self.missed() + self.resumed;
+        (done > 0).then(|| self.resumed as f64 / done as f64)
+    }
+
+    fn merge(&mut self, o: &ClientResumption) {
+        self.full_no_offer += o.full_no_offer;
+        self.declined += o.declined;
+        self.resumed += o.resumed;
+        self.avoidable_ms += o.avoidable_ms;
+    }
+}
+
+/// Resumption by client fingerprint, over the records that have one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ByClient {
+    pub by_ja4: BTreeMap<String, ClientResumption>,
+    /// Avoidable latency of every record (with a fingerprint or not): the
+    /// denominator of each fingerprint's share.
+    pub total_avoidable_ms: f64,
+}
+
+impl ByClient {
+    pub fn add(&mut self, r: &ConnectionRecord) {
+        let avoidable = r.timing.avoidable.unwrap_or(0.0);
+        self.total_avoidable_ms += avoidable;
+        let Some(ja4) = r.ja4.as_deref() else { return };
+        let mut one = ClientResumption {
+            avoidable_ms: avoidable,
+            ..Default::default()
+        };
+        match r.handshake {
+            Some(HandshakeKind::Full) => {
+                if r.offered.as_ref().is_some_and(|o| !o.is_empty()) {
+                    one.declined = 1;
+                } else if r.offered.is_some() {
+                    one.full_no_offer = 1;
+                }
+            }
+            Some(HandshakeKind::Resumed) => one.resumed = 1,
+            _ => {}
+        }
+        if let Some(c) = self.by_ja4.get_mut(ja4) {
+            return c.merge(&one);
+        }
+        let key = if self.by_ja4.len() < MAX_NAMES {
+            ja4
+        } else {
+            OTHER
+        };
+        self.by_ja4.entry(key.to_string()).or_default().merge(&one);
+    }
+
+    /// Up to [`NEVER_RESUME_ROWS`] fingerprints with the most missed
+    /// resumptions (descending, then by fingerprint); empty if none missed one.
+    pub fn never_resume(&self) -> Vec<(&str, &ClientResumption)> {
+        let mut rows: Vec<(&str, &ClientResumption)> = self
+            .by_ja4
+            .iter()
+            .filter(|(_, c)| c.missed() > 0)
+            .map(|(k, c)| (k.as_str(), c))
+            .collect();
+        rows.sort_by(|a, b| b.1.missed().cmp(&a.1.missed()).then(a.0.cmp(b.0)));
+        rows.truncate(NEVER_RESUME_ROWS);
+        rows
+    }
+
+    /// A fingerprint's share of all avoidable latency (0..=1).
+    pub fn share(&self, c: &ClientResumption) -> Option<f64> {
+        (self.total_avoidable_ms > 0.0).then(|| c.avoidable_ms / self.total_avoidable_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::*;
+
+    fn rec(
+        ja4: Option<&str>,
+        kind: HandshakeKind,
+        offered: Option<Vec<Resumption>>,
+        avoidable: f64,
+    ) -> ConnectionRecord {
+        ConnectionRecord {
+            ts: 0.0,
+            transport: Transport::Tcp,
+            client: "10.0.0.1:40000".into(),
+            server: "10.0.0.2:443".into(),
+            sni: None,
+            version: Some("TLS1.3"),
+            cipher: None,
+            alpn: Some(vec![]),
+            handshake: Some(kind),
+            offered,
+            resumption: None,
+            early_data: Some(EarlyData::None),
+            hrr: false,
+            retry: false,
+            timing: Timing {
+                avoidable: (avoidable > 0.0).then_some(avoidable),
+                ..Timing::default()
+            },
+            bytes: HandshakeBytes::default(),
+            certs: None,
+            failure: None,
+            notes: vec![],
+            proxied_client: None,
+            ja4: ja4.map(Into::into),
+            ja4s: None,
+            alpn_negotiated: None,
+            family: Family::Ipv4,
+        }
+    }
+
+    #[test]
+    fn missed_resumptions_by_fingerprint() {
+        let mut b = ByClient::default();
+        let none = Some(vec![]);
+        let psk = Some(vec![Resumption::Psk]);
+        for r in [
+            rec(Some("a"), HandshakeKind::Full, none.clone(), 0.0),
+            rec(Some("a"), HandshakeKind::Full, none.clone(), 0.0),
+            rec(Some("b"), HandshakeKind::Full, psk.clone(), 30.0),
+            rec(Some("b"), HandshakeKind::Resumed, psk.clone(), 0.0),
+            rec(Some("c"), HandshakeKind::Resumed, psk.clone(), 0.0),
+            // Offer not visible: not counted as "offered nothing".
+            rec(Some("d"), HandshakeKind::Full, None, 0.0),
+            rec(None, HandshakeKind::Full, psk.clone(), 10.0),
+        ] {
+            b.add(&r);
+        }
+        let rows = b.never_resume();
+        let keys: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(keys, ["a", "b"]);
+        assert_eq!(rows[0].1.full_no_offer, 2);
+        assert_eq!(rows[0].1.resumption_rate(), Some(0.0));
+        assert_eq!(rows[1].1.declined, 1);
+        assert_eq!(rows[1].1.resumed, 1);
+        assert_eq!(b.share(rows[1].1), Some(0.75));
+        assert!(ByClient::default().never_resume().is_empty());
+    }
+}
