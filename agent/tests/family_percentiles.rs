@@ -42,9 +42,11 @@
 //! connections (its request left that much after the Finished), which no
 //! rule on curl's own numbers can see.
 //!
-//! Percentiles are of each side's values separately (the group output
-//! `tlsrum replay --by family,version` gives no per-connection values);
-//! [`tlsrum_groups`] is the one place that reads tlsrum's side.
+//! tlsrum's side is its group output, `tlsrum replay --by family,version
+//! --format ndjson` ([`tlsrum_groups`], the one place that reads it): its
+//! percentiles, within 0.5 % of the nearest-rank order statistic, against
+//! the nearest-rank percentiles of curl's values; and each group's
+//! `connections` must equal its number of labels.
 //!
 //! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3, chrt; a
 //! skip locally without them, a failure under CI=true.
@@ -90,35 +92,47 @@ fn percentiles(samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>>) -> Pe
         .collect()
 }
 
-/// tlsrum's per-group percentiles of the capture. Today from the records
-/// of `tlsrum replay --format ndjson`; once `--by family,version` lands,
-/// this reads its `handshake_ms`/`ttfb_ms`/`tcp_rtt_ms` objects instead.
-fn tlsrum_groups(capture: &str) -> Percentiles {
-    let out = common::run(&[BIN, "replay", "--format", "ndjson", capture]);
-    let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
+/// tlsrum's per-group percentiles of the capture, from the group output
+/// `tlsrum replay --by family,version --format ndjson` (one object per
+/// group: `handshake_ms`, `ttfb_ms`, `tcp_rtt_ms` each `{n, p50, p75, p95,
+/// p99}`, within 0.5 % of the nearest-rank order statistic), and each
+/// group's `connections`.
+fn tlsrum_groups(capture: &str) -> (Percentiles, BTreeMap<Group, u64>) {
+    let out = common::run(&[
+        BIN,
+        "replay",
+        "--by",
+        "family,version",
+        "--format",
+        "ndjson",
+        capture,
+    ]);
+    let mut groups = Percentiles::new();
+    let mut counts = BTreeMap::new();
     for line in out.lines() {
-        let r: Value = serde_json::from_str(line).unwrap();
+        let o: Value = serde_json::from_str(line).unwrap();
         let g = (
-            r["family"].as_str().unwrap_or("null").to_owned(),
-            r["version"].as_str().unwrap_or("null").to_owned(),
+            o["group"]["family"].as_str().unwrap_or("null").to_owned(),
+            o["group"]["version"].as_str().unwrap_or("null").to_owned(),
         );
-        let completed = r["handshake"] == "full" || r["handshake"] == "resumed";
-        for m in METRICS {
-            // Handshake percentiles are over completed handshakes.
-            if m == "handshake" && !completed {
-                continue;
-            }
-            if let Some(v) = r["timing"][m].as_f64() {
-                samples
-                    .entry(g.clone())
-                    .or_default()
-                    .entry(m)
-                    .or_default()
-                    .push(v);
-            }
-        }
+        counts.insert(g.clone(), o["connections"].as_u64().unwrap());
+        let by_metric = METRICS
+            .iter()
+            .map(|&m| {
+                let h = &o[format!("{m}_ms")];
+                let qs = QUANTILES
+                    .iter()
+                    .filter_map(|&(name, _)| Some((name, h[name].as_f64()?)))
+                    .collect();
+                (m, qs)
+            })
+            .collect();
+        assert!(
+            groups.insert(g.clone(), by_metric).is_none(),
+            "group {g:?} twice"
+        );
     }
-    percentiles(samples)
+    (groups, counts)
 }
 
 /// The same percentiles of curl's own timings, its spans moved from
@@ -197,21 +211,35 @@ fn family_version_percentiles_match_curl() {
         }
     }
     let want = curl_groups(conns, &mut failures);
-    let got = tlsrum_groups(doc["capture"].as_str().unwrap());
+    let (got, counts) = tlsrum_groups(doc["capture"].as_str().unwrap());
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>(),
         "groups"
     );
     for (g, metrics) in &want {
+        let labels = conns
+            .iter()
+            .filter(|c| c["family"] == g.0.as_str() && c["version"] == g.1.as_str())
+            .count() as u64;
+        if counts[g] != labels {
+            failures.push(format!(
+                "{}/{}: tlsrum {} connections, curl {labels}",
+                g.0, g.1, counts[g]
+            ));
+        }
         for (m, qs) in metrics {
             for (q, w) in qs {
-                let t = got[g][m][q];
-                let line = format!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1);
+                let line = match got[g][m].get(q) {
+                    Some(t) if (t - w).abs() <= tolerance(*w) => {
+                        eprintln!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1);
+                        continue;
+                    }
+                    Some(t) => format!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1),
+                    None => format!("{}/{} {m} {q}: tlsrum none, curl {w:.3}", g.0, g.1),
+                };
                 eprintln!("{line}");
-                if (t - w).abs() > tolerance(*w) {
-                    failures.push(line);
-                }
+                failures.push(line);
             }
         }
     }
