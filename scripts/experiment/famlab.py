@@ -10,14 +10,21 @@ out of the capture, so that every record in it has a label.
     famlab.py --rtt 40,90 --out doc.json [--workdir DIR] [-n 20] [--no-realtime]
 
 --rtt is V4,V6 (ms). A run is rerun (at most MAX_RERUNS times, each reason
-on stderr) when curl's own clock was late, judged from curl's -w timings and
-the delay lines' logs, never from tlsrum: its time_connect (transfer start
--> connect() returned) cannot be shorter than the line's configured RTT plus
-what the line itself was late on that connection's SYN and SYN-ACK (its
-log), and on a quiet machine exceeds that by 0.17-0.53 ms (socket set-up
-before the SYN, the wake-up after the SYN-ACK; the first run's 80
-connections). More than CLIENT_LATE_MS over it means curl waited for a CPU,
-and every span it measures from time_connect is off by that much.
+on stderr) when curl's own clock was late on a labelled connection by more
+than CLIENT_LATE_MS (clock_late), judged from curl's -w timings, the delay
+lines' logs and the capture's TCP segments, never from tlsrum:
+
+- its time_connect (transfer start -> connect() returned) cannot be shorter
+  than the line's configured RTT plus what the line itself was late on that
+  connection's SYN and SYN-ACK (its log); on a quiet machine it exceeds
+  that by 0.15-0.53 ms (socket set-up before the SYN, the wake-up after the
+  SYN-ACK);
+- time_appconnect and time_starttransfer are read between two wire events
+  the client takes part in, whose gap bounds how late (client_gaps:
+  normally at most 0.95 ms).
+
+More than CLIENT_LATE_MS means curl waited for a CPU, and the spans it
+measures are off by that much.
 
 A late delay line is recorded per connection (line_late_max_us) and logged,
 but is no reason to rerun here: both clocks compared, curl's and the
@@ -57,9 +64,10 @@ PORT = PORTS["none"]      # no session store, no tickets: every handshake full
 WARMUP = PORTS["cache"]   # not captured
 CLIENT_ADDR = {"ipv4": wanlab.CLIENT_IP, "ipv6": CLIENT_IP6}
 LATE_US = 500.0  # the delay line's own bound (wanlab), logged only here
-# Half the comparison's 2 ms floor, two to six times curl's own overhead on a
-# quiet machine (0.17-0.53 ms): a client clock off by more than this would
-# spend half of the test's tolerance before tlsrum's error counts at all.
+# Half the comparison's 2 ms floor, above curl's own overhead in each check
+# (0.15-0.95 ms over 320 connections; the stalls seen were 1.1-18.9 ms): a
+# client clock off by more than this would spend half of the test's
+# tolerance before tlsrum's error counts at all.
 CLIENT_LATE_MS = 1.0
 # Each attempt takes ~20 s.
 MAX_RERUNS = 4
@@ -154,6 +162,7 @@ class FamLab(Lab):
         connect_late = {"ipv4": connect_lateness(self.dir / "line.csv"),
                         "ipv6": connect_lateness(self.dir / "line6.csv")}
         marks = wanlab.wire_marks(self.caps["both"][1], tuple(CLIENT_ADDR.values()))
+        gaps = client_gaps(self.caps["both"][1], tuple(CLIENT_ADDR.values()))
         for c in self.conns:
             c["line_late_max_us"] = late.get(c["local_port"])
             c["line_connect_late_ms"] = connect_late[c["family"]].get(c["local_port"], 0.0)
@@ -161,6 +170,9 @@ class FamLab(Lab):
             m = marks.get((CLIENT_ADDR[c["family"]], c["local_port"]), {})
             c["client_hello_delay_ms"] = ((m["hello"] - m["ack"]) * 1000
                                           if "hello" in m and "ack" in m else None)
+            c.update(gaps.get((CLIENT_ADDR[c["family"]], c["local_port"]),
+                              {"request_gap_ms": None, "close_gap_ms": None}))
+            c["client_clock_late"] = clock_late(c)
 
 
 def connect_lateness(csv_path):
@@ -182,16 +194,65 @@ def connect_lateness(csv_path):
     return out
 
 
+def client_gaps(pcap, clients):
+    """(client address, client port) -> {request_gap_ms, close_gap_ms}, from
+    the capture alone (TCP sequence numbers; no TLS). curl in this lab
+    sends, after its handshake, one request and then its close_notify (or
+    a FIN), and reads each clock between wire events it takes part in:
+
+    - time_appconnect between the last packet it received or sent before
+      its request and the request (request_gap_ms: ~0.15 ms after a TLS 1.3
+      Finished, ~0.5 ms after a TLS 1.2 server Finished);
+    - time_starttransfer between the response's first segment (the first
+      server payload acknowledging the whole request) and the client's next
+      payload or FIN (close_gap_ms: ~0.3-0.5 ms).
+
+    Each gap bounds how late curl read that clock."""
+    segs = {}
+    for ts, src, dst, sport, dport, flags, payload, seq, ack in wanlab.tcp_segments(pcap):
+        client = src in clients
+        key = (src, sport) if client else (dst, dport)
+        segs.setdefault(key, []).append((ts, client, flags, payload, seq, ack))
+    out = {}
+    for key, port_segs in segs.items():
+        mine = [x for x in port_segs if x[1] and x[3] > 0]
+        if len(mine) < 3:
+            continue
+        req = mine[-2]  # the last is the close_notify
+        i = port_segs.index(req)
+        before = [x[0] for x in port_segs[:i] if x[3] > 0]
+        end = (req[4] + req[3]) % 2**32
+        resp = next((j for j in range(i, len(port_segs)) if not port_segs[j][1] and port_segs[j][3] > 0
+                     and (port_segs[j][5] - end) % 2**32 < 2**31), None)
+        nxt = resp is not None and next((x for x in port_segs[resp:] if x[1] and (x[3] > 0 or x[2] & 1)), None)
+        out[key] = {"request_gap_ms": (req[0] - max(before)) * 1000 if before else None,
+                       "close_gap_ms": (nxt[0] - port_segs[resp][0]) * 1000 if nxt else None}
+    return out
+
+
+def clock_late(c):
+    """Why curl's clock may have been late on connection c, judged from
+    curl's -w timings, the lines' logs and the capture, never tlsrum: a
+    list of messages, empty when every clock read was within CLIENT_LATE_MS
+    of the wire events around it."""
+    who = f"{c['family']}/{c['version']} port {c['local_port']}"
+    out = []
+    if c["client_late_ms"] > CLIENT_LATE_MS:
+        out.append(f"{who}: time_connect {c['time_connect'] * 1000:.3f} ms = RTT {c['rtt']:g} + line "
+                   f"{c['line_connect_late_ms']:.3f} + curl {c['client_late_ms']:.3f}")
+    for k, clock in (("request_gap_ms", "time_appconnect"), ("close_gap_ms", "time_starttransfer")):
+        if c[k] is None:
+            out.append(f"{who}: {k} not found in the capture ({clock} unchecked)")
+        elif c[k] > CLIENT_LATE_MS:
+            out.append(f"{who}: {k} {c[k]:.3f} ms (curl stalled around {clock})")
+    return out
+
+
 def rerun_reasons(conns):
-    """Why these labels are not what they claim, from the lines' logs and
-    curl's own timings only (never tlsrum's): a list of messages."""
-    late = [c for c in conns if c["client_late_ms"] > CLIENT_LATE_MS]
-    if not late:
-        return []
-    desc = ", ".join(f"{c['family']}/{c['version']} port {c['local_port']} time_connect "
-                     f"{c['time_connect'] * 1000:.3f} ms = RTT {c['rtt']:g} + line "
-                     f"{c['line_connect_late_ms']:.3f} + curl {c['client_late_ms']:.3f}" for c in late)
-    return [f"curl's clock late by more than {CLIENT_LATE_MS:g} ms: {desc}"]
+    """Why these labels are not what they claim (clock_late): a list of
+    messages."""
+    late = [m for c in conns for m in c["client_clock_late"]]
+    return [f"curl's clock late by more than {CLIENT_LATE_MS:g} ms: {'; '.join(late)}"] if late else []
 
 
 def run(rtt4, rtt6, workdir, n, realtime=True):
