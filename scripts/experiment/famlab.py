@@ -196,37 +196,41 @@ def connect_lateness(csv_path):
 
 def client_gaps(pcap, clients):
     """(client address, client port) -> {request_gap_ms, close_gap_ms}, from
-    the capture alone (TCP sequence numbers; no TLS). curl in this lab
-    sends, after its handshake, one request and then its close_notify (or
-    a FIN), and reads each clock between wire events it takes part in:
+    the capture alone (TCP segments; no TLS). curl in this lab sends, after
+    its handshake, one request and then its close_notify, and nginx answers
+    with one response segment and then its own close_notify; curl reads
+    each clock between two wire events it takes part in:
 
-    - time_appconnect between the last packet it received or sent before
-      its request and the request (request_gap_ms: ~0.15 ms after a TLS 1.3
+    - time_appconnect between the last payload before its request, either
+      way, and the request (request_gap_ms: ~0.15 ms after a TLS 1.3
       Finished, ~0.5 ms after a TLS 1.2 server Finished);
-    - time_starttransfer between the response's first segment (the first
-      server payload acknowledging the whole request) and the client's next
-      payload or FIN (close_gap_ms: ~0.3-0.5 ms).
+    - time_starttransfer between the response (the server's last payload
+      but one: TLS 1.3 session tickets may come before it, the close_notify
+      after it) and the client's next payload or FIN (close_gap_ms: ~0.3-0.6
+      ms).
 
-    Each gap bounds how late curl read that clock."""
+    Each gap bounds how late curl read that clock, and holds nothing but
+    curl's own time: a server slow between its tickets and the response
+    does not count."""
     segs = {}
-    for ts, src, dst, sport, dport, flags, payload, seq, ack in wanlab.tcp_segments(pcap):
+    for ts, src, dst, sport, dport, flags, payload, _, _ in wanlab.tcp_segments(pcap):
         client = src in clients
         key = (src, sport) if client else (dst, dport)
-        segs.setdefault(key, []).append((ts, client, flags, payload, seq, ack))
+        segs.setdefault(key, []).append((ts, client, flags, payload))
     out = {}
     for key, port_segs in segs.items():
         mine = [x for x in port_segs if x[1] and x[3] > 0]
-        if len(mine) < 3:
+        theirs = [x for x in port_segs if not x[1] and x[3] > 0]
+        if len(mine) < 3 or len(theirs) < 3:
             continue
         req = mine[-2]  # the last is the close_notify
         i = port_segs.index(req)
         before = [x[0] for x in port_segs[:i] if x[3] > 0]
-        end = (req[4] + req[3]) % 2**32
-        resp = next((j for j in range(i, len(port_segs)) if not port_segs[j][1] and port_segs[j][3] > 0
-                     and (port_segs[j][5] - end) % 2**32 < 2**31), None)
-        nxt = resp is not None and next((x for x in port_segs[resp:] if x[1] and (x[3] > 0 or x[2] & 1)), None)
+        resp = theirs[-2]
+        j = port_segs.index(resp)
+        nxt = next((x for x in port_segs[j:] if x[1] and (x[3] > 0 or x[2] & 1)), None)
         out[key] = {"request_gap_ms": (req[0] - max(before)) * 1000 if before else None,
-                       "close_gap_ms": (nxt[0] - port_segs[resp][0]) * 1000 if nxt else None}
+                    "close_gap_ms": (nxt[0] - resp[0]) * 1000 if nxt and resp[0] > req[0] else None}
     return out
 
 
