@@ -34,8 +34,8 @@ think-time: deps
 
 # Family x version percentiles against curl's own timings on two delay
 # lines (agent/tests/family_percentiles.rs, ~21 s); not yet in `make test`:
-# under a concurrent build curl's clock is late too often for whole-lab
-# reruns (see the test's #[ignore] reason).
+# tlsrum's TLS 1.3 ttfb takes a session ticket for the response when a busy
+# nginx sends them apart (see the test's #[ignore] reason).
 family-percentiles: deps
 	$(CARGO) test --profile ci --locked -p tlsrum --test family_percentiles -- --ignored
 
