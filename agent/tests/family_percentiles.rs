@@ -180,7 +180,7 @@ fn tolerance(ms: f64) -> f64 {
 }
 
 #[test]
-#[ignore = "not yet in make test (make family-percentiles): 4 of 6 runs pass, 21-89 s; both \
+#[ignore = "not yet in make test (make family-percentiles): 5 of 7 runs pass, 21-89 s; both \
             failures are tlsrum's TLS 1.3 ttfb (ipv4/TLS1.3 p95/p99 off 2.7-4.1 ms): nginx, slow \
             under load, sent its session tickets ~4 ms before the response and tlsrum took the \
             first ticket as the first byte (README's known limit assumes the same instant)"]

@@ -48,7 +48,6 @@ capture's path and the reruns with their reasons.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -85,10 +84,8 @@ class FamLab(Lab):
     def _start_nginx(self):
         # Called by Lab._up once the IPv4 line and its captures run: the
         # IPv6 line first (nginx binds its address), then nginx with both.
-        for ns in (self.ns_c, self.ns_s):
-            for k in ("all", "default"):
-                subprocess.run(self.nsexec(ns, ["sysctl", "-qw", f"net.ipv6.conf.{k}.accept_dad=0"]),
-                               check=True)
+        # The line adds its IPv6 addresses without duplicate address
+        # detection and the route to the peer itself.
         dl = binary("delayline", "DELAYLINE")
         self.line6 = self.procs.spawn([dl, "--ns-a", self.ns_c, "--ns-b", self.ns_s,
                                        "--addr-a", CLIENT_IP6, "--addr-b", SERVER_IP6, "--ifname", IFACE6,
@@ -97,9 +94,6 @@ class FamLab(Lab):
                                       out=self.dir / "delayline6.out", err=self.dir / "delayline6.err")
         wait_for(lambda: "ready" in (self.dir / "delayline6.out").read_text(), "IPv6 delayline ready",
                  proc=self.line6)
-        # An IPv6 point-to-point address gets no route to its peer (IPv4's does).
-        for ns, peer in ((self.ns_c, SERVER_IP6), (self.ns_s, CLIENT_IP6)):
-            subprocess.run(["ip", "-n", ns, "-6", "route", "add", peer, "dev", IFACE6], check=True)
         pcap = self.dir / "both.pcap"
         errf = self.dir / "tcpdump-both.log"
         p = self.procs.spawn(self.nsexec(self.ns_c, ["tcpdump", "-i", "any", "-n", "-s", "0", "-U", "-B", "32768",
