@@ -4,8 +4,8 @@
 //! session store (every handshake full), and curl making N connections per
 //! (family x TLS 1.2 / TLS 1.3) group (scripts/experiment/famlab.py, run
 //! through `common::delayline::run_lab_at`). Per group, p50/p75/p95/p99
-//! (nearest rank, rank = ceil(q·n)) of tlsrum's records must agree with the
-//! same percentiles of curl's `-w` timings within 2 ms or 2 %.
+//! of tlsrum's group output must agree with the same percentiles (nearest
+//! rank, rank = ceil(q·n)) of curl's `-w` timings within 2 ms or 2 %.
 //!
 //! The mapping at the client vantage. README: `tcp_rtt` client-side is SYN
 //! -> the client's ACK of the SYN-ACK; `handshake` and `ttfb` start at the
@@ -36,8 +36,9 @@
 //!   late on that connection's SYN and SYN-ACK (curl cannot undercut it);
 //! - the gap before curl's request: from the last packet before it, either
 //!   way, to the request (`time_appconnect` is read in between);
-//! - the gap after the response: from its first segment (the first server
-//!   payload acknowledging the whole request) to curl's next segment
+//! - the gap after the response: from the response's segment (the
+//!   server's last payload but one: TLS 1.3 session tickets may come before
+//!   it, its close_notify after) to curl's next segment
 //!   (`time_starttransfer` is read in between).
 //!
 //! If the last attempt still has one, the test fails naming the client, not
@@ -50,6 +51,14 @@
 //! the capture see the same late packet, and nothing here is compared
 //! against the configured RTT (wan_accuracy's `tcp_rtt` check is; there it
 //! spoils the run).
+//!
+//! Known failure (why the test is ignored): a busy nginx can send its TLS
+//! 1.3 session tickets milliseconds before the response; they acknowledge
+//! the request, so tlsrum's TLS 1.3 `ttfb` takes the first ticket as the
+//! first byte (README's known limit, which assumes the same instant) and
+//! reads short of curl's by the server's pause (2.7-4.1 ms at ipv4/TLS1.3
+//! p95/p99 in 2 of 7 runs). The lab does not rerun on it: that would hide
+//! a tlsrum error.
 //!
 //! tlsrum's side is its group output, `tlsrum replay --by family,version
 //! --format ndjson` ([`tlsrum_groups`], the one place that reads it): its
