@@ -3,27 +3,70 @@
 //! (90 ms RTT, a second line between the same namespaces), nginx with no
 //! session store (every handshake full), and curl making N connections per
 //! (family x TLS 1.2 / TLS 1.3) group (scripts/experiment/famlab.py, run
-//! through `common::delayline::run_lab_at`; it reruns when a delay line
-//! reports itself late). Per group, p50/p75/p95/p99 (nearest rank, rank =
-//! ceil(q·n)) of tlsrum's records must agree with the same percentiles of
-//! curl's `-w` timings within 2 ms or 2 %.
+//! through `common::delayline::run_lab_at`). Per group, p50/p75/p95/p99
+//! of tlsrum's group output must agree with the same percentiles (nearest
+//! rank, rank = ceil(q·n)) of curl's `-w` timings within 2 ms or 2 %.
 //!
-//! The mapping at the client vantage (README: `tcp_rtt` client-side is
-//! SYN -> SYN-ACK; `handshake` ClientHello -> client's first application
-//! data; `ttfb` ClientHello -> server's first application data):
+//! The mapping at the client vantage. README: `tcp_rtt` client-side is SYN
+//! -> the client's ACK of the SYN-ACK; `handshake` and `ttfb` start at the
+//! ClientHello; `client_hello_delay` is that ACK -> the ClientHello. curl's
+//! spans start at `time_connect` (connect() returned: the ACK went out), so
+//! they hold the client_hello_delay as well (0.5-1.5 ms here: curl's
+//! per-connection TLS set-up; without it tlsrum's TLS 1.3 handshake read
+//! ~1 ms short of curl's in the first run, with it within 0.3 ms):
 //!
-//! - `tcp_rtt` ~ `time_connect` (connect() returns when the SYN-ACK
-//!   arrives; `--resolve` makes name resolution free);
-//! - `handshake` ~ `time_appconnect - time_connect` (curl writes its
-//!   request right after; the ClientHello leaves right after connect(),
-//!   the warm-up fetch having taken OpenSSL's one-time start-up);
-//! - `ttfb` ~ `time_starttransfer - time_connect`.
+//! - `tcp_rtt` ~ `time_connect` (`--resolve` makes name resolution free);
+//! - `handshake` ~ `time_appconnect - time_connect - chd`;
+//! - `ttfb` ~ `time_starttransfer - time_connect - chd`;
 //!
-//! Percentiles are of each side's values separately (the group output
-//! `tlsrum replay --by family,version` gives no per-connection values);
-//! [`tlsrum_groups`] is the one place that reads tlsrum's side.
+//! where chd is the wire's ACK -> first payload byte of that connection,
+//! taken by the lab from the capture (not from tlsrum). Per connection that
+//! is `handshake + client_hello_delay ~ time_appconnect - time_connect`;
+//! it is moved to curl's side because percentiles do not add: the group
+//! output gives p95 of `handshake`, not of a sum, and p95 of `handshake` is
+//! what the test must check.
 //!
-//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3; a
+//! The lab reruns (at most 4 times; reasons on stderr) when curl's own
+//! clock was late on a labelled connection, judged from curl's `-w`
+//! timings, the delay lines' logs and the capture's TCP segments, never
+//! from tlsrum (famlab.py `clock_late`), by more than 1 ms (half the 2 ms
+//! floor; curl's normal overhead at each is 0.15-0.95 ms):
+//!
+//! - `time_connect` over the configured RTT plus what the line itself was
+//!   late on that connection's SYN and SYN-ACK (curl cannot undercut it);
+//! - the gap before curl's request: from the last packet before it, either
+//!   way, to the request (`time_appconnect` is read in between);
+//! - the gap after the response: from the response's segment (the
+//!   server's last payload but one: TLS 1.3 session tickets may come before
+//!   it, its close_notify after) to curl's next segment
+//!   (`time_starttransfer` is read in between).
+//!
+//! If the last attempt still has one, the test fails naming the client, not
+//! tlsrum, and prints the comparison anyway. These stalls are real on the
+//! shared 2-core box: in the first run, curl at normal priority stopped
+//! 3-5 ms between its TLS 1.3 Finished and its request on 9 of 20 IPv6/TLS
+//! 1.3 connections (handshake p75 off by 2.9 ms); at SCHED_FIFO 40 (below
+//! the lines' 50; famlab runs curl so) one response in 80 was read 3.0 ms
+//! late (ttfb p95 off by 2.4 ms). A late delay line is only noted: curl and
+//! the capture see the same late packet, and nothing here is compared
+//! against the configured RTT (wan_accuracy's `tcp_rtt` check is; there it
+//! spoils the run).
+//!
+//! Known failure (why the test is ignored): a busy nginx can send its TLS
+//! 1.3 session tickets milliseconds before the response; they acknowledge
+//! the request, so tlsrum's TLS 1.3 `ttfb` takes the first ticket as the
+//! first byte (README's known limit, which assumes the same instant) and
+//! reads short of curl's by the server's pause (2.7-4.1 ms at ipv4/TLS1.3
+//! p95/p99 in 2 of 7 runs). The lab does not rerun on it: that would hide
+//! a tlsrum error.
+//!
+//! tlsrum's side is its group output, `tlsrum replay --by family,version
+//! --format ndjson` ([`tlsrum_groups`], the one place that reads it): its
+//! percentiles, within 0.5 % of the nearest-rank order statistic, against
+//! the nearest-rank percentiles of curl's values; and each group's
+//! `connections` must equal its number of labels.
+//!
+//! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3, chrt; a
 //! skip locally without them, a failure under CI=true.
 
 mod common;
@@ -67,39 +110,54 @@ fn percentiles(samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>>) -> Pe
         .collect()
 }
 
-/// tlsrum's per-group percentiles of the capture. Today from the records
-/// of `tlsrum replay --format ndjson`; once `--by family,version` lands,
-/// this reads its `handshake_ms`/`ttfb_ms`/`tcp_rtt_ms` objects instead.
-fn tlsrum_groups(capture: &str) -> Percentiles {
-    let out = common::run(&[BIN, "replay", "--format", "ndjson", capture]);
-    let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
+/// tlsrum's per-group percentiles of the capture, from the group output
+/// `tlsrum replay --by family,version --format ndjson` (one object per
+/// group: `handshake_ms`, `ttfb_ms`, `tcp_rtt_ms` each `{n, p50, p75, p95,
+/// p99}`, within 0.5 % of the nearest-rank order statistic), and each
+/// group's `connections`.
+fn tlsrum_groups(capture: &str) -> (Percentiles, BTreeMap<Group, u64>) {
+    let out = common::run(&[
+        BIN,
+        "replay",
+        "--by",
+        "family,version",
+        "--format",
+        "ndjson",
+        capture,
+    ]);
+    let mut groups = Percentiles::new();
+    let mut counts = BTreeMap::new();
     for line in out.lines() {
-        let r: Value = serde_json::from_str(line).unwrap();
+        let o: Value = serde_json::from_str(line).unwrap();
         let g = (
-            r["family"].as_str().unwrap_or("null").to_owned(),
-            r["version"].as_str().unwrap_or("null").to_owned(),
+            o["group"]["family"].as_str().unwrap_or("null").to_owned(),
+            o["group"]["version"].as_str().unwrap_or("null").to_owned(),
         );
-        let completed = r["handshake"] == "full" || r["handshake"] == "resumed";
-        for m in METRICS {
-            // Handshake percentiles are over completed handshakes.
-            if m == "handshake" && !completed {
-                continue;
-            }
-            if let Some(v) = r["timing"][m].as_f64() {
-                samples
-                    .entry(g.clone())
-                    .or_default()
-                    .entry(m)
-                    .or_default()
-                    .push(v);
-            }
-        }
+        counts.insert(g.clone(), o["connections"].as_u64().unwrap());
+        let by_metric = METRICS
+            .iter()
+            .map(|&m| {
+                let h = &o[format!("{m}_ms")];
+                let qs = QUANTILES
+                    .iter()
+                    .filter_map(|&(name, _)| Some((name, h[name].as_f64()?)))
+                    .collect();
+                (m, qs)
+            })
+            .collect();
+        assert!(
+            groups.insert(g.clone(), by_metric).is_none(),
+            "group {g:?} twice"
+        );
     }
-    percentiles(samples)
+    (groups, counts)
 }
 
-/// The same percentiles of curl's own timings.
-fn curl_groups(conns: &[Value]) -> Percentiles {
+/// The same percentiles of curl's own timings, its spans moved from
+/// connect() to the ClientHello by the wire's gap between them (module
+/// doc). A connection whose ClientHello the lab did not find in the
+/// capture is a failure.
+fn curl_groups(conns: &[Value], failures: &mut Vec<String>) -> Percentiles {
     let mut samples: BTreeMap<Group, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
     for c in conns {
         let g = (
@@ -107,14 +165,21 @@ fn curl_groups(conns: &[Value]) -> Percentiles {
             c["version"].as_str().unwrap().to_owned(),
         );
         let t = |k: &str| c[k].as_f64().unwrap() * 1000.0;
+        let Some(chd) = c["client_hello_delay_ms"].as_f64() else {
+            failures.push(format!(
+                "port {}: no ACK and ClientHello in the capture",
+                c["local_port"]
+            ));
+            continue;
+        };
         let e = samples.entry(g).or_default();
         e.entry("tcp_rtt").or_default().push(t("time_connect"));
         e.entry("handshake")
             .or_default()
-            .push(t("time_appconnect") - t("time_connect"));
+            .push(t("time_appconnect") - t("time_connect") - chd);
         e.entry("ttfb")
             .or_default()
-            .push(t("time_starttransfer") - t("time_connect"));
+            .push(t("time_starttransfer") - t("time_connect") - chd);
     }
     percentiles(samples)
 }
@@ -124,9 +189,10 @@ fn tolerance(ms: f64) -> f64 {
 }
 
 #[test]
-#[ignore = "not yet in make test (make family-percentiles): curl's own clock ran up to 6 ms late at \
-            the IPv6/TLS 1.3 group's upper percentiles on the busy 2-core box; the lab needs a \
-            tlsrum-independent rerun rule for a late client first"]
+#[ignore = "not yet in make test (make family-percentiles): 5 of 7 runs pass, 21-89 s; both \
+            failures are tlsrum's TLS 1.3 ttfb (ipv4/TLS1.3 p95/p99 off 2.7-4.1 ms): nginx, slow \
+            under load, sent its session tickets ~4 ms before the response and tlsrum took the \
+            first ticket as the first byte (README's known limit assumes the same instant)"]
 fn family_version_percentiles_match_curl() {
     if common::skip_unless(
         "family_version_percentiles_match_curl",
@@ -134,39 +200,65 @@ fn family_version_percentiles_match_curl() {
             Need::Root,
             Need::Tun,
             Need::Netns,
-            Need::Tools(&["ip", "tcpdump", "nginx", "curl", "openssl", "python3"]),
+            Need::Tools(&[
+                "ip", "tcpdump", "nginx", "curl", "openssl", "python3", "chrt",
+            ]),
         ],
     ) {
         return;
     }
     let (doc, work) = common::delayline::run_lab_at("famlab.py", "fam", "40,90");
     let conns = doc["connections"].as_array().unwrap();
+    let reruns = doc["reruns"].as_array().map_or(0, Vec::len);
+    let client_bound = doc["client_late_bound_ms"].as_f64().unwrap();
     let mut failures = Vec::new();
     for c in conns {
-        let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
-        if late > 500.0 {
-            failures.push(format!(
-                "port {}: a delay line was {late:.0} µs late (bound 500 µs)",
+        let line = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+        if line > 500.0 {
+            // Both clocks saw the same late packet (module doc): logged only.
+            eprintln!(
+                "note: port {}: a delay line was {line:.0} µs late",
                 c["local_port"]
+            );
+        }
+        for why in c["client_clock_late"].as_array().unwrap() {
+            failures.push(format!(
+                "lab, after {reruns} reruns: curl's clock late by more than {client_bound} ms \
+                 (the client, not tlsrum): {}",
+                why.as_str().unwrap()
             ));
         }
     }
-    let want = curl_groups(conns);
-    let got = tlsrum_groups(doc["capture"].as_str().unwrap());
+    let want = curl_groups(conns, &mut failures);
+    let (got, counts) = tlsrum_groups(doc["capture"].as_str().unwrap());
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>(),
         "groups"
     );
     for (g, metrics) in &want {
+        let labels = conns
+            .iter()
+            .filter(|c| c["family"] == g.0.as_str() && c["version"] == g.1.as_str())
+            .count() as u64;
+        if counts[g] != labels {
+            failures.push(format!(
+                "{}/{}: tlsrum {} connections, curl {labels}",
+                g.0, g.1, counts[g]
+            ));
+        }
         for (m, qs) in metrics {
             for (q, w) in qs {
-                let t = got[g][m][q];
-                let line = format!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1);
+                let line = match got[g][m].get(q) {
+                    Some(t) if (t - w).abs() <= tolerance(*w) => {
+                        eprintln!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1);
+                        continue;
+                    }
+                    Some(t) => format!("{}/{} {m} {q}: tlsrum {t:.3} curl {w:.3}", g.0, g.1),
+                    None => format!("{}/{} {m} {q}: tlsrum none, curl {w:.3}", g.0, g.1),
+                };
                 eprintln!("{line}");
-                if (t - w).abs() > tolerance(*w) {
-                    failures.push(line);
-                }
+                failures.push(line);
             }
         }
     }

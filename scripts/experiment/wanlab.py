@@ -478,50 +478,71 @@ def metric_value(text, name, labels=None):
     return total if found else None
 
 
-def wire_marks(pcap_path):
-    """Client port -> {syn, ack, hello}: when the client's SYN, its ACK of the
-    SYN-ACK and its first payload byte (the ClientHello) crossed this vantage
-    point, from a raw-IP pcap (tcpdump on the TUN device). These are the
-    offsets between curl's clock (time_connect: connect() returned, i.e. the
-    ACK went out) and tlsrum's (the ClientHello)."""
+def tcp_segments(pcap_path):
+    """(timestamp, source address, destination address, source port,
+    destination port, TCP flags, TCP payload length, seq, ack) of every TCP
+    segment in a pcap: IPv4 and IPv6
+    (no extension headers: none in the labs), raw IP (tcpdump on a TUN
+    device) or Linux cooked (tcpdump -i any: SLL or SLL2)."""
+    import ipaddress
     import struct
-    marks = {}
+    # Link type -> bytes before the IP header.
+    skip = {101: 0, 12: 0, 228: 0, 229: 0, 113: 16, 276: 20}
     with open(pcap_path, "rb") as f:
         head = f.read(24)
         if len(head) < 24:
-            return marks
+            return
         magic = struct.unpack("<I", head[:4])[0]
         endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
         nano = struct.unpack(endian + "I", head[:4])[0] == 0xA1B23C4D
         linktype = struct.unpack(endian + "I", head[20:24])[0]
-        if linktype not in (101, 12, 228):
-            raise LabError(f"{pcap_path}: link type {linktype}, expected raw IP")
+        if linktype not in skip:
+            raise LabError(f"{pcap_path}: link type {linktype}, expected raw IP or Linux cooked")
         while True:
             rec = f.read(16)
             if len(rec) < 16:
                 break
             sec, frac, incl, _ = struct.unpack(endian + "IIII", rec)
-            pkt = f.read(incl)
+            pkt = f.read(incl)[skip[linktype]:]
             ts = sec + frac / (1e9 if nano else 1e6)
-            if len(pkt) < 40 or pkt[0] >> 4 != 4 or pkt[9] != 6:
+            if len(pkt) >= 40 and pkt[0] >> 4 == 4 and pkt[9] == 6:
+                ihl = (pkt[0] & 15) * 4
+                src, dst, total = pkt[12:16], pkt[16:20], struct.unpack(">H", pkt[2:4])[0]
+            elif len(pkt) >= 60 and pkt[0] >> 4 == 6 and pkt[6] == 6:
+                ihl = 40
+                src, dst, total = pkt[8:24], pkt[24:40], 40 + struct.unpack(">H", pkt[4:6])[0]
+            else:
                 continue
-            ihl = (pkt[0] & 15) * 4
             tcp = pkt[ihl:]
-            src = ".".join(map(str, pkt[12:16]))
-            sport, dport = struct.unpack(">HH", tcp[:4])
-            flags = tcp[13]
-            payload = len(pkt) - ihl - (tcp[12] >> 4) * 4
-            if src != CLIENT_IP:
+            if len(tcp) < 20:
                 continue
-            m = marks.setdefault(sport, {})
-            if flags & 0x02:
-                m["syn"] = ts
-                m.pop("ack", None)
-                m.pop("hello", None)
-            elif payload > 0:
-                m.setdefault("hello", ts)
-            elif flags & 0x10:
-                m.setdefault("ack", ts)
+            sport, dport, seq, ack = struct.unpack(">HHII", tcp[:12])
+            # From the IP length, not the captured length (a snap length or a
+            # trailer would differ).
+            payload = total - ihl - (tcp[12] >> 4) * 4
+            yield (ts, str(ipaddress.ip_address(src)), str(ipaddress.ip_address(dst)), sport, dport, tcp[13],
+                   payload, seq, ack)
+
+
+def wire_marks(pcap_path, clients=(CLIENT_IP,)):
+    """(client address, client port) -> {syn, ack, hello}: when the client's
+    SYN, its ACK of the SYN-ACK and its first payload byte (the ClientHello)
+    crossed this vantage point. These are the offsets between curl's clock
+    (time_connect: connect() returned, i.e. the ACK went out) and tlsrum's
+    (the ClientHello)."""
+    marks = {}
+    for ts, src, _, sport, _, flags, payload, _, _ in tcp_segments(pcap_path):
+        if src not in clients:
+            continue
+        m = marks.setdefault((src, sport), {})
+        if flags & 0x02:
+            m["syn"] = ts
+            m.pop("ack", None)
+            m.pop("hello", None)
+        elif payload > 0:
+            m.setdefault("hello", ts)
+        elif flags & 0x10:
+            m.setdefault("ack", ts)
     return marks
 
 

@@ -151,7 +151,8 @@ fn setup_side(args: &Args, ns: &str, addr: &str, peer: &str) -> Result<Side> {
     let tun = sys::open_tun_in(&netns_path(ns), &args.ifname)?;
     let mtu = args.mtu.to_string();
     ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    ip(&[
+    let v6 = addr.contains(':');
+    let mut add = vec![
         "-n",
         ns,
         "addr",
@@ -161,8 +162,28 @@ fn setup_side(args: &Args, ns: &str, addr: &str, peer: &str) -> Result<Side> {
         peer,
         "dev",
         &args.ifname,
-    ])?;
+    ];
+    if v6 {
+        // Usable at once: duplicate address detection would hold the
+        // address tentative for a second on a link that has no duplicates.
+        add.push("nodad");
+    }
+    ip(&add)?;
     ip(&["-n", ns, "link", "set", &args.ifname, "mtu", &mtu, "up"])?;
+    if v6 {
+        // An IPv6 point-to-point address gets no route to its peer (IPv4's
+        // does): without one the peer is unreachable.
+        ip(&[
+            "-n",
+            ns,
+            "-6",
+            "route",
+            "replace",
+            peer,
+            "dev",
+            &args.ifname,
+        ])?;
+    }
     // Cached per-destination TCP metrics would carry one run's RTT and
     // ssthresh into the next; every connection should start from scratch.
     let out = Command::new("ip")

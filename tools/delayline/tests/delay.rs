@@ -66,6 +66,10 @@ impl Lab {
     }
 
     fn ping(&self, count: u32, interval: &str, size: u32) -> (u32, Vec<f64>) {
+        self.ping_to("198.18.0.2", count, interval, size)
+    }
+
+    fn ping_to(&self, peer: &str, count: u32, interval: &str, size: u32) -> (u32, Vec<f64>) {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -81,7 +85,7 @@ impl Lab {
                 "-s",
             ])
             .arg(size.to_string())
-            .arg("198.18.0.2")
+            .arg(peer)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -232,4 +236,34 @@ fn drops_the_configured_share() {
         (150..=240).contains(&received),
         "{received} of 400 echoes survived 30 % loss each way"
     );
+}
+
+#[test]
+fn carries_ipv6_with_a_route_to_its_peer() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !capable() {
+        return;
+    }
+    // The line adds the peer route and skips duplicate address detection
+    // itself: pinging at once, with no setup of our own, must work.
+    let mut lab = Lab::start(
+        "6",
+        &[
+            "--addr-a",
+            "fd00:1813::1",
+            "--addr-b",
+            "fd00:1813::2",
+            "--rtt",
+            "20",
+        ],
+    );
+    let (received, stats) = lab.ping_to("fd00:1813::2", 20, "0.02", 56);
+    let late = lab.stop();
+    assert_eq!(received, 20, "IPv6 echoes through the line");
+    assert!(
+        (stats[1] - 20.0).abs() < 0.5,
+        "ping average {} ms through a 20 ms line",
+        stats[1]
+    );
+    assert!(late.len() >= 40, "only {} packets forwarded", late.len());
 }
