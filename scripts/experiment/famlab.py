@@ -80,6 +80,7 @@ class FamLab(Lab):
         super().__init__(rtt4, workdir, live=False, capture_filter=f"tcp port {PORT}")
         self.rtt6 = float(rtt6)
         self.realtime = realtime
+        self.keylog = self.dir / "client.keylog"
 
     def _start_nginx(self):
         # Called by Lab._up once the IPv4 line and its captures run: the
@@ -126,6 +127,9 @@ class FamLab(Lab):
         rtt = self.rtt if family == "ipv4" else self.rtt6
         if self.realtime:
             args = ["chrt", "-f", RT_PRIORITY] + args
+        # curl's own key log: with it tlsrum opens TLS 1.3 and tells the
+        # server's session tickets from its response (ttfb).
+        args = ["env", f"SSLKEYLOGFILE={self.keylog}"] + args
         out = self._run(self.ns_c, args, timeout=30 + len(urls) * rtt / 1000 * 8)
         rows = [line.split() for line in out.splitlines() if line.strip()]
         if len(rows) != len(urls):
@@ -276,6 +280,7 @@ def run(rtt4, rtt6, workdir, n, realtime=True):
             wanlab.log(f"no reruns left: {msg}")
         break
     doc["capture"] = str(lab.caps["both"][1])
+    doc["keylog"] = str(lab.keylog)
     doc["connections"] = lab.conns
     doc["line_stats"] = lab.line_stats
     doc["client_late_bound_ms"] = CLIENT_LATE_MS

@@ -4,12 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The delay line next to the tlsrum binary under test; built if missing
-/// (`cargo test --workspace` builds it already, for its own tests).
+/// The delay line next to the tlsrum binary under test, built with the
+/// test's profile.
 pub fn delayline() -> PathBuf {
     let tlsrum = PathBuf::from(env!("CARGO_BIN_EXE_tlsrum"));
     let path = tlsrum.with_file_name("delayline");
-    if !path.exists() {
+    // Built every time (a no-op when it is current): `cargo test` builds
+    // only this package's binaries, and a line left from before a change to
+    // tools/delayline would run stale.
+    {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         // The same profile as the binary under test: target/<dir>/tlsrum,
         // where <dir> is the profile's name ("debug" for the dev profile).
