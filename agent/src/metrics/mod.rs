@@ -824,6 +824,7 @@ mod tests {
             failure: None,
             notes: Vec::new(),
             ja4: ja4.map(str::to_string),
+            ja4_stable: None,
             ja4s: None,
             alpn_negotiated: None,
             family,
