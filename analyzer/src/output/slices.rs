@@ -29,12 +29,12 @@ fn round_ms(v: f64) -> f64 {
 
 /// Whether the outputs carry a `client` column.
 fn with_client(slicer: &Slicer, names: Option<&ClientNames>) -> bool {
-    names.is_some() && slicer.dims().contains(&Dim::Ja4)
+    names.is_some() && slicer.dims().iter().any(|d| d.is_fingerprint())
 }
 
 /// The client name of a row's fingerprint, if known.
 fn client<'a>(slicer: &Slicer, row: &Row<'_>, names: Option<&'a ClientNames>) -> Option<&'a str> {
-    let i = slicer.dims().iter().position(|d| *d == Dim::Ja4)?;
+    let i = slicer.dims().iter().position(|d| d.is_fingerprint())?;
     names?.get(row.group.get(i)?)
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn header(slicer: &Slicer, names: Option<&ClientNames>) -> Vec<String
     if slicer.windowed() {
         h.extend(["window_start".to_string(), "window_end".to_string()]);
     }
-    h.extend(slicer.dims().iter().map(|d| d.name().to_string()));
+    h.extend(slicer.dims().iter().map(|d| d.column().to_string()));
     if with_client(slicer, names) {
         h.push("client".into());
     }
@@ -148,7 +148,7 @@ pub fn write_ndjson(
             if i > 0 {
                 out.push(',');
             }
-            json_str(&mut out, d.name());
+            json_str(&mut out, d.column());
             out.push(':');
             json_str(&mut out, v);
         }
