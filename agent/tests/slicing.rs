@@ -374,11 +374,16 @@ fn ja4_names_appear() {
     }
     // The stable fingerprints (`--by client`) are named too, each with
     // the name of the raw fingerprints it gathers.
-    let stable = ok(&[&names[..], &["--by", "client", "--format", "ndjson", "pcaps"]].concat());
+    let stable = ok(&[
+        &names[..],
+        &["--by", "client", "--format", "ndjson", "pcaps"],
+    ]
+    .concat());
     let mut raw_names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let named = analyzer::client_names::ClientNames::load(std::path::Path::new(
-        &format!("{}/../docs/ja4-names.csv", env!("CARGO_MANIFEST_DIR")),
-    ))
+    let named = analyzer::client_names::ClientNames::load(std::path::Path::new(&format!(
+        "{}/../docs/ja4-names.csv",
+        env!("CARGO_MANIFEST_DIR")
+    )))
     .unwrap();
     for r in records() {
         if let (Some(raw), Some(s)) = (r["ja4"].as_str(), r["ja4_stable"].as_str()) {
@@ -426,9 +431,7 @@ fn ja4_names_appear() {
         .unwrap_or_else(|| panic!("no never-resume section:\n{table}"));
     let head = section.lines().next().unwrap();
     assert!(
-        head.starts_with("ja4_stable")
-            && head.contains("client")
-            && head.contains("full_no_offer"),
+        head.starts_with("ja4_stable") && head.contains("client") && head.contains("full_no_offer"),
         "{head}"
     );
     assert!(section.contains("curl 7.88.1"), "{section}");

@@ -85,7 +85,10 @@ impl ByClient {
         } else {
             OTHER
         };
-        self.by_client.entry(key.to_string()).or_default().merge(&one);
+        self.by_client
+            .entry(key.to_string())
+            .or_default()
+            .merge(&one);
     }
 
     /// Up to [`NEVER_RESUME_ROWS`] fingerprints with the most missed
@@ -165,13 +168,30 @@ mod tests {
         let mut b = ByClient::default();
         let psk = Some(vec![Resumption::Psk]);
         for (raw, kind, offered) in [
-            ("t13d0411h1_16476d049b0b_303c7117418d", HandshakeKind::Full, Some(vec![])),
-            ("t13d0412h1_16476d049b0b_622f681f1a22", HandshakeKind::Resumed, psk.clone()),
-            ("t13d0412h1_16476d049b0b_622f681f1a22", HandshakeKind::Resumed, psk),
+            (
+                "t13d0411h1_16476d049b0b_303c7117418d",
+                HandshakeKind::Full,
+                Some(vec![]),
+            ),
+            (
+                "t13d0412h1_16476d049b0b_622f681f1a22",
+                HandshakeKind::Resumed,
+                psk.clone(),
+            ),
+            (
+                "t13d0412h1_16476d049b0b_622f681f1a22",
+                HandshakeKind::Resumed,
+                psk,
+            ),
         ] {
             b.add(&ConnectionRecord {
                 ja4: Some(raw.into()),
-                ..rec(Some("t13d0411h1_16476d049b0b_303c7117418d"), kind, offered, 0.0)
+                ..rec(
+                    Some("t13d0411h1_16476d049b0b_303c7117418d"),
+                    kind,
+                    offered,
+                    0.0,
+                )
             });
         }
         let rows = b.never_resume();

@@ -475,7 +475,10 @@ mod tests {
         r.ja4 = Some("t13d0412h1_16476d049b0b_622f681f1a22".into());
         r.ja4_stable = Some("t13d0411h1_16476d049b0b_303c7117418d".into());
         assert_eq!(Dim::Ja4.value(&r), "t13d0412h1_16476d049b0b_622f681f1a22");
-        assert_eq!(Dim::Client.value(&r), "t13d0411h1_16476d049b0b_303c7117418d");
+        assert_eq!(
+            Dim::Client.value(&r),
+            "t13d0411h1_16476d049b0b_303c7117418d"
+        );
         assert_eq!(Dim::Client.column(), "ja4_stable");
         assert_eq!(Dim::Ja4.column(), "ja4");
         assert_eq!(server_ip("2001:db8::1"), "2001:db8::1");

@@ -898,7 +898,10 @@ mod tests {
         }
         let text = m.encode();
         let counts = samples(&text, "tls_client_handshakes_total");
-        let values: BTreeSet<&str> = counts.iter().map(|(l, _)| l["ja4_stable"].as_str()).collect();
+        let values: BTreeSet<&str> = counts
+            .iter()
+            .map(|(l, _)| l["ja4_stable"].as_str())
+            .collect();
         assert!(
             values.len() <= TOP + 2,
             "{} ja4_stable values: {values:?}",

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use crate::aggregate::Histogram;
 use crate::client_names::ClientNames;
 use crate::record::UtcTime;
-use crate::slice::{Dim, Row, SliceStats, Slicer};
+use crate::slice::{Row, SliceStats, Slicer};
 
 /// The quantiles every time distribution reports.
 pub const QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p75", 0.75), ("p95", 0.95), ("p99", 0.99)];
@@ -353,7 +353,7 @@ pub fn write_table(
 mod tests {
     use super::*;
     use crate::record::*;
-    use crate::slice::Windows;
+    use crate::slice::{Dim, Windows};
 
     fn rec(ts: f64, ja4: &str, kind: HandshakeKind, hs: f64) -> ConnectionRecord {
         ConnectionRecord {

@@ -330,7 +330,10 @@ mod tests {
         let resuming = parse_hex(CURL_RESUMING);
         assert!(resuming.extensions.contains(&ext::PRE_SHARED_KEY));
         assert_eq!(ja4(&fresh, false), "t13d0411h1_16476d049b0b_303c7117418d");
-        assert_eq!(ja4(&resuming, false), "t13d0412h1_16476d049b0b_622f681f1a22");
+        assert_eq!(
+            ja4(&resuming, false),
+            "t13d0412h1_16476d049b0b_622f681f1a22"
+        );
         assert_eq!(ja4_stable(&fresh, false), ja4_stable(&resuming, false));
         assert_eq!(ja4_stable(&fresh, false), ja4(&fresh, false));
     }
