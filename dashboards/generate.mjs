@@ -563,8 +563,8 @@ const resumption = dashboard({
     [
       timeseries(
         'Resumption rate by top client',
-        'Resumed / (full + resumed) handshakes by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other", "none" without a fingerprint; with --ja4-names the legend shows the client\'s name. A fingerprint counts under its own name from its admission on (docs/running.md). Not split by server name: the metric has no server_name label.',
-        [target(resumptionRate('ja4, client', 'tls_client_handshakes_total'), '{{client}} {{ja4}}')],
+        'Resumed / (full + resumed) handshakes by client fingerprint (ja4_stable: JA4 without the session-dependent extensions, so a client\'s fresh and resuming hellos count together): the agent\'s top clients by volume (--top-clients, 20), the rest "other", "none" without a fingerprint; with --ja4-names the legend shows the client\'s name. A fingerprint counts under its own name from its admission on (docs/running.md). Not split by server name: the metric has no server_name label.',
+        [target(resumptionRate('ja4_stable, client', 'tls_client_handshakes_total'), '{{client}} {{ja4_stable}}')],
         { unit: 'percentunit', max: 1 },
       ),
       8,
@@ -669,8 +669,8 @@ const cost = dashboard({
     [
       timeseries(
         'Handshake duration p95 by top client',
-        'ClientHello to the client\'s first application data, 95th percentile, by client fingerprint (JA4): the agent\'s top clients by volume (--top-clients, 20), the rest "other"; with --ja4-names the legend shows the client\'s name. Not split by server name: the metric has no server_name label.',
-        [target(`histogram_quantile(0.95, sum by (ja4, client, le) (${rate('tls_client_handshake_duration_seconds', '', '_bucket')}))`, 'p95 {{client}} {{ja4}}')],
+        'ClientHello to the client\'s first application data, 95th percentile, by client fingerprint (ja4_stable): the agent\'s top clients by volume (--top-clients, 20), the rest "other"; with --ja4-names the legend shows the client\'s name. Not split by server name: the metric has no server_name label.',
+        [target(`histogram_quantile(0.95, sum by (ja4_stable, client, le) (${rate('tls_client_handshake_duration_seconds', '', '_bucket')}))`, 'p95 {{client}} {{ja4_stable}}')],
         { unit: 's' },
       ),
       8,

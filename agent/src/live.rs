@@ -63,12 +63,12 @@ pub struct LiveArgs {
     /// Distinct server_name label values before the rest become "other".
     #[arg(long, default_value_t = 20)]
     pub top_server_names: usize,
-    /// Client fingerprints (JA4) with a `ja4` label value of their own: the
+    /// Client fingerprints (ja4_stable) with a `ja4_stable` label value of their own: the
     /// busiest N, admitted by a heavy-hitters sketch; the rest "other".
     #[arg(long, default_value_t = 20)]
     pub top_clients: usize,
     /// CSV of `ja4,name`: a `client` label with the name beside each
-    /// fingerprint's `ja4` (as `replay --ja4-names`).
+    /// fingerprint's `ja4_stable` (as `replay --ja4-names`).
     #[arg(long, value_name = "FILE")]
     pub ja4_names: Option<PathBuf>,
     /// Replace server names in labels by a salted SHA-256 prefix.

@@ -33,7 +33,7 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Aggregate by these dimensions (comma-separated, repeatable): sni,
-    /// ja4, family, version, alpn, transport, server.
+    /// ja4, client (= ja4_stable), family, version, alpn, transport, server.
     #[arg(long, value_name = "DIM", value_delimiter = ',', value_parser = parse_dim)]
     by: Vec<Dim>,
     /// Aggregate by time window of capture time, aligned to the epoch:

@@ -265,6 +265,7 @@ fn assert_same_handshake(got: &Value, whole: &Value) {
         "resumption",
         "early_data",
         "ja4",
+        "ja4_stable",
         "ja4s",
     ] {
         assert_eq!(got[field], whole[field], "{field}: {got}\nwhole: {whole}");

@@ -52,7 +52,7 @@ const PORT_B: u16 = 4434; // the same, other cache and ticket key: declines A's 
 const PORT_C: u16 = 4435; // TLS 1.3 only, X25519 only: HRR for a P-256 key share
 const AGENT: &str = "127.0.0.1:9853"; // in the server namespace
 const PROMETHEUS: &str = "127.0.0.1:9090"; // likewise
-/// Three: a client fingerprint seen once a round gets its own `ja4` series
+/// Three: a client fingerprint seen once a round gets its own `ja4_stable` series
 /// at its second handshake (round 2), which must move again (round 3) for
 /// rate() to see it.
 const ROUNDS: usize = 3;
@@ -827,7 +827,7 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
     let title = p["title"].as_str().unwrap();
     let ctx = || format!("{file}: \"{title}\": {expr}\n=> {rows:?}");
     // Every step repeats each round, so each fingerprint of this test has
-    // its own ja4 series by round 2 and `other` may stop moving: over the
+    // its own ja4_stable series by round 2 and `other` may stop moving: over the
     // window its rate is 0 and a quantile or ratio of it NaN (a gap in
     // Grafana). Every other value must be finite.
     let rows: &Rows = &rows
@@ -835,7 +835,7 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
         .filter(|(l, v)| {
             !(title.ends_with("by top client")
                 && v.is_nan()
-                && l.get("ja4").map(String::as_str) == Some("other"))
+                && l.get("ja4_stable").map(String::as_str) == Some("other"))
         })
         .cloned()
         .collect();
@@ -956,7 +956,7 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
             assert_eq!(labels("version"), set(&["TLS1.2", "TLS1.3"]), "{}", ctx())
         }
         "Resumption rate by top client" | "Handshake duration p95 by top client" => {
-            let clients = labels("ja4");
+            let clients = labels("ja4_stable");
             assert!(
                 clients.iter().any(|c| c.starts_with('t')),
                 "no client of its own: {}",
@@ -1109,12 +1109,15 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
     );
     assert!(prom.scalar(&format!("sum(tls_avoidable_handshake_seconds_total{sel})")) > 0.0);
     // Issue 15: every handshake once by client fingerprint, under its own
-    // JA4 (one the records have) or other/none; the family on both.
+    // ja4_stable (one the records have) or other/none; the family on both.
     let records: Vec<Value> = events
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let fingerprints: BTreeSet<&str> = records.iter().filter_map(|r| r["ja4"].as_str()).collect();
+    let fingerprints: BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| r["ja4_stable"].as_str())
+        .collect();
     let clients = prom.query(&format!("tls_client_handshakes_total{sel}"));
     assert_eq!(
         clients.iter().map(|(_, v)| v).sum::<f64>(),
@@ -1124,17 +1127,17 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
     );
     let own: BTreeSet<&str> = clients
         .iter()
-        .map(|(l, _)| l["ja4"].as_str())
+        .map(|(l, _)| l["ja4_stable"].as_str())
         .filter(|j| *j != "other" && *j != "none")
         .collect();
     assert!(
         !own.is_empty() && own.is_subset(&fingerprints),
-        "ja4 values {own:?}, the records' {fingerprints:?}"
+        "ja4_stable values {own:?}, the records' {fingerprints:?}"
     );
     // --ja4-names: each series' `client` is its fingerprint's name, if any.
     let names = analyzer::client_names::ClientNames::load(&ja4_names()).unwrap();
     for (l, _) in &clients {
-        let want = names.get(&l["ja4"]).unwrap_or_default();
+        let want = names.get(&l["ja4_stable"]).unwrap_or_default();
         assert_eq!(
             l.get("client").map(String::as_str).unwrap_or_default(),
             want,

@@ -316,9 +316,10 @@ fn slicing_sections_render_in_chromium() {
         let r: Value = serde_json::from_str(line).unwrap();
         let v = r["version"].as_str().unwrap_or("(unknown)").to_string();
         *by_version.entry(v).or_default() += 1;
-        if let (Some(ja4), Some("full")) = (r["ja4"].as_str(), r["handshake"].as_str()) {
+        // The never-resume table groups clients by ja4_stable.
+        if let (Some(fp), Some("full")) = (r["ja4_stable"].as_str(), r["handshake"].as_str()) {
             if r["offered"].is_array() {
-                *missed.entry(ja4.to_string()).or_default() += 1;
+                *missed.entry(fp.to_string()).or_default() += 1;
             }
         }
     }

@@ -22,7 +22,7 @@
 //!    (`tlsrum_kernel_packets_total{kind="done"}`), nothing is lost
 //!    (`tlsrum_drops_total`, `tlsrum_kernel_bytes_lost_total`);
 //! 5. `live_metrics_agree_with_the_records`: each agent's /metrics counters
-//!    agree with its records (labels family, version and ja4 included).
+//!    agree with its records (labels family, version and ja4_stable included).
 //!
 //! `tcpreplay_of_pcaps_matches_replay`:
 //! 3. `tcpreplay` of the committed `pcaps/*.pcapng` from the client's end
@@ -507,14 +507,14 @@ fn assert_metrics_agree(name: &str, m: &Metrics, records: &[Value]) {
         timed,
         "{name}: tls_handshake_duration_seconds by kind, family, version vs records"
     );
-    // The ja4 label: the records' fingerprints. With fewer fingerprints
+    // The ja4_stable label: the records' stable fingerprints. With fewer fingerprints
     // than the sketch has counters (4 x --top-clients 20) and label
     // values, each fingerprint seen twice or more has its own series from
     // its second handshake on (the admission rule, docs/running.md); the
     // rest is other, records without one none; nothing lost.
     let mut seen: BTreeMap<String, f64> = BTreeMap::new();
     for r in records {
-        let j = r["ja4"].as_str().unwrap_or("none").to_owned();
+        let j = r["ja4_stable"].as_str().unwrap_or("none").to_owned();
         *seen.entry(j).or_default() += 1.0;
     }
     assert!(seen.len() <= 20, "{name}: {} fingerprints", seen.len());
@@ -530,9 +530,9 @@ fn assert_metrics_agree(name: &str, m: &Metrics, records: &[Value]) {
         }
     }
     assert_eq!(
-        m.group("tls_client_handshakes_total", &["ja4"]),
+        m.group("tls_client_handshakes_total", &["ja4_stable"]),
         want,
-        "{name}: tls_client_handshakes_total by ja4 vs the records' fingerprints"
+        "{name}: tls_client_handshakes_total by ja4_stable vs the records' fingerprints"
     );
     let by_name = m.group("tls_handshakes_total", &["server_name"]);
     assert_eq!(
@@ -1208,7 +1208,7 @@ fn live_metrics_agree_with_the_records() {
 
 /// Issue 15: on a dual-stack veth, handshakes over IPv4 and IPv6 reach
 /// /metrics under `family` ipv4 and ipv6, on both backends, and the
-/// family, version and ja4 labels agree with the records
+/// family, version and ja4_stable labels agree with the records
 /// (`assert_metrics_agree`).
 #[test]
 fn live_family_labels_follow_ipv4_and_ipv6() {

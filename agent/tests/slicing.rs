@@ -2,7 +2,7 @@
 //! bundled captures, checked against aggregates computed here,
 //! independently, from the per-connection NDJSON of the same captures.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -44,6 +44,7 @@ fn value(r: &Value, dim: &str) -> String {
     match dim {
         "sni" => s("sni", "(no sni)"),
         "ja4" => s("ja4", "(none)"),
+        "client" => s("ja4_stable", "(none)"),
         "family" => s("family", "?"),
         "version" => s("version", "(unknown)"),
         "alpn" => s("alpn_negotiated", "(unknown)"),
@@ -123,11 +124,19 @@ fn near(shown: &Value, exact: Option<f64>, what: &str) {
     }
 }
 
+/// A dimension's key in the outputs: its name, `ja4_stable` for `client`.
+fn column(dim: &str) -> &str {
+    match dim {
+        "client" => "ja4_stable",
+        d => d,
+    }
+}
+
 fn group_of(o: &Value, dims: &[&str]) -> Vec<String> {
     let g = o["group"].as_object().unwrap();
     assert_eq!(g.len(), dims.len(), "{o}");
     dims.iter()
-        .map(|d| g[*d].as_str().unwrap().to_string())
+        .map(|d| g[column(d)].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -140,6 +149,7 @@ fn by_each_dimension_and_combinations_matches_the_records() {
     for dims in [
         &["sni"][..],
         &["ja4"],
+        &["client"],
         &["family"],
         &["version"],
         &["alpn"],
@@ -147,6 +157,7 @@ fn by_each_dimension_and_combinations_matches_the_records() {
         &["server"],
         &["family", "version"],
         &["ja4", "transport", "server"],
+        &["client", "version"],
     ] {
         let by = dims.join(",");
         let out = ok(&["--by", &by, "--format", "ndjson", "pcaps"]);
@@ -361,6 +372,38 @@ fn ja4_names_appear() {
             .unwrap_or_else(|| panic!("no client: {l}"));
         seen.push(client.to_string());
     }
+    // The stable fingerprints (`--by client`) are named too, each with
+    // the name of the raw fingerprints it gathers.
+    let stable = ok(&[
+        &names[..],
+        &["--by", "client", "--format", "ndjson", "pcaps"],
+    ]
+    .concat());
+    let mut raw_names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let named = analyzer::client_names::ClientNames::load(std::path::Path::new(&format!(
+        "{}/../docs/ja4-names.csv",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+    .unwrap();
+    for r in records() {
+        if let (Some(raw), Some(s)) = (r["ja4"].as_str(), r["ja4_stable"].as_str()) {
+            let name = named.get(raw).unwrap_or_else(|| panic!("{raw} not named"));
+            raw_names.entry(s.into()).or_default().insert(name.into());
+        }
+    }
+    let mut stable_seen = 0;
+    for l in stable.lines() {
+        let o: Value = serde_json::from_str(l).unwrap();
+        let fp = o["group"]["ja4_stable"].as_str().unwrap();
+        let client = o["client"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no client: {l}"));
+        if let Some(want) = raw_names.get(fp) {
+            assert!(want.contains(client), "{fp}: {client} not in {want:?}");
+            stable_seen += 1;
+        }
+    }
+    assert_eq!(stable_seen, raw_names.len(), "{stable}");
     for want in [
         "curl 7.88.1",
         "openssl s_client 3.0",
@@ -388,7 +431,7 @@ fn ja4_names_appear() {
         .unwrap_or_else(|| panic!("no never-resume section:\n{table}"));
     let head = section.lines().next().unwrap();
     assert!(
-        head.starts_with("ja4") && head.contains("client") && head.contains("full_no_offer"),
+        head.starts_with("ja4_stable") && head.contains("client") && head.contains("full_no_offer"),
         "{head}"
     );
     assert!(section.contains("curl 7.88.1"), "{section}");
@@ -401,10 +444,10 @@ fn never_resume_section_matches_the_records() {
     let recs = records();
     let mut missed: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for r in &recs {
-        let Some(ja4) = r["ja4"].as_str() else {
+        let Some(fp) = r["ja4_stable"].as_str() else {
             continue;
         };
-        let e = missed.entry(ja4.to_string()).or_default();
+        let e = missed.entry(fp.to_string()).or_default();
         let offered = r["offered"].as_array().map(|o| !o.is_empty());
         match (r["handshake"].as_str(), offered) {
             (Some("full"), Some(false)) => e.0 += 1,

@@ -2,6 +2,11 @@
 //! (`--ja4-names FILE`), so reports can say "curl 7.88.1" next to
 //! `t13d…`. One optional header line `ja4,name`, `#` comments and blank
 //! lines allowed, names quoted as CSV (RFC 4180) when they hold commas.
+//!
+//! A fingerprint is a raw `ja4` or a `ja4_stable` value (the same shape):
+//! each output looks up the kind of value it shows (`--by ja4` the raw one;
+//! `--by client`, the never-resume table and the live `ja4_stable` label
+//! the stable one), so a file names stable values by listing them.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -157,6 +162,21 @@ mod tests {
             Some("aioquic, 0.9")
         );
         assert_eq!(n.get("t13d0000h2_000000000000_000000000000"), None);
+    }
+
+    /// A file may name raw and stable fingerprints side by side; a stable
+    /// key finds its own entry, not its client's raw one.
+    #[test]
+    fn raw_and_stable_fingerprints_side_by_side() {
+        let raw = "t13d0412h1_16476d049b0b_622f681f1a22";
+        let stable = "t13d0411h1_16476d049b0b_303c7117418d";
+        let only_raw = ClientNames::parse(format!("{raw},curl\n").as_bytes()).unwrap();
+        assert_eq!(only_raw.get(stable), None);
+        let both =
+            ClientNames::parse(format!("ja4,name\n{raw},curl\n{stable},curl 8\n").as_bytes())
+                .unwrap();
+        assert_eq!(both.get(raw), Some("curl"));
+        assert_eq!(both.get(stable), Some("curl 8"));
     }
 
     #[test]

@@ -1,7 +1,11 @@
-//! "Which clients never resume": per client fingerprint (JA4), the full
+//! "Which clients never resume": per client fingerprint, the full
 //! handshakes that offered nothing and those whose offer was declined,
 //! against the resumed ones, and the avoidable latency they cost. Bounded
 //! like the server names ([`MAX_NAMES`], the rest folded into `(other)`).
+//!
+//! The fingerprint is `ja4_stable`, not `ja4`: a TLS 1.3 client's resuming
+//! hello carries pre_shared_key and its fresh one does not, so by raw JA4
+//! every fingerprint resumes 0 % or 100 % and the question has no answer.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +48,8 @@ impl ClientResumption {
 /// Resumption by client fingerprint, over the records that have one.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ByClient {
-    pub by_ja4: BTreeMap<String, ClientResumption>,
+    /// Keyed by `ja4_stable`.
+    pub by_client: BTreeMap<String, ClientResumption>,
     /// Avoidable latency of every record (with a fingerprint or not): the
     /// denominator of each fingerprint's share.
     pub total_avoidable_ms: f64,
@@ -54,7 +59,9 @@ impl ByClient {
     pub fn add(&mut self, r: &ConnectionRecord) {
         let avoidable = r.timing.avoidable.unwrap_or(0.0);
         self.total_avoidable_ms += avoidable;
-        let Some(ja4) = r.ja4.as_deref() else { return };
+        let Some(fp) = r.ja4_stable.as_deref() else {
+            return;
+        };
         let mut one = ClientResumption {
             avoidable_ms: avoidable,
             ..Default::default()
@@ -70,22 +77,25 @@ impl ByClient {
             Some(HandshakeKind::Resumed) => one.resumed = 1,
             _ => {}
         }
-        if let Some(c) = self.by_ja4.get_mut(ja4) {
+        if let Some(c) = self.by_client.get_mut(fp) {
             return c.merge(&one);
         }
-        let key = if self.by_ja4.len() < MAX_NAMES {
-            ja4
+        let key = if self.by_client.len() < MAX_NAMES {
+            fp
         } else {
             OTHER
         };
-        self.by_ja4.entry(key.to_string()).or_default().merge(&one);
+        self.by_client
+            .entry(key.to_string())
+            .or_default()
+            .merge(&one);
     }
 
     /// Up to [`NEVER_RESUME_ROWS`] fingerprints with the most missed
     /// resumptions (descending, then by fingerprint); empty if none missed one.
     pub fn never_resume(&self) -> Vec<(&str, &ClientResumption)> {
         let mut rows: Vec<(&str, &ClientResumption)> = self
-            .by_ja4
+            .by_client
             .iter()
             .filter(|(_, c)| c.missed() > 0)
             .map(|(k, c)| (k.as_str(), c))
@@ -107,7 +117,7 @@ mod tests {
     use crate::record::*;
 
     fn rec(
-        ja4: Option<&str>,
+        stable: Option<&str>,
         kind: HandshakeKind,
         offered: Option<Vec<Resumption>>,
         avoidable: f64,
@@ -118,7 +128,7 @@ mod tests {
                 avoidable: (avoidable > 0.0).then_some(avoidable),
                 ..Timing::default()
             },
-            ja4: ja4.map(Into::into),
+            ja4_stable: stable.map(Into::into),
             ..ConnectionRecord::sample(kind)
         }
     }
@@ -149,5 +159,45 @@ mod tests {
         assert_eq!(rows[1].1.resumed, 1);
         assert_eq!(b.share(rows[1].1), Some(0.75));
         assert!(ByClient::default().never_resume().is_empty());
+    }
+
+    /// Regression: by raw JA4, curl's fresh hellos (no pre_shared_key)
+    /// and its resuming ones were two clients, one "never resuming".
+    #[test]
+    fn fresh_and_resuming_hellos_are_one_client() {
+        let mut b = ByClient::default();
+        let psk = Some(vec![Resumption::Psk]);
+        for (raw, kind, offered) in [
+            (
+                "t13d0411h1_16476d049b0b_303c7117418d",
+                HandshakeKind::Full,
+                Some(vec![]),
+            ),
+            (
+                "t13d0412h1_16476d049b0b_622f681f1a22",
+                HandshakeKind::Resumed,
+                psk.clone(),
+            ),
+            (
+                "t13d0412h1_16476d049b0b_622f681f1a22",
+                HandshakeKind::Resumed,
+                psk,
+            ),
+        ] {
+            b.add(&ConnectionRecord {
+                ja4: Some(raw.into()),
+                ..rec(
+                    Some("t13d0411h1_16476d049b0b_303c7117418d"),
+                    kind,
+                    offered,
+                    0.0,
+                )
+            });
+        }
+        let rows = b.never_resume();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].0, "t13d0411h1_16476d049b0b_303c7117418d");
+        assert_eq!(rows[0].1.full_no_offer, 1);
+        assert_eq!(rows[0].1.resumed, 2);
     }
 }

@@ -253,6 +253,11 @@ pub struct ConnectionRecord {
     /// FoxIO JA4 of the (first) ClientHello; None when the capture does not
     /// show it.
     pub ja4: Option<String>,
+    /// JA4 without the session-dependent extensions (padding,
+    /// session_ticket, pre_shared_key, early_data): the same for a client's
+    /// fresh and resuming hellos ([`ja4_stable`](crate::tls::ja4::ja4_stable)).
+    /// None where `ja4` is.
+    pub ja4_stable: Option<String>,
     /// FoxIO JA4S of the ServerHello answering it; None when not shown.
     pub ja4s: Option<String>,
     /// The protocol the server chose: its ServerHello's ALPN (TLS <= 1.2),
@@ -327,6 +332,7 @@ impl ConnectionRecord {
             notes: vec![],
             proxied_client: None,
             ja4: None,
+            ja4_stable: None,
             ja4s: None,
             alpn_negotiated: None,
             family: Family::Ipv4,

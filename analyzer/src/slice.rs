@@ -1,5 +1,5 @@
 //! Aggregates of connection records by any combination of dimensions
-//! (`--by sni,ja4,family,version,alpn,transport,server`) and, optionally,
+//! (`--by sni,ja4,client,family,version,alpn,transport,server`) and, optionally,
 //! by time window (`--window`), in bounded memory: distinct groups, windows
 //! and (window, group) cells are capped, and what a cap folds is counted.
 
@@ -21,7 +21,10 @@ pub const MAX_CELLS: usize = 100_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Dim {
     Sni,
+    /// The raw JA4: a TLS 1.3 client's fresh and resuming hellos differ.
     Ja4,
+    /// The client by its `ja4_stable`: fresh and resuming hellos together.
+    Client,
     Family,
     Version,
     Alpn,
@@ -30,9 +33,10 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub const ALL: [Dim; 7] = [
+    pub const ALL: [Dim; 8] = [
         Dim::Sni,
         Dim::Ja4,
+        Dim::Client,
         Dim::Family,
         Dim::Version,
         Dim::Alpn,
@@ -40,17 +44,33 @@ impl Dim {
         Dim::Server,
     ];
 
-    /// The dimension's name on the command line and in outputs.
+    /// The dimension's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Dim::Sni => "sni",
             Dim::Ja4 => "ja4",
+            Dim::Client => "client",
             Dim::Family => "family",
             Dim::Version => "version",
             Dim::Alpn => "alpn",
             Dim::Transport => "transport",
             Dim::Server => "server",
         }
+    }
+
+    /// The dimension's column in outputs: its name, but `ja4_stable` for
+    /// `client` (the record field it groups by; the names file's `client`
+    /// column may follow it).
+    pub fn column(self) -> &'static str {
+        match self {
+            Dim::Client => "ja4_stable",
+            d => d.name(),
+        }
+    }
+
+    /// Whether the values are client fingerprints (`--ja4-names` names them).
+    pub fn is_fingerprint(self) -> bool {
+        matches!(self, Dim::Ja4 | Dim::Client)
     }
 
     pub fn parse(s: &str) -> Option<Dim> {
@@ -62,6 +82,7 @@ impl Dim {
         match self {
             Dim::Sni => r.sni.as_deref().unwrap_or(NO_SNI).to_string(),
             Dim::Ja4 => r.ja4.as_deref().unwrap_or(NONE).to_string(),
+            Dim::Client => r.ja4_stable.as_deref().unwrap_or(NONE).to_string(),
             Dim::Family => r.family.as_str().to_string(),
             Dim::Version => r.version.unwrap_or(UNKNOWN).to_string(),
             Dim::Alpn => r.alpn_negotiated.as_deref().unwrap_or(UNKNOWN).to_string(),
@@ -75,7 +96,7 @@ impl Dim {
     }
 }
 
-/// The value of `ja4` for a record without one.
+/// The value of `ja4` and `client` for a record without a fingerprint.
 pub const NONE: &str = "(none)";
 /// The value of `version` and `alpn` where the wire does not show it.
 pub const UNKNOWN: &str = "(unknown)";
@@ -430,6 +451,7 @@ mod tests {
             [
                 "(no sni)",
                 "(none)",
+                "(none)",
                 "ipv4",
                 "TLS1.3",
                 "(unknown)",
@@ -450,6 +472,15 @@ mod tests {
         assert_eq!(Dim::Alpn.value(&r), "h3");
         assert_eq!(Dim::Family.value(&r), "ipv6");
         assert_eq!(Dim::Transport.value(&r), "quic");
+        r.ja4 = Some("t13d0412h1_16476d049b0b_622f681f1a22".into());
+        r.ja4_stable = Some("t13d0411h1_16476d049b0b_303c7117418d".into());
+        assert_eq!(Dim::Ja4.value(&r), "t13d0412h1_16476d049b0b_622f681f1a22");
+        assert_eq!(
+            Dim::Client.value(&r),
+            "t13d0411h1_16476d049b0b_303c7117418d"
+        );
+        assert_eq!(Dim::Client.column(), "ja4_stable");
+        assert_eq!(Dim::Ja4.column(), "ja4");
         assert_eq!(server_ip("2001:db8::1"), "2001:db8::1");
         for d in Dim::ALL {
             assert_eq!(Dim::parse(d.name()), Some(d));

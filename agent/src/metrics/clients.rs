@@ -1,4 +1,6 @@
-//! The bound on the `ja4` label: client fingerprints get series of their
+//! The bound on the `ja4_stable` label: client fingerprints (the records'
+//! `ja4_stable`, one per client rather than one per fresh or resuming
+//! hello) get series of their
 //! own only once a heavy-hitters sketch shows they are among the busiest.
 //!
 //! A Space-Saving sketch (Metwally, Agrawal, El Abbadi, "Efficient
@@ -41,7 +43,7 @@ impl Slot {
     }
 }
 
-/// Bounds the `ja4` label to the top N fingerprints by volume, plus
+/// Bounds the `ja4_stable` label to the top N fingerprints by volume, plus
 /// `other` and `none`.
 pub struct ClientFingerprints {
     top: usize,
@@ -50,7 +52,7 @@ pub struct ClientFingerprints {
     index: HashMap<String, usize>,
     /// Fingerprints the sketch has seen (M).
     seen: u64,
-    /// `--ja4-names`: the `client` label beside an admitted `ja4` (one
+    /// `--ja4-names`: the `client` label beside an admitted `ja4_stable` (one
     /// name per fingerprint, so it adds no series).
     names: Option<Arc<ClientNames>>,
 }
@@ -72,7 +74,7 @@ impl ClientFingerprints {
         self
     }
 
-    /// The `client` label for a `ja4` label value: its name, or empty.
+    /// The `client` label for a `ja4_stable` label value: its name, or empty.
     pub fn name(&self, label: &str) -> String {
         self.names
             .as_ref()

@@ -50,11 +50,13 @@ pub struct TimedLabels {
     pub server_name: String,
 }
 
-/// The client families: by fingerprint ([`super::clients`]), no server
-/// name (the budget: docs/running.md).
+/// The client families: by fingerprint ([`super::clients`]), the record's
+/// `ja4_stable` (a TLS 1.3 client's fresh and resuming hellos have two raw
+/// JA4s, which would split each client into a 0 % and a 100 % resumer),
+/// no server name (the budget: docs/running.md).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClientKindLabels {
-    pub ja4: String,
+    pub ja4_stable: String,
     /// The fingerprint's name from `--ja4-names`; empty when none.
     pub client: String,
     pub kind: String,
@@ -63,7 +65,7 @@ pub struct ClientKindLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClientLabels {
-    pub ja4: String,
+    pub ja4_stable: String,
     pub client: String,
     pub transport: String,
 }

@@ -1,7 +1,7 @@
 //! Prometheus metrics (prometheus-client): traffic facts under `tls_`,
 //! from each record; the agent's own health under `tlsrum_`, from the
 //! counters of the analyzer, the capture source and the kernel
-//! ([`health`]). Label values are enums, except `server_name` and `ja4`,
+//! ([`health`]). Label values are enums, except `server_name` and `ja4_stable`,
 //! which are bounded ([`labels::ServerNames`], [`clients`]).
 
 pub mod clients;
@@ -230,8 +230,8 @@ impl Metrics {
 
     pub fn record(&mut self, r: &ConnectionRecord) {
         let server_name = self.names.label(r.sni.as_deref());
-        let ja4 = self.clients.label(r.ja4.as_deref());
-        let client = self.clients.name(&ja4);
+        let ja4_stable = self.clients.label(r.ja4_stable.as_deref());
+        let client = self.clients.name(&ja4_stable);
         let family = r.family.as_str().to_string();
         let version = r.version.unwrap_or("unknown").to_string();
         let transport = match r.transport {
@@ -254,7 +254,7 @@ impl Metrics {
             .inc();
         self.client_handshakes
             .get_or_create(&ClientKindLabels {
-                ja4: ja4.clone(),
+                ja4_stable: ja4_stable.clone(),
                 client: client.clone(),
                 kind: kind.clone(),
                 transport: transport.clone(),
@@ -306,7 +306,7 @@ impl Metrics {
             self.handshake_seconds.get_or_create(&tl).observe(ms / 1e3);
             self.client_handshake_seconds
                 .get_or_create(&ClientLabels {
-                    ja4,
+                    ja4_stable,
                     client,
                     transport: transport.clone(),
                 })
@@ -698,7 +698,7 @@ mod tests {
     }
 
     /// Issue 15 on real captures, TLS over TCP and QUIC: the family,
-    /// version and ja4 labels are the records' (a fingerprint seen twice
+    /// version and ja4_stable labels are the records' (a fingerprint seen twice
     /// or more has its own series from its second handshake on: fewer
     /// fingerprints here than sketch counters), and every record is counted
     /// once by client.
@@ -737,7 +737,7 @@ mod tests {
                         .or_default() += 1.0;
                 }
                 *seen
-                    .entry(r["ja4"].as_str().unwrap_or("none").into())
+                    .entry(r["ja4_stable"].as_str().unwrap_or("none").into())
                     .or_default() += 1.0;
             }
             assert_eq!(
@@ -768,7 +768,7 @@ mod tests {
                 }
             }
             assert_eq!(
-                group("tls_client_handshakes_total", &["ja4"]),
+                group("tls_client_handshakes_total", &["ja4_stable"]),
                 want,
                 "{capture}"
             );
@@ -776,7 +776,7 @@ mod tests {
             // these captures' clients), empty for other and none.
             let names = bundled_client_names();
             for (l, _) in samples(&text, "tls_client_handshakes_total") {
-                let want = names.get(&l["ja4"]).unwrap_or_default();
+                let want = names.get(&l["ja4_stable"]).unwrap_or_default();
                 assert_eq!(
                     l.get("client").map(String::as_str),
                     Some(want),
@@ -798,7 +798,7 @@ mod tests {
     }
 
     /// A record with only what the traffic metrics read filled in.
-    fn record(ja4: Option<&str>, kind: HandshakeKind, family: Family, ms: f64) -> ConnectionRecord {
+    fn record(fp: Option<&str>, kind: HandshakeKind, family: Family, ms: f64) -> ConnectionRecord {
         use analyzer::record::{HandshakeBytes, Resumption, Timing};
         ConnectionRecord {
             ts: 0.0,
@@ -823,7 +823,8 @@ mod tests {
             certs: None,
             failure: None,
             notes: Vec::new(),
-            ja4: ja4.map(str::to_string),
+            ja4: fp.map(str::to_string),
+            ja4_stable: fp.map(str::to_string),
             ja4s: None,
             alpn_negotiated: None,
             family,
@@ -897,16 +898,19 @@ mod tests {
         }
         let text = m.encode();
         let counts = samples(&text, "tls_client_handshakes_total");
-        let values: BTreeSet<&str> = counts.iter().map(|(l, _)| l["ja4"].as_str()).collect();
+        let values: BTreeSet<&str> = counts
+            .iter()
+            .map(|(l, _)| l["ja4_stable"].as_str())
+            .collect();
         assert!(
             values.len() <= TOP + 2,
-            "{} ja4 values: {values:?}",
+            "{} ja4_stable values: {values:?}",
             values.len()
         );
         for heavy in early.iter().chain(&late) {
             let own: f64 = counts
                 .iter()
-                .filter(|(l, _)| l["ja4"] == *heavy)
+                .filter(|(l, _)| l["ja4_stable"] == *heavy)
                 .map(|(_, v)| v)
                 .sum();
             assert!(own > 0.0, "{heavy} has no series of its own: {values:?}");
@@ -932,7 +936,7 @@ mod tests {
         // The first heavy client resumes every time: its own series say so.
         let resumed = counts
             .iter()
-            .find(|(l, _)| l["ja4"] == early[0] && l["kind"] == "resumed");
+            .find(|(l, _)| l["ja4_stable"] == early[0] && l["kind"] == "resumed");
         assert!(resumed.is_some_and(|(_, v)| *v > 0.0), "{counts:?}");
         // The address family reaches the handshake counter and histograms.
         let ipv6 = samples(&text, "tls_handshake_duration_seconds_count")

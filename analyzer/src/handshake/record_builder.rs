@@ -120,6 +120,7 @@ impl Handshake {
             failure: self.failure.clone(),
             notes,
             ja4: first_ch.map(|c| ja4::ja4(c, quic)),
+            ja4_stable: first_ch.map(|c| ja4::ja4_stable(c, quic)),
             ja4s: first_sh.map(|s| ja4::ja4s(s, quic)),
             alpn_negotiated: self.alpn_negotiated(),
             family: Family::of(view.client.0),

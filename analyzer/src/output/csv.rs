@@ -20,7 +20,7 @@ const BEFORE_TIMING: [&str; 14] = [
     "hrr",
     "retry",
 ];
-const AFTER_TIMING: [&str; 15] = [
+const AFTER_TIMING: [&str; 16] = [
     "client_handshake_bytes",
     "server_handshake_bytes",
     "cert_count",
@@ -32,6 +32,7 @@ const AFTER_TIMING: [&str; 15] = [
     "failure",
     "notes",
     "ja4",
+    "ja4_stable",
     "ja4s",
     "alpn_negotiated",
     "family",
@@ -108,6 +109,7 @@ impl<W: Write> CsvWriter<W> {
             opt(&r.failure),
             r.notes.join(";"),
             opt(&r.ja4),
+            opt(&r.ja4_stable),
             opt(&r.ja4s),
             opt(&r.alpn_negotiated),
             r.family.as_str().to_string(),

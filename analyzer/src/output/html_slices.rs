@@ -14,7 +14,7 @@ use crate::slice::{Row, Slicer};
 
 /// The `--by` table: the same columns as `--format csv`.
 pub fn by_section(s: &Slicer, names: Option<&ClientNames>) -> String {
-    let dims: Vec<&str> = s.dims().iter().map(|d| d.name()).collect();
+    let dims: Vec<&str> = s.dims().iter().map(|d| d.column()).collect();
     let mut h = format!(
         "<h2 id=\"by\">By {}</h2><div class=\"scroll\"><table id=\"by-table\"><thead><tr>",
         esc(&dims.join(" × "))
@@ -61,17 +61,17 @@ pub fn never_resume_section(c: &ByClient, names: Option<&ClientNames>) -> String
     if list.is_empty() {
         return String::new();
     }
-    let mut h = String::from("<h2 id=\"never-resume\">Clients that never resume</h2><table id=\"never-resume-table\"><thead><tr><th>ja4</th>");
+    let mut h = String::from("<h2 id=\"never-resume\">Clients that never resume</h2><table id=\"never-resume-table\"><thead><tr><th>ja4_stable</th>");
     if names.is_some() {
         h.push_str("<th>client</th>");
     }
     h.push_str("<th>full, no offer</th><th>declined</th><th>resumed</th><th>resumed %</th><th>avoidable ms</th><th>share of avoidable</th></tr></thead><tbody>");
     let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0));
-    for (ja4, r) in list {
-        let k = |m: &str| format!("never_resume/{ja4}/{m}");
-        let _ = write!(h, "<tr><th>{}</th>", esc(ja4));
+    for (fp, r) in list {
+        let k = |m: &str| format!("never_resume/{fp}/{m}");
+        let _ = write!(h, "<tr><th>{}</th>", esc(fp));
         if let Some(n) = names {
-            h.push_str(&cell(&k("client"), n.get(ja4).unwrap_or("-")));
+            h.push_str(&cell(&k("client"), n.get(fp).unwrap_or("-")));
         }
         for (m, v) in [
             ("full_no_offer", r.full_no_offer.to_string()),
@@ -85,7 +85,7 @@ pub fn never_resume_section(c: &ByClient, names: Option<&ClientNames>) -> String
         }
         h.push_str("</tr>");
     }
-    h.push_str("</tbody></table><p class=\"note\">Fingerprints ordered by their full handshakes that offered no resumption or whose offer the server declined. Only declined offers have avoidable time: a client that offers nothing cannot be resumed by any server setting.</p>");
+    h.push_str("</tbody></table><p class=\"note\">Clients by their <code>ja4_stable</code> (JA4 without the session-dependent extensions, so a client's fresh and resuming hellos count together), ordered by their full handshakes that offered no resumption or whose offer the server declined. Only declined offers have avoidable time: a client that offers nothing cannot be resumed by any server setting.</p>");
     h
 }
 

@@ -225,6 +225,9 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     key(out, "ja4");
     opt_str(out, r.ja4.as_deref());
     out.push(b',');
+    key(out, "ja4_stable");
+    opt_str(out, r.ja4_stable.as_deref());
+    out.push(b',');
     key(out, "ja4s");
     opt_str(out, r.ja4s.as_deref());
     out.push(b',');
@@ -320,6 +323,7 @@ mod tests {
                 vec![]
             },
             ja4: (n % 5 != 4).then(|| "t13d1516h2_8daaf6152771_e5627efa2ab1".into()),
+            ja4_stable: (n % 5 != 4).then(|| "t13d1514h2_8daaf6152771_9b2f2e1d2a0c".into()),
             ja4s: (n % 3 != 1).then(|| "t130200_1301_234ea6891581".into()),
             alpn_negotiated: (n % 4 == 1).then(|| text.to_string()),
             family: if n.is_multiple_of(2) {

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use crate::aggregate::Histogram;
 use crate::client_names::ClientNames;
 use crate::record::UtcTime;
-use crate::slice::{Dim, Row, SliceStats, Slicer};
+use crate::slice::{Row, SliceStats, Slicer};
 
 /// The quantiles every time distribution reports.
 pub const QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p75", 0.75), ("p95", 0.95), ("p99", 0.99)];
@@ -29,12 +29,12 @@ fn round_ms(v: f64) -> f64 {
 
 /// Whether the outputs carry a `client` column.
 fn with_client(slicer: &Slicer, names: Option<&ClientNames>) -> bool {
-    names.is_some() && slicer.dims().contains(&Dim::Ja4)
+    names.is_some() && slicer.dims().iter().any(|d| d.is_fingerprint())
 }
 
 /// The client name of a row's fingerprint, if known.
 fn client<'a>(slicer: &Slicer, row: &Row<'_>, names: Option<&'a ClientNames>) -> Option<&'a str> {
-    let i = slicer.dims().iter().position(|d| *d == Dim::Ja4)?;
+    let i = slicer.dims().iter().position(|d| d.is_fingerprint())?;
     names?.get(row.group.get(i)?)
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn header(slicer: &Slicer, names: Option<&ClientNames>) -> Vec<String
     if slicer.windowed() {
         h.extend(["window_start".to_string(), "window_end".to_string()]);
     }
-    h.extend(slicer.dims().iter().map(|d| d.name().to_string()));
+    h.extend(slicer.dims().iter().map(|d| d.column().to_string()));
     if with_client(slicer, names) {
         h.push("client".into());
     }
@@ -148,7 +148,7 @@ pub fn write_ndjson(
             if i > 0 {
                 out.push(',');
             }
-            json_str(&mut out, d.name());
+            json_str(&mut out, d.column());
             out.push(':');
             json_str(&mut out, v);
         }
@@ -353,7 +353,7 @@ pub fn write_table(
 mod tests {
     use super::*;
     use crate::record::*;
-    use crate::slice::Windows;
+    use crate::slice::{Dim, Windows};
 
     fn rec(ts: f64, ja4: &str, kind: HandshakeKind, hs: f64) -> ConnectionRecord {
         ConnectionRecord {

@@ -140,7 +140,7 @@ pub fn write_table(
     write_never_resume(w, &s.clients, names)
 }
 
-/// The section "clients that never resume": the fingerprints with the most
+/// The section "clients that never resume": the clients (by `ja4_stable`) with the most
 /// full handshakes that offered nothing or were declined; nothing when no
 /// fingerprinted handshake missed a resumption.
 pub fn write_never_resume(
@@ -152,7 +152,7 @@ pub fn write_never_resume(
     if list.is_empty() {
         return Ok(());
     }
-    let mut head = vec!["ja4"];
+    let mut head = vec!["ja4_stable"];
     if names.is_some() {
         head.push("client");
     }
@@ -166,10 +166,10 @@ pub fn write_never_resume(
     ]);
     let left = head.len() - 6;
     let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
-    for (ja4, c) in list {
-        let mut r = vec![ja4.to_string()];
+    for (fp, c) in list {
+        let mut r = vec![fp.to_string()];
         if let Some(n) = names {
-            r.push(n.get(ja4).unwrap_or("-").to_string());
+            r.push(n.get(fp).unwrap_or("-").to_string());
         }
         r.extend([
             c.full_no_offer.to_string(),
@@ -184,7 +184,7 @@ pub fn write_never_resume(
     writeln!(w)?;
     writeln!(w, "clients that never resume")?;
     crate::output::slices::write_columns(w, &rows, left, Some(1))?;
-    writeln!(w, "(by full handshakes that offered no resumption (full_no_offer) or whose offer was declined; avoidable_share = share of all avoidable ms)")
+    writeln!(w, "(clients by ja4_stable, JA4 without the session-dependent extensions; by full handshakes that offered no resumption (full_no_offer) or whose offer was declined; avoidable_share = share of all avoidable ms)")
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ pub mod extension_type {
     pub const SUPPORTED_GROUPS: u16 = 10;
     pub const SIGNATURE_ALGORITHMS: u16 = 13;
     pub const ALPN: u16 = 16;
+    pub const PADDING: u16 = 21;
     pub const SESSION_TICKET: u16 = 35;
     pub const PRE_SHARED_KEY: u16 = 41;
     pub const EARLY_DATA: u16 = 42;

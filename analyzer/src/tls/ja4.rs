@@ -12,6 +12,14 @@
 //! non-ASCII character, JA4.md takes hex digits),
 //! tlsrum follows JA4.md; `agent/tests/ja4.rs` lists the one capture.
 //!
+//! `ja4_stable` is JA4 with the session-dependent extensions left out
+//! ([`SESSION_DEPENDENT`]: padding, session_ticket, pre_shared_key,
+//! early_data) from both the extension count and the extension hash, so
+//! that a client's fresh and resuming ClientHellos share one value (the
+//! idea of FoxIO-LLC/ja4 issue #303 "JA4E", huginn-net's JA4_s1 and
+//! fingerproxy's stable JA4). Everything else is JA4's rule, by the same
+//! code: [`ja4`] is [`ja4_stable`] with nothing left out.
+//!
 //! Computed when the record is built, from what the parsed hellos keep
 //! anyway (suites, extension types in order, signature algorithms,
 //! versions); the only extra per-handshake state is each hello's two ALPN
@@ -100,6 +108,17 @@ fn hex_list(values: impl IntoIterator<Item = u16>) -> String {
     out
 }
 
+/// The extensions whose presence or content depends on the session
+/// rather than on the client: a resuming ClientHello adds pre_shared_key
+/// (and early_data), fills session_ticket, and pads to a different
+/// length. [`ja4_stable`] leaves them out.
+pub const SESSION_DEPENDENT: [u16; 4] = [
+    ext::PADDING,
+    ext::SESSION_TICKET,
+    ext::PRE_SHARED_KEY,
+    ext::EARLY_DATA,
+];
+
 /// A fingerprint's parts before hashing.
 struct Parts {
     a: String,
@@ -107,7 +126,9 @@ struct Parts {
     c: String,
 }
 
-fn client_parts(ch: &ClientHello, quic: bool) -> Parts {
+/// JA4's parts, with the extensions in `leave_out` ignored as GREASE is
+/// (neither counted nor hashed).
+fn client_parts(ch: &ClientHello, quic: bool, leave_out: &[u16]) -> Parts {
     let mut suites: Vec<u16> = ch
         .cipher_suites
         .iter()
@@ -118,7 +139,7 @@ fn client_parts(ch: &ClientHello, quic: bool) -> Parts {
         .extensions
         .iter()
         .copied()
-        .filter(|&e| !is_grease(e))
+        .filter(|&e| !is_grease(e) && !leave_out.contains(&e))
         .collect();
     // The highest version in supported_versions (GREASE ignored) when
     // the extension is there, else the hello's own version field.
@@ -168,14 +189,23 @@ fn client_parts(ch: &ClientHello, quic: bool) -> Parts {
 
 /// JA4 of a ClientHello: `t13d1516h2_8daaf6152771_e5627efa2ab1`.
 pub fn ja4(ch: &ClientHello, quic: bool) -> String {
-    let p = client_parts(ch, quic);
+    hashed(&client_parts(ch, quic, &[]))
+}
+
+/// JA4 without the [`SESSION_DEPENDENT`] extensions: the same value for a
+/// client's fresh and resuming ClientHellos.
+pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
+    hashed(&client_parts(ch, quic, &SESSION_DEPENDENT))
+}
+
+fn hashed(p: &Parts) -> String {
     format!("{}_{}_{}", p.a, hash12(&p.b), hash12(&p.c))
 }
 
 /// JA4_r, the same before hashing: sorted suites, sorted extensions (SNI
 /// and ALPN left out), signature algorithms in the client's order.
 pub fn ja4_r(ch: &ClientHello, quic: bool) -> String {
-    let p = client_parts(ch, quic);
+    let p = client_parts(ch, quic, &[]);
     format!("{}_{}_{}", p.a, p.b, p.c)
 }
 
@@ -277,6 +307,60 @@ mod tests {
         assert_eq!(&alpn_chars(&[0x30, 0xab]), b"3b");
         assert_eq!(&alpn_chars(&[0x30, 0x31, 0xab, 0xcd]), b"3d");
         assert_eq!(&alpn_chars(&[0x30, 0xab, 0xcd, 0x31]), b"01");
+    }
+
+    /// curl 8 (OpenSSL) against nginx, TLS 1.3 with tickets: the
+    /// ClientHello bodies of its first (fresh) and second (resuming)
+    /// connection in `pcaps/curl-nginx-tls13-tickets-only.pcapng`. The
+    /// second adds pre_shared_key.
+    const CURL_FRESH: &str = "030374ec73bf0cca33240e9094f81a829cff98c3a9103c1275c4fe093ae19ed7e178207560107d1a7b6fdc2b3843e9c038389bcd36d971edfc9babb17e0bd014885865000813021303130100ff010000aa00000010000e00000b746c7372756d2e74657374000b000403000102000a00160014001d0017001e00190018010001010102010301040010000b000908687474702f312e31001600000017000000310000000d001e001c040305030603080708080809080a080b080408050806040105010601002b0003020304002d00020101003300260024001d002006df0052170def192ae069feb9c83582b8df064a21b0069909bcbc7ffe0ef858";
+    const CURL_RESUMING: &str = "0303dfdbd392c8f7b65a3e9a4ac9f56d2c19ad8e5f3f6a023daa3e3028fa4a6191ac2063babe335c2ffe42f01380768d16f029c3f23fee00dc942818a9b9a9389ca2d0000813021303130100ff010001e900000010000e00000b746c7372756d2e74657374000b000403000102000a00160014001d0017001e00190018010001010102010301040010000b000908687474702f312e31001600000017000000310000000d001e001c040305030603080708080809080a080b080408050806040105010601002b0003020304002d00020101003300260024001d002018befec0109bbb871c43c68fee3f6341873e4341bd909fd5c219c826abca2a290029013b0106010051ee24e8df5417e942fa8d7a0a3c9da6956da2c4a4a6525f26cf10c285fbf2b3a1c14340add5c953d5a29765db4fd599ae61eca8b4e2df9cc522a7e0d528273bb106ea874951ea1ee35180c02a2fcba4c7648e23f41de071b39ee5da9884719d2ffb26af51802fd8a52031589fbf787fc40f4e05a6105feea1c69bfda65ab76d05e37a3a92f583d59b17c12bacbf37f377b2a35519c279f8e84adb8df6caaa0f01f813945e8d30223865aa2a2e0cc7cbfaa1a6a4e52cbaa784b035d8b8cc982e378ac45cf9e261396f9a9baf50cffd5764ebdf7882d03306ce2e79c0ba2f3dff69dc8e391a201d4174e6d964f5e93ad044d8183adda3a3ab01b6db0c89e30564f764d176003130d0fa9221e8a4e3adcf0b48d232748bea5a3edf1e869fef170c15068f7d55b02b719697f21b9a852b057a7cde04e2066e";
+
+    fn parse_hex(s: &str) -> ClientHello {
+        let bytes: Vec<u8> = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect();
+        ClientHello::parse(&bytes).unwrap()
+    }
+
+    #[test]
+    fn stable_is_the_same_for_fresh_and_resuming_hellos() {
+        let fresh = parse_hex(CURL_FRESH);
+        let resuming = parse_hex(CURL_RESUMING);
+        assert!(resuming.extensions.contains(&ext::PRE_SHARED_KEY));
+        assert_eq!(ja4(&fresh, false), "t13d0411h1_16476d049b0b_303c7117418d");
+        assert_eq!(
+            ja4(&resuming, false),
+            "t13d0412h1_16476d049b0b_622f681f1a22"
+        );
+        assert_eq!(ja4_stable(&fresh, false), ja4_stable(&resuming, false));
+        assert_eq!(ja4_stable(&fresh, false), ja4(&fresh, false));
+    }
+
+    #[test]
+    fn stable_equals_ja4_without_session_dependent_extensions() {
+        let mut ch = example();
+        ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
+        assert_eq!(ja4_stable(&ch, false), ja4(&ch, false));
+        assert_eq!(ja4_stable(&ch, true), ja4(&ch, true));
+    }
+
+    /// The specification example carries padding and session_ticket: both
+    /// leave the count and the hash; the suites part does not change.
+    #[test]
+    fn stable_leaves_session_dependent_extensions_out_of_count_and_hash() {
+        let mut ch = example();
+        let stable = ja4_stable(&ch, false);
+        assert_eq!(&stable[..23], "t13d1514h2_8daaf6152771");
+        ch.extensions.extend([ext::PRE_SHARED_KEY, ext::EARLY_DATA]);
+        assert_ne!(ja4(&ch, false), ja4(&example(), false));
+        assert_eq!(ja4_stable(&ch, false), stable);
+        ch.extensions
+            .retain(|&e| e != ext::PADDING && e != ext::SESSION_TICKET);
+        assert_eq!(ja4(&ch, false)[..10], *"t13d1516h2");
+        assert_ne!(ja4(&ch, false), stable);
+        assert_eq!(ja4_stable(&ch, false), stable);
     }
 
     /// The example of FoxIO's own JA4S test (rust/ja4/src/tls.rs).
