@@ -330,8 +330,11 @@ impl TcpFlow {
                 );
             }
         }
+        // A server record the key log is still to open (its payload split
+        // over segments) may yet turn out to be a ticket, not data.
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
-            (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed()
+            let opened = a.server_flight.as_ref().is_none_or(|f| f.done);
+            (a.client.is_some() && opened && a.hs.fully_timed()) || a.hs.records_overflowed()
         });
         if self.status == Status::NotTls {
             self.active = None;
@@ -774,17 +777,17 @@ impl Upper {
                     if let (Some(flight), Some(suite)) =
                         (server_flight.as_deref_mut(), hs.cipher_suite())
                     {
-                        flight.open(suite, &header, payload, &mut |msg_type, body| {
-                            hs.on(
-                                side,
-                                Event::Message {
+                        flight.open(suite, &header, payload, &mut |opened| {
+                            let ev = match opened {
+                                Opened::Message(msg_type, body) => Event::Message {
                                     msg_type,
                                     body: Some(body),
                                     ts: record.ts,
                                     record: Some(record),
                                 },
-                                mem,
-                            );
+                                Opened::AfterFinished(inner) => Event::Opened { record, inner },
+                            };
+                            hs.on(side, ev, mem);
                         });
                     }
                     None
@@ -793,20 +796,24 @@ impl Upper {
             };
             ccs_encrypts |= directive == Some(Directive::CcsEncrypts);
         });
-        // With a key log entry for this ClientHello, keep the server's first
-        // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
+        // With a key log entry for this ClientHello, keep the server's
+        // encrypted records (its TLS 1.3 flight, then those after its
+        // Finished) whole to read them.
+        let server = if side == Dir::Client { 1 - dir } else { dir };
         if side == Dir::Client && server_flight.is_none() {
-            let secret = hs
+            let secrets = hs
                 .client_hello()
                 .zip(ctx.keylog)
-                .and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
-            if let Some(secret) = secret {
-                *server_flight = Some(Box::new(ServerFlight::new(secret)));
-                stream[1 - dir].capture_encrypted = MAX_FLIGHT_RECORDS;
+                .and_then(|(ch, log)| log.get(&ch.random));
+            if let Some(s) = secrets {
+                if let Some(secret) = s.server_handshake.clone() {
+                    *server_flight =
+                        Some(Box::new(ServerFlight::new(secret, s.server_traffic.clone())));
+                }
             }
         }
-        if server_flight.as_ref().is_some_and(|f| f.done) {
-            stream[1 - dir].capture_encrypted = 0;
+        if let Some(flight) = server_flight.as_deref() {
+            stream[server].capture_encrypted = flight.wanted();
         }
         if ccs_encrypts {
             stream[0].ccs_encrypts = true;
@@ -845,52 +852,97 @@ fn note(notes: &mut Vec<&'static str>, name: &'static str) {
 /// records when the chain is long), CertificateVerify and Finished.
 const MAX_FLIGHT_RECORDS: u8 = 8;
 
-/// A TLS 1.3 server's encrypted handshake flight, opened record by record
-/// with the key log's server handshake traffic secret (RFC 8446 §5.3: the
-/// records' sequence numbers count from 0 under that key); the messages
-/// come out of a bounded reassembler, since one message may span records
-/// and one record hold several.
+/// Records after the server's Finished opened with its application traffic
+/// secret to find the first that is data rather than a NewSessionTicket
+/// (servers send one to a few tickets, one per record or together).
+const MAX_POST_HANDSHAKE_RECORDS: u8 = 8;
+
+/// A TLS 1.3 server's encrypted records, opened one by one with the key
+/// log's secrets (RFC 8446 §5.3: sequence numbers count from 0 under each
+/// key): first its handshake flight under the server handshake traffic
+/// secret, whose messages come out of a bounded reassembler (one message
+/// may span records and one record hold several); then, when the log has
+/// SERVER_TRAFFIC_SECRET_0, the records after its Finished up to the first
+/// that holds application data, whose inner content types tell tickets
+/// from data.
 struct ServerFlight {
     secret: Vec<u8>,
+    /// The application traffic secret, until the Finished switches to it.
+    traffic: Option<Vec<u8>>,
+    /// Opening the records after the Finished.
+    after_finished: bool,
     seq: u64,
+    /// Records this key may still open.
+    left: u8,
     plain: CryptoStream,
     offset: u64,
-    /// The Finished came, or a record did not open (a lost segment, a
-    /// stale key): nothing more to read.
+    /// Nothing more to read: the Finished came and there is no traffic
+    /// secret, application data came, a record did not open (a lost
+    /// segment, a stale key), or a cap was hit.
     done: bool,
 }
 
 impl HeapSize for ServerFlight {
     fn heap_size(&self) -> usize {
-        self.secret.heap_size() + self.plain.heap_size()
+        self.secret.heap_size() + self.traffic.heap_size() + self.plain.heap_size()
     }
 }
 
+/// What opening one record of the server's told.
+enum Opened<'a> {
+    /// A handshake message of the flight (type, body).
+    Message(u8, &'a [u8]),
+    /// A record after the Finished, with its inner content type.
+    AfterFinished(u8),
+}
+
 impl ServerFlight {
-    fn new(secret: Vec<u8>) -> Self {
+    fn new(secret: Vec<u8>, traffic: Option<Vec<u8>>) -> Self {
         ServerFlight {
             secret,
+            traffic,
+            after_finished: false,
             seq: 0,
+            left: MAX_FLIGHT_RECORDS,
             plain: CryptoStream::default(),
             offset: 0,
             done: false,
         }
     }
 
-    /// Opens the next record and hands each complete handshake message to
-    /// `on_message` (type, body).
+    /// Records the record layer should still keep whole for this opener.
+    fn wanted(&self) -> u8 {
+        match (self.done, self.after_finished, self.traffic.is_some()) {
+            (true, _, _) => 0,
+            (false, false, true) => self.left.saturating_add(MAX_POST_HANDSHAKE_RECORDS),
+            _ => self.left,
+        }
+    }
+
+    /// Opens the next record under the current secret and tells `on`
+    /// what it held: each complete handshake message of the flight, or the
+    /// inner content type of a record after the Finished.
     fn open(
         &mut self,
         suite: u16,
         header: &[u8; 5],
         payload: &[u8],
-        on_message: &mut dyn FnMut(u8, &[u8]),
+        on: &mut dyn FnMut(Opened<'_>),
     ) {
         if self.done {
             return;
         }
         let opened = keylog::decrypt_record(suite, &self.secret, self.seq, header, payload);
         self.seq += 1;
+        self.left = self.left.saturating_sub(1);
+        if self.after_finished {
+            let inner = opened.map(|(inner, _)| inner);
+            if let Some(inner) = inner {
+                on(Opened::AfterFinished(inner));
+            }
+            self.done = inner != Some(ct::HANDSHAKE) || self.left == 0;
+            return;
+        }
         let Some((ct::HANDSHAKE, plain)) = opened else {
             self.done = true;
             return;
@@ -898,12 +950,21 @@ impl ServerFlight {
         self.plain.push(self.offset, &plain);
         self.offset += plain.len() as u64;
         while let Some((typ, body)) = self.plain.next_message() {
-            on_message(typ, &body);
+            on(Opened::Message(typ, &body));
             if typ == ht::FINISHED {
-                self.done = true;
+                match self.traffic.take() {
+                    Some(traffic) => {
+                        self.secret = traffic;
+                        self.after_finished = true;
+                        self.seq = 0;
+                        self.left = MAX_POST_HANDSHAKE_RECORDS;
+                        self.plain = CryptoStream::default();
+                    }
+                    None => self.done = true,
+                }
                 return;
             }
         }
-        self.done |= self.plain.capped || self.plain.oversized();
+        self.done |= self.plain.capped || self.plain.oversized() || self.left == 0;
     }
 }

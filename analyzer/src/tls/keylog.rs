@@ -1,8 +1,10 @@
 //! TLS key logs (the NSS `SSLKEYLOGFILE` format that OpenSSL, GnuTLS, curl,
 //! browsers and Wireshark share) and what tlsrum does with them: decrypt
 //! the server's first encrypted TLS 1.3 record, the EncryptedExtensions,
-//! to see whether early data was accepted (RFC 8446 §4.2.10). Without a key
-//! log that answer stays `attempted`: it is never guessed.
+//! to see whether early data was accepted (RFC 8446 §4.2.10), and the
+//! server's first records after its handshake, to tell NewSessionTicket
+//! from the first application data (`ttfb`). Without a key log the first
+//! answer stays `attempted`: it is never guessed.
 
 use std::collections::HashMap;
 
@@ -19,6 +21,9 @@ use super::suites::{Aead as SuiteAead, Tls13Suite};
 pub struct Secrets {
     pub server_handshake: Option<Vec<u8>>,
     pub client_handshake: Option<Vec<u8>>,
+    /// SERVER_TRAFFIC_SECRET_0: the server's first application traffic
+    /// secret, which opens its records after the handshake (tickets, data).
+    pub server_traffic: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +70,7 @@ impl KeyLog {
             match label {
                 "SERVER_HANDSHAKE_TRAFFIC_SECRET" => e.server_handshake = Some(secret),
                 "CLIENT_HANDSHAKE_TRAFFIC_SECRET" => e.client_handshake = Some(secret),
+                "SERVER_TRAFFIC_SECRET_0" => e.server_traffic = Some(secret),
                 _ => {}
             }
         }
