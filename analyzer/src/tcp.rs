@@ -807,8 +807,10 @@ impl Upper {
                 .and_then(|(ch, log)| log.get(&ch.random));
             if let Some(s) = secrets {
                 if let Some(secret) = s.server_handshake.clone() {
-                    *server_flight =
-                        Some(Box::new(ServerFlight::new(secret, s.server_traffic.clone())));
+                    *server_flight = Some(Box::new(ServerFlight::new(
+                        secret,
+                        s.server_traffic.clone(),
+                    )));
                 }
             }
         }
@@ -940,7 +942,7 @@ impl ServerFlight {
             if let Some(inner) = inner {
                 on(Opened::AfterFinished(inner));
             }
-            self.done = inner != Some(ct::HANDSHAKE) || self.left == 0;
+            self.done = inner.is_none_or(|i| i == ct::APPLICATION_DATA) || self.left == 0;
             return;
         }
         let Some((ct::HANDSHAKE, plain)) = opened else {

@@ -151,8 +151,9 @@ pub struct Handshake {
     pub(super) records: [Vec<RecordInfo>; 2],
     pub(super) records_overflowed: bool,
     /// TLS 1.3 with a key log: the server's records after its Finished
-    /// that opened as handshake messages (NewSessionTicket, KeyUpdate), by
-    /// sequence number; `ttfb` skips them. Bounded by the opener
+    /// that opened as something other than data (NewSessionTicket or
+    /// KeyUpdate, an alert such as close_notify), by sequence number;
+    /// `ttfb` skips them. Bounded by the opener
     /// (`MAX_POST_HANDSHAKE_RECORDS` in `tcp.rs`).
     pub(super) server_post_handshake: Vec<u32>,
     /// Decrypted EncryptedExtensions: did the server accept early data?
@@ -274,7 +275,7 @@ impl Handshake {
             (_, _, Event::Record(rec)) => self.on_record(dir, rec),
             (_, _, Event::Opened { record, inner }) => {
                 if dir == Server
-                    && inner == ct::HANDSHAKE
+                    && inner != ct::APPLICATION_DATA
                     && !self.server_post_handshake.contains(&record.seq)
                 {
                     self.server_post_handshake.push(record.seq);

@@ -74,8 +74,9 @@ impl Handshake {
         }
     }
 
-    /// A server record that the key log opened as a post-handshake
-    /// handshake message (NewSessionTicket, KeyUpdate): not data.
+    /// A server record after its Finished that the key log opened as
+    /// something other than application data (NewSessionTicket, KeyUpdate,
+    /// an encrypted alert).
     fn post_handshake(&self, r: &RecordInfo) -> bool {
         self.server_post_handshake.contains(&r.seq)
     }
@@ -85,8 +86,9 @@ impl Handshake {
     /// handshake flight is application_data records too, so only records
     /// sent after the server received the client's Finished (and the
     /// request that followed it, if any) count; and with a key log, not
-    /// those that opened as NewSessionTicket or KeyUpdate (without one, a
-    /// ticket sent before the response counts as the first data).
+    /// those that opened as NewSessionTicket, KeyUpdate or an alert
+    /// (without one, a ticket sent before the response counts as the
+    /// first data).
     fn first_server_data(&self) -> Option<f64> {
         if self.transport == Transport::Quic {
             return self.server_data.filter(|_| self.state == State::Complete);
