@@ -12,12 +12,12 @@ use crate::handshake::{
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
 use crate::proxy_protocol;
-use crate::quic::crypto_stream::CryptoStream;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
 use crate::tls::enums::{content_type as ct, handshake_type as ht};
-use crate::tls::keylog::{self, KeyLog};
+use crate::tls::keylog::KeyLog;
 use crate::tls::record::{RecordStream, StreamEvent};
+use crate::tls::server_flight::{Opened, ServerFlight};
 use crate::wire::TcpHeader;
 
 /// Segments (per direction) inspected for a ClientHello before a flow is
@@ -846,127 +846,5 @@ impl Upper {
 fn note(notes: &mut Vec<&'static str>, name: &'static str) {
     if !notes.contains(&name) {
         notes.push(name);
-    }
-}
-
-/// Records of a TLS 1.3 server's encrypted flight kept whole to open with
-/// a key log: EncryptedExtensions, a Certificate (split over two or three
-/// records when the chain is long), CertificateVerify and Finished.
-const MAX_FLIGHT_RECORDS: u8 = 8;
-
-/// Records after the server's Finished opened with its application traffic
-/// secret to find the first that is data rather than a NewSessionTicket
-/// (servers send one to a few tickets, one per record or together).
-const MAX_POST_HANDSHAKE_RECORDS: u8 = 8;
-
-/// A TLS 1.3 server's encrypted records, opened one by one with the key
-/// log's secrets (RFC 8446 §5.3: sequence numbers count from 0 under each
-/// key): first its handshake flight under the server handshake traffic
-/// secret, whose messages come out of a bounded reassembler (one message
-/// may span records and one record hold several); then, when the log has
-/// SERVER_TRAFFIC_SECRET_0, the records after its Finished up to the first
-/// that holds application data, whose inner content types tell tickets
-/// from data.
-struct ServerFlight {
-    secret: Vec<u8>,
-    /// The application traffic secret, until the Finished switches to it.
-    traffic: Option<Vec<u8>>,
-    /// Opening the records after the Finished.
-    after_finished: bool,
-    seq: u64,
-    /// Records this key may still open.
-    left: u8,
-    plain: CryptoStream,
-    offset: u64,
-    /// Nothing more to read: the Finished came and there is no traffic
-    /// secret, application data came, a record did not open (a lost
-    /// segment, a stale key), or a cap was hit.
-    done: bool,
-}
-
-impl HeapSize for ServerFlight {
-    fn heap_size(&self) -> usize {
-        self.secret.heap_size() + self.traffic.heap_size() + self.plain.heap_size()
-    }
-}
-
-/// What opening one record of the server's told.
-enum Opened<'a> {
-    /// A handshake message of the flight (type, body).
-    Message(u8, &'a [u8]),
-    /// A record after the Finished, with its inner content type.
-    AfterFinished(u8),
-}
-
-impl ServerFlight {
-    fn new(secret: Vec<u8>, traffic: Option<Vec<u8>>) -> Self {
-        ServerFlight {
-            secret,
-            traffic,
-            after_finished: false,
-            seq: 0,
-            left: MAX_FLIGHT_RECORDS,
-            plain: CryptoStream::default(),
-            offset: 0,
-            done: false,
-        }
-    }
-
-    /// Records the record layer should still keep whole for this opener.
-    fn wanted(&self) -> u8 {
-        match (self.done, self.after_finished, self.traffic.is_some()) {
-            (true, _, _) => 0,
-            (false, false, true) => self.left.saturating_add(MAX_POST_HANDSHAKE_RECORDS),
-            _ => self.left,
-        }
-    }
-
-    /// Opens the next record under the current secret and tells `on`
-    /// what it held: each complete handshake message of the flight, or the
-    /// inner content type of a record after the Finished.
-    fn open(
-        &mut self,
-        suite: u16,
-        header: &[u8; 5],
-        payload: &[u8],
-        on: &mut dyn FnMut(Opened<'_>),
-    ) {
-        if self.done {
-            return;
-        }
-        let opened = keylog::decrypt_record(suite, &self.secret, self.seq, header, payload);
-        self.seq += 1;
-        self.left = self.left.saturating_sub(1);
-        if self.after_finished {
-            let inner = opened.map(|(inner, _)| inner);
-            if let Some(inner) = inner {
-                on(Opened::AfterFinished(inner));
-            }
-            self.done = inner.is_none_or(|i| i == ct::APPLICATION_DATA) || self.left == 0;
-            return;
-        }
-        let Some((ct::HANDSHAKE, plain)) = opened else {
-            self.done = true;
-            return;
-        };
-        self.plain.push(self.offset, &plain);
-        self.offset += plain.len() as u64;
-        while let Some((typ, body)) = self.plain.next_message() {
-            on(Opened::Message(typ, &body));
-            if typ == ht::FINISHED {
-                match self.traffic.take() {
-                    Some(traffic) => {
-                        self.secret = traffic;
-                        self.after_finished = true;
-                        self.seq = 0;
-                        self.left = MAX_POST_HANDSHAKE_RECORDS;
-                        self.plain = CryptoStream::default();
-                    }
-                    None => self.done = true,
-                }
-                return;
-            }
-        }
-        self.done |= self.plain.capped || self.plain.oversized() || self.left == 0;
     }
 }

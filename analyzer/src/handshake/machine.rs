@@ -154,7 +154,7 @@ pub struct Handshake {
     /// that opened as something other than data (NewSessionTicket or
     /// KeyUpdate, an alert such as close_notify), by sequence number;
     /// `ttfb` skips them. Bounded by the opener
-    /// (`MAX_POST_HANDSHAKE_RECORDS` in `tcp.rs`).
+    /// (`MAX_POST_HANDSHAKE_RECORDS` in `tls/server_flight.rs`).
     pub(super) server_post_handshake: Vec<u32>,
     /// Decrypted EncryptedExtensions: did the server accept early data?
     pub(super) early_data_accepted: Option<bool>,

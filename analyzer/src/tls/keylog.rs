@@ -231,13 +231,17 @@ mod tests {
     #[test]
     fn parses_nss_key_logs() {
         let r = "aa".repeat(32);
-        let text = format!("# comment\nSERVER_HANDSHAKE_TRAFFIC_SECRET {r} 0102\nCLIENT_RANDOM {r} 03\nbroken line\n");
+        let text = format!("# comment\nSERVER_HANDSHAKE_TRAFFIC_SECRET {r} 0102\nSERVER_TRAFFIC_SECRET_0 {r} 04\nCLIENT_RANDOM {r} 03\nbroken line\n");
         let log = KeyLog::parse(&text);
         assert_eq!(log.len(), 1);
         assert_eq!(log.bad_lines, 1);
         assert_eq!(
             log.get(&[0xaa; 32]).unwrap().server_handshake.as_deref(),
             Some(&[1u8, 2][..])
+        );
+        assert_eq!(
+            log.get(&[0xaa; 32]).unwrap().server_traffic.as_deref(),
+            Some(&[4u8][..])
         );
     }
 
