@@ -200,3 +200,22 @@ fn every_capture_matches_its_labels() {
         failures.join("\n")
     );
 }
+
+/// A TLS 1.3 server's NewSessionTicket records are application_data on the
+/// wire: nginx sent its two tickets before the response, and `ttfb` took
+/// the first ticket. With the key log tlsrum opens the records after the
+/// server's Finished and takes the response. `tshark -o
+/// tls.keylog_file:pcaps/openssl-nginx-tls13-0rtt.keylog` on the first
+/// connection: ClientHello frame 4 at 0.000232846 s, NewSessionTicket
+/// frames 11 and 12 at 0.007537814 and 0.007585784, the HTTP response
+/// frame 13 at 0.007649574.
+#[test]
+fn ttfb_with_a_key_log_skips_the_tickets_before_the_response() {
+    let cap = repo().join("pcaps/openssl-nginx-tls13-0rtt.pcapng");
+    let keylog = cap.with_extension("keylog");
+    let ttfb = |keylog: Option<&Path>| replay(&cap, keylog)[0]["timing"]["ttfb"].as_f64();
+    let ms = |from: f64, to: f64| ((to - from) * 1e6).round() / 1e3;
+    assert_eq!(ttfb(Some(&keylog)), Some(ms(0.000232846, 0.007649574)));
+    // Without the key log: the first ticket (the documented limit).
+    assert_eq!(ttfb(None), Some(ms(0.000232846, 0.007537814)));
+}

@@ -3,10 +3,13 @@
 //! 1..=7 bytes, the pieces of each segment shuffled, some pieces sent twice
 //! (retransmission and overlap), and adjacent data segments of one
 //! direction swapped. The records must be identical to those of the
-//! original packets — timing included, since bytes keep their own timestamps.
+//! original packets — timing included, since bytes keep their own timestamps
+//! — with and without the capture's key log.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use analyzer::tls::keylog::KeyLog;
 use analyzer::wire::{decode, LinkType, Packet, Transport};
 use analyzer::{Analyzer, Config};
 
@@ -49,8 +52,8 @@ fn records(a: &mut Analyzer) -> Vec<String> {
     r
 }
 
-fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng) -> Vec<String> {
-    let mut a = Analyzer::new(Config::default());
+fn mangle(link: LinkType, frames: &[Frame], rng: &mut Rng, cfg: Config) -> Vec<String> {
+    let mut a = Analyzer::new(cfg);
     let packets: Vec<(f64, Packet<'_>)> = frames
         .iter()
         .filter_map(|(ts, f)| decode(link, f).ok().map(|p| (*ts, p)))
@@ -133,20 +136,38 @@ fn records_survive_splitting_reordering_and_retransmission() {
             continue;
         }
         let (link, frames) = read(&path);
-        let mut a = Analyzer::new(Config::default());
-        for (ts, f) in &frames {
-            a.push_frame(*ts, link, f);
-        }
-        let want = records(&mut a);
-        assert!(!want.is_empty(), "{}: no records", path.display());
-        for seed in 1..=4u64 {
-            let got = mangle(
-                link,
-                &frames,
-                &mut Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            );
-            assert_eq!(got, want, "{} (seed {seed})", path.display());
-            checked += 1;
+        // With its key log too, where it has one: a server record the log
+        // opens (a ticket or the response) may arrive split.
+        let keylog = std::fs::read_to_string(path.with_extension("keylog"))
+            .ok()
+            .map(|text| Arc::new(KeyLog::parse(&text)));
+        let configs = [None].into_iter().chain(keylog.map(Some));
+        for keylog in configs {
+            let cfg = || Config {
+                keylog: keylog.clone(),
+                ..Config::default()
+            };
+            let mut a = Analyzer::new(cfg());
+            for (ts, f) in &frames {
+                a.push_frame(*ts, link, f);
+            }
+            let want = records(&mut a);
+            assert!(!want.is_empty(), "{}: no records", path.display());
+            for seed in 1..=4u64 {
+                let got = mangle(
+                    link,
+                    &frames,
+                    &mut Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    cfg(),
+                );
+                let with = if keylog.is_some() {
+                    " with key log"
+                } else {
+                    ""
+                };
+                assert_eq!(got, want, "{}{with} (seed {seed})", path.display());
+                checked += 1;
+            }
         }
     }
     assert!(checked >= 20, "only {checked} runs");

@@ -12,12 +12,12 @@ use crate::handshake::{
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
 use crate::proxy_protocol;
-use crate::quic::crypto_stream::CryptoStream;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
 use crate::tls::enums::{content_type as ct, handshake_type as ht};
-use crate::tls::keylog::{self, KeyLog};
+use crate::tls::keylog::KeyLog;
 use crate::tls::record::{RecordStream, StreamEvent};
+use crate::tls::server_flight::{Opened, ServerFlight};
 use crate::wire::TcpHeader;
 
 /// Segments (per direction) inspected for a ClientHello before a flow is
@@ -330,8 +330,11 @@ impl TcpFlow {
                 );
             }
         }
+        // A server record the key log is still to open (its payload split
+        // over segments) may yet turn out to be a ticket, not data.
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
-            (a.client.is_some() && a.hs.fully_timed()) || a.hs.records_overflowed()
+            let opened = a.server_flight.as_ref().is_none_or(|f| f.done);
+            (a.client.is_some() && opened && a.hs.fully_timed()) || a.hs.records_overflowed()
         });
         if self.status == Status::NotTls {
             self.active = None;
@@ -774,17 +777,17 @@ impl Upper {
                     if let (Some(flight), Some(suite)) =
                         (server_flight.as_deref_mut(), hs.cipher_suite())
                     {
-                        flight.open(suite, &header, payload, &mut |msg_type, body| {
-                            hs.on(
-                                side,
-                                Event::Message {
+                        flight.open(suite, &header, payload, &mut |opened| {
+                            let ev = match opened {
+                                Opened::Message(msg_type, body) => Event::Message {
                                     msg_type,
                                     body: Some(body),
                                     ts: record.ts,
                                     record: Some(record),
                                 },
-                                mem,
-                            );
+                                Opened::AfterFinished(inner) => Event::Opened { record, inner },
+                            };
+                            hs.on(side, ev, mem);
                         });
                     }
                     None
@@ -793,20 +796,26 @@ impl Upper {
             };
             ccs_encrypts |= directive == Some(Directive::CcsEncrypts);
         });
-        // With a key log entry for this ClientHello, keep the server's first
-        // encrypted record (TLS 1.3 EncryptedExtensions) whole to read it.
+        // With a key log entry for this ClientHello, keep the server's
+        // encrypted records (its TLS 1.3 flight, then those after its
+        // Finished) whole to read them.
+        let server = if side == Dir::Client { 1 - dir } else { dir };
         if side == Dir::Client && server_flight.is_none() {
-            let secret = hs
+            let secrets = hs
                 .client_hello()
                 .zip(ctx.keylog)
-                .and_then(|(ch, log)| log.get(&ch.random)?.server_handshake.clone());
-            if let Some(secret) = secret {
-                *server_flight = Some(Box::new(ServerFlight::new(secret)));
-                stream[1 - dir].capture_encrypted = MAX_FLIGHT_RECORDS;
+                .and_then(|(ch, log)| log.get(&ch.random));
+            if let Some(s) = secrets {
+                if let Some(secret) = s.server_handshake.clone() {
+                    *server_flight = Some(Box::new(ServerFlight::new(
+                        secret,
+                        s.server_traffic.clone(),
+                    )));
+                }
             }
         }
-        if server_flight.as_ref().is_some_and(|f| f.done) {
-            stream[1 - dir].capture_encrypted = 0;
+        if let Some(flight) = server_flight.as_deref() {
+            stream[server].capture_encrypted = flight.wanted();
         }
         if ccs_encrypts {
             stream[0].ccs_encrypts = true;
@@ -837,73 +846,5 @@ impl Upper {
 fn note(notes: &mut Vec<&'static str>, name: &'static str) {
     if !notes.contains(&name) {
         notes.push(name);
-    }
-}
-
-/// Records of a TLS 1.3 server's encrypted flight kept whole to open with
-/// a key log: EncryptedExtensions, a Certificate (split over two or three
-/// records when the chain is long), CertificateVerify and Finished.
-const MAX_FLIGHT_RECORDS: u8 = 8;
-
-/// A TLS 1.3 server's encrypted handshake flight, opened record by record
-/// with the key log's server handshake traffic secret (RFC 8446 §5.3: the
-/// records' sequence numbers count from 0 under that key); the messages
-/// come out of a bounded reassembler, since one message may span records
-/// and one record hold several.
-struct ServerFlight {
-    secret: Vec<u8>,
-    seq: u64,
-    plain: CryptoStream,
-    offset: u64,
-    /// The Finished came, or a record did not open (a lost segment, a
-    /// stale key): nothing more to read.
-    done: bool,
-}
-
-impl HeapSize for ServerFlight {
-    fn heap_size(&self) -> usize {
-        self.secret.heap_size() + self.plain.heap_size()
-    }
-}
-
-impl ServerFlight {
-    fn new(secret: Vec<u8>) -> Self {
-        ServerFlight {
-            secret,
-            seq: 0,
-            plain: CryptoStream::default(),
-            offset: 0,
-            done: false,
-        }
-    }
-
-    /// Opens the next record and hands each complete handshake message to
-    /// `on_message` (type, body).
-    fn open(
-        &mut self,
-        suite: u16,
-        header: &[u8; 5],
-        payload: &[u8],
-        on_message: &mut dyn FnMut(u8, &[u8]),
-    ) {
-        if self.done {
-            return;
-        }
-        let opened = keylog::decrypt_record(suite, &self.secret, self.seq, header, payload);
-        self.seq += 1;
-        let Some((ct::HANDSHAKE, plain)) = opened else {
-            self.done = true;
-            return;
-        };
-        self.plain.push(self.offset, &plain);
-        self.offset += plain.len() as u64;
-        while let Some((typ, body)) = self.plain.next_message() {
-            on_message(typ, &body);
-            if typ == ht::FINISHED {
-                self.done = true;
-                return;
-            }
-        }
-        self.done |= self.plain.capped || self.plain.oversized();
     }
 }

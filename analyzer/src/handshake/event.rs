@@ -55,6 +55,11 @@ pub enum Event<'a> {
         body: &'a [u8],
         record: RecordInfo,
     },
+    /// TLS 1.3 over TCP: a server record after its Finished, opened with
+    /// the key log's application traffic secret; `inner` is its inner
+    /// content type (handshake for NewSessionTicket or KeyUpdate,
+    /// application_data for data).
+    Opened { record: RecordInfo, inner: u8 },
     /// A plaintext alert.
     Alert { level: u8, description: u8 },
     /// A TCP segment's acknowledgement number.

@@ -150,6 +150,12 @@ pub struct Handshake {
     server_ccs_seen: bool,
     pub(super) records: [Vec<RecordInfo>; 2],
     pub(super) records_overflowed: bool,
+    /// TLS 1.3 with a key log: the server's records after its Finished
+    /// that opened as something other than data (NewSessionTicket or
+    /// KeyUpdate, an alert such as close_notify), by sequence number;
+    /// `ttfb` skips them. Bounded by the opener
+    /// (`MAX_POST_HANDSHAKE_RECORDS` in `tls/server_flight.rs`).
+    pub(super) server_post_handshake: Vec<u32>,
     /// Decrypted EncryptedExtensions: did the server accept early data?
     pub(super) early_data_accepted: Option<bool>,
     /// Decrypted EncryptedExtensions: the protocol the server chose (TLS 1.3).
@@ -239,6 +245,7 @@ impl Handshake {
             server_ccs_seen: false,
             records: [Vec::new(), Vec::new()],
             records_overflowed: false,
+            server_post_handshake: Vec::new(),
             early_data_accepted: None,
             encrypted_alpn: None,
             second_flight_first: None,
@@ -266,6 +273,14 @@ impl Handshake {
                 self.started.get_or_insert(ts);
             }
             (_, _, Event::Record(rec)) => self.on_record(dir, rec),
+            (_, _, Event::Opened { record, inner }) => {
+                if dir == Server
+                    && inner != ct::APPLICATION_DATA
+                    && !self.server_post_handshake.contains(&record.seq)
+                {
+                    self.server_post_handshake.push(record.seq);
+                }
+            }
             (_, Client, Event::Ack { ts, ack }) => self.on_client_ack(ts, ack),
             (_, Server, Event::Ack { ack, .. }) => {
                 if self.server_acked.is_none_or(|a| Seq(ack) > Seq(a)) {

@@ -74,16 +74,28 @@ impl Handshake {
         }
     }
 
+    /// A server record after its Finished that the key log opened as
+    /// something other than application data (NewSessionTicket, KeyUpdate,
+    /// an encrypted alert).
+    fn post_handshake(&self, r: &RecordInfo) -> bool {
+        self.server_post_handshake.contains(&r.seq)
+    }
+
     /// When the server's first application data left. QUIC: its first 1-RTT
     /// packet after the client's. TLS 1.3 over TCP: the server's encrypted
     /// handshake flight is application_data records too, so only records
     /// sent after the server received the client's Finished (and the
-    /// request that followed it, if any) count.
+    /// request that followed it, if any) count; and with a key log, not
+    /// those that opened as NewSessionTicket, KeyUpdate or an alert
+    /// (without one, a ticket sent before the response counts as the
+    /// first data).
     fn first_server_data(&self) -> Option<f64> {
         if self.transport == Transport::Quic {
             return self.server_data.filter(|_| self.state == State::Complete);
         }
-        let mut server = self.records[Dir::Server as usize].iter().filter(is_data);
+        let mut server = self.records[Dir::Server as usize]
+            .iter()
+            .filter(|r| is_data(r) && !self.post_handshake(r));
         if !self.is_tls13() {
             return server
                 .next()
@@ -110,9 +122,9 @@ impl Handshake {
     /// above would miss the response. Its encrypted flight under a PSK is
     /// EncryptedExtensions then Finished; the first server record after the
     /// first Finished-sized record that is not the flight's first record is
-    /// the response. Known limit, as for ttfb in general: a server that sends
-    /// NewSessionTicket right behind its Finished (RFC 8446 §4.6.1 allows it)
-    /// has that ticket counted as its first data.
+    /// the response. Known limit, as for ttfb in general: without a key log,
+    /// a server that sends NewSessionTicket right behind its Finished (RFC
+    /// 8446 §4.6.1 allows it) has that ticket counted as its first data.
     fn half_rtt_data(&self) -> Option<&RecordInfo> {
         let (_, fin_len) = self.eoed_and_finished_lens()?;
         let sh_end = self.server_hello_end?;
@@ -122,7 +134,7 @@ impl Handshake {
             .skip(1)
             .skip_while(|r| r.len != fin_len);
         flight.next()?;
-        flight.next()
+        flight.find(|r| !self.post_handshake(r))
     }
 
     /// Whether the server's first application data has been seen: nothing

@@ -1,8 +1,10 @@
 //! TLS key logs (the NSS `SSLKEYLOGFILE` format that OpenSSL, GnuTLS, curl,
 //! browsers and Wireshark share) and what tlsrum does with them: decrypt
 //! the server's first encrypted TLS 1.3 record, the EncryptedExtensions,
-//! to see whether early data was accepted (RFC 8446 §4.2.10). Without a key
-//! log that answer stays `attempted`: it is never guessed.
+//! to see whether early data was accepted (RFC 8446 §4.2.10), and the
+//! server's first records after its handshake, to tell NewSessionTicket
+//! from the first application data (`ttfb`). Without a key log the first
+//! answer stays `attempted`: it is never guessed.
 
 use std::collections::HashMap;
 
@@ -19,6 +21,9 @@ use super::suites::{Aead as SuiteAead, Tls13Suite};
 pub struct Secrets {
     pub server_handshake: Option<Vec<u8>>,
     pub client_handshake: Option<Vec<u8>>,
+    /// SERVER_TRAFFIC_SECRET_0: the server's first application traffic
+    /// secret, which opens its records after the handshake (tickets, data).
+    pub server_traffic: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +70,7 @@ impl KeyLog {
             match label {
                 "SERVER_HANDSHAKE_TRAFFIC_SECRET" => e.server_handshake = Some(secret),
                 "CLIENT_HANDSHAKE_TRAFFIC_SECRET" => e.client_handshake = Some(secret),
+                "SERVER_TRAFFIC_SECRET_0" => e.server_traffic = Some(secret),
                 _ => {}
             }
         }
@@ -225,13 +231,17 @@ mod tests {
     #[test]
     fn parses_nss_key_logs() {
         let r = "aa".repeat(32);
-        let text = format!("# comment\nSERVER_HANDSHAKE_TRAFFIC_SECRET {r} 0102\nCLIENT_RANDOM {r} 03\nbroken line\n");
+        let text = format!("# comment\nSERVER_HANDSHAKE_TRAFFIC_SECRET {r} 0102\nSERVER_TRAFFIC_SECRET_0 {r} 04\nCLIENT_RANDOM {r} 03\nbroken line\n");
         let log = KeyLog::parse(&text);
         assert_eq!(log.len(), 1);
         assert_eq!(log.bad_lines, 1);
         assert_eq!(
             log.get(&[0xaa; 32]).unwrap().server_handshake.as_deref(),
             Some(&[1u8, 2][..])
+        );
+        assert_eq!(
+            log.get(&[0xaa; 32]).unwrap().server_traffic.as_deref(),
+            Some(&[4u8][..])
         );
     }
 

@@ -5,4 +5,5 @@ pub mod handshake;
 pub mod ja4;
 pub mod keylog;
 pub mod record;
+pub(crate) mod server_flight;
 pub mod suites;
