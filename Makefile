@@ -7,7 +7,7 @@ TLSRUM := target/release/tlsrum
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke think-time family-percentiles docs-charts
+.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke think-time docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
@@ -31,13 +31,6 @@ test: deps
 # the test's comment).
 think-time: deps
 	$(CARGO) test --profile ci --locked -p tlsrum --test think_time -- --ignored
-
-# Family x version percentiles against curl's own timings on two delay
-# lines (agent/tests/family_percentiles.rs, ~21 s); not yet in `make test`:
-# tlsrum's TLS 1.3 ttfb takes a session ticket for the response when a busy
-# nginx sends them apart (see the test's #[ignore] reason).
-family-percentiles: deps
-	$(CARGO) test --profile ci --locked -p tlsrum --test family_percentiles -- --ignored
 
 # libFuzzer on stable Rust (fuzz/README.md): every target FUZZ_SECS seconds.
 fuzz: deps

@@ -52,14 +52,12 @@
 //! against the configured RTT (wan_accuracy's `tcp_rtt` check is; there it
 //! spoils the run).
 //!
-//! Known failure (why the test is ignored): a busy nginx can send its TLS
-//! 1.3 session tickets milliseconds before the response; they acknowledge
-//! the request, so tlsrum's TLS 1.3 `ttfb` takes the first ticket as the
-//! first byte (README's known limit without a key log) and reads short of
-//! curl's by the server's pause (2.7-4.1 ms at ipv4/TLS1.3 p95/p99 in 2 of
-//! 7 runs). The lab does not rerun on it: that would hide a tlsrum error.
-//! With a key log tlsrum opens those records and skips the tickets; the lab
-//! does not record one yet (curl's SSLKEYLOGFILE, `replay --keylog`).
+//! The capture is replayed with curl's own key log (SSLKEYLOGFILE): a busy
+//! nginx can send its TLS 1.3 session tickets milliseconds before the
+//! response, and they acknowledge the request; without keys tlsrum's `ttfb`
+//! takes the first ticket for the first byte (README's known limit), which
+//! failed 2 of 7 runs before (ipv4/TLS1.3 ttfb p95/p99 2.7-4.1 ms short of
+//! curl's). The lab never reruns on that: it would hide a tlsrum error.
 //!
 //! tlsrum's side is its group output, `tlsrum replay --by family,version
 //! --format ndjson` ([`tlsrum_groups`], the one place that reads it): its
@@ -194,10 +192,6 @@ fn tolerance(ms: f64) -> f64 {
 }
 
 #[test]
-#[ignore = "not yet in make test (make family-percentiles): 5 of 7 runs pass, 21-89 s; both \
-            failures are tlsrum's TLS 1.3 ttfb (ipv4/TLS1.3 p95/p99 off 2.7-4.1 ms): nginx, slow \
-            under load, sent its session tickets ~4 ms before the response and tlsrum took the \
-            first ticket as the first byte (README's known limit without a key log; the lab records none)"]
 fn family_version_percentiles_match_curl() {
     if common::skip_unless(
         "family_version_percentiles_match_curl",
