@@ -7,7 +7,7 @@ TLSRUM := target/release/tlsrum
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke think-time docs-charts
+.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
@@ -25,12 +25,6 @@ test: deps
 	cd fuzz && $(CARGO) clippy --locked --all-targets -- -D warnings
 	cd fuzz/seeds && $(CARGO) clippy --locked --all-targets -- -D warnings
 	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)
-
-# Think-time ground truth (agent/tests/think_time.rs): real peers with
-# injected delays over two chained delay lines; not yet in `make test` (see
-# the test's comment).
-think-time: deps
-	$(CARGO) test --profile ci --locked -p tlsrum --test think_time -- --ignored
 
 # libFuzzer on stable Rust (fuzz/README.md): every target FUZZ_SECS seconds.
 fuzz: deps

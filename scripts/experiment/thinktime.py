@@ -65,7 +65,14 @@ IF_C, IF_S = "dla", "dlb"                          # line C<->R, line R<->S
 SPLIT = 0.3
 
 # Holds (ms), distinct so that a field taking another's hold would show.
-HOLD = {"client_hello_delay": 13.0, "server_think": 29.0, "client_think": 21.0}
+# Each hold must end clear of the lines' releases of the segments in flight
+# meanwhile (a line busy-polls its last 1 ms before a release, SCHED_FIFO,
+# and on 2 CPUs that can keep the held program off its CPU). During the
+# ClientHello's hold the client's ACK is released at SPLIT/2 = 0.15 RTT and
+# 0.5 RTT; 13 ms met 15 ms at 100 ms RTT, and s_client's ClientHello left
+# ~2 ms late there in half the runs (just past the release). 6 ms is >= 2.5
+# ms from every release at 20, 100 and 260 ms; 29 and 21 ms already were.
+HOLD = {"client_hello_delay": 6.0, "server_think": 29.0, "client_think": 21.0}
 
 # Ports: the natural server, and the same program with its first write held.
 PORTS = {"openssl": (4501, 4511), "gnutls": (4502, 4512), "nginx": (4503, 4513), "quic": (4504, 4514)}
