@@ -2,8 +2,8 @@
 //! sizes the input chooses, with capture losses in between.
 //!
 //! Input: byte 0 sets flags (bit 0 `ccs_encrypts`, bit 1
-//! `capture_encrypted`, bit 2 a 64-byte handshake-message cap, bit 3
-//! `encrypted` from the start); then steps: a size byte `n`; n == 0 loses
+//! `capture_encrypted` of 1 + the high nibble records, bit 2 a 64-byte
+//! handshake-message cap, bit 3 `encrypted` from the start); then steps: a size byte `n`; n == 0 loses
 //! `7 * (m >> 1)` bytes for the next byte `m` (reported with `lost()` if
 //! `m` is even, else only skipped in the sequence numbers: the stream
 //! notices the hole by itself), otherwise the next `n` bytes are one
@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut rs = RecordStream::new(max_hs);
     rs.ccs_encrypts = flags & 1 != 0;
-    rs.capture_encrypted = flags & 2 != 0;
+    rs.capture_encrypted = if flags & 2 != 0 { 1 + (flags >> 4) } else { 0 };
     rs.encrypted = flags & 8 != 0;
     let mut seq: u32 = 0xffff_ff00; // wraps within the first chunks
     let mut ts = 1.0;
