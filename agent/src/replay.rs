@@ -43,6 +43,11 @@ pub struct ReplayArgs {
     /// CSV of `ja4,name`: client names shown next to fingerprints.
     #[arg(long, value_name = "FILE")]
     ja4_names: Option<PathBuf>,
+    /// This host's address or network (repeatable): each record's `role`
+    /// is `inbound` (the TLS server is local), `outbound` (the client is)
+    /// or `transit`; without it, roles are unknown (null).
+    #[arg(long, value_name = "ADDR|CIDR", value_parser = parse_local)]
+    local: Vec<String>,
     /// Only packets matching this BPF expression (as tcpdump).
     #[arg(long)]
     filter: Option<String>,
@@ -80,6 +85,11 @@ pub struct ReplayArgs {
     /// Hide the progress display shown on a terminal.
     #[arg(long)]
     quiet: bool,
+}
+
+fn parse_local(s: &str) -> Result<String, String> {
+    analyzer::local_nets::LocalNets::default().add(s)?;
+    Ok(s.to_string())
 }
 
 fn parse_dim(s: &str) -> Result<Dim, String> {
@@ -154,6 +164,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         },
         ..Config::default()
     };
+    let local = (!args.local.is_empty()).then(|| {
+        let mut nets = analyzer::local_nets::LocalNets::default();
+        for l in &args.local {
+            // Checked by clap's parser.
+            let _ = nets.add(l);
+        }
+        nets
+    });
     let mut sink = FanOut::default();
     let windows = match args.window {
         Some(secs) => Windows::Fixed(secs),
@@ -181,6 +199,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     for file in &files {
         // Each file is its own trace: session IDs seen in one do not count in another.
         let mut analyzer = Analyzer::new(cfg.clone());
+        analyzer.set_local(local.clone());
         let res = replay_file(
             file,
             &mut analyzer,

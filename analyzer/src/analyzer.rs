@@ -2,6 +2,7 @@
 //! or the QUIC tracker ([`crate::quic`]); both feed the one handshake
 //! pipeline ([`crate::handshake`]) and hand back connection records.
 
+use crate::local_nets::LocalNets;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
@@ -128,6 +129,8 @@ pub struct Analyzer {
     stats: Stats,
     last_sweep: f64,
     quic: crate::quic::QuicTracker,
+    /// This host's addresses, for each record's `role`; None: unknown.
+    local: Option<LocalNets>,
 }
 
 impl Analyzer {
@@ -144,6 +147,7 @@ impl Analyzer {
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
+            local: None,
             quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
                 .with_keylog(cfg.keylog.clone()),
             cfg,
@@ -166,7 +170,20 @@ impl Analyzer {
 
     /// Records finished since the last call, in the order they finished.
     pub fn take_records(&mut self) -> Vec<ConnectionRecord> {
-        std::mem::take(&mut self.out)
+        let mut out = std::mem::take(&mut self.out);
+        if let Some(local) = &self.local {
+            for r in &mut out {
+                r.role = local.role_of(&r.client, &r.server);
+            }
+        }
+        out
+    }
+
+    /// This host's addresses (replay: `--local`; live: its interfaces,
+    /// set again whenever they change): records taken from now on carry
+    /// a `role`. None: records carry none.
+    pub fn set_local(&mut self, local: Option<LocalNets>) {
+        self.local = local;
     }
 
     /// Endpoint pairs of flows finished since the last call (either order).

@@ -6,6 +6,7 @@ pub mod client_names;
 pub mod counters;
 pub mod flow;
 pub mod handshake;
+pub mod local_nets;
 pub mod memory;
 pub mod never_resume;
 pub mod output;

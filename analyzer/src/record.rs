@@ -122,6 +122,12 @@ timing_fields! {
     /// its next one, summed up to the handshake's end (the observer's round
     /// trip to the client taken out).
     client_think: Ms,
+    /// The handshake's end -> the client's first application data: near
+    /// zero for a connection opened on demand, long for a pooled or
+    /// pre-warmed one.
+    idle_before_use: Ms,
+    /// The connection's first packet -> its FIN/RST; null while open.
+    lifetime: Ms,
 }
 
 impl Timing {
@@ -144,6 +150,11 @@ pub struct HandshakeBytes {
     /// None when the capture does not show that direction (one-sided).
     pub client_handshake: Option<u64>,
     pub server_handshake: Option<u64>,
+    /// Bytes each way after the handshake (application data, tickets,
+    /// alerts) over the connection's life, from TCP's sequence numbers at
+    /// its FIN/RST; null while open.
+    pub client_app: Option<u64>,
+    pub server_app: Option<u64>,
 }
 
 /// A UTC instant in whole seconds since the epoch, written as RFC 3339
@@ -192,6 +203,28 @@ pub struct Certs {
     /// The leaf's validity (RFC 5280 §4.1.2.5), UTC.
     pub not_before: Option<UtcTime>,
     pub not_after: Option<UtcTime>,
+}
+
+/// Which end of the connection this host is (DESIGN.md `role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// This host is the TLS server.
+    Inbound,
+    /// This host is the TLS client.
+    Outbound,
+    /// Neither: a tap or a router.
+    Transit,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inbound => "inbound",
+            Self::Outbound => "outbound",
+            Self::Transit => "transit",
+        }
+    }
 }
 
 /// The IP version of the connection as seen (the innermost header, after
@@ -265,6 +298,9 @@ pub struct ConnectionRecord {
     /// None when neither is visible, never guessed from the offer.
     pub alpn_negotiated: Option<String>,
     pub family: Family,
+    /// This host's end of the connection; None when this host's addresses
+    /// are not known (replay without `--local`).
+    pub role: Option<Role>,
     /// `ip:port` of the original client named by a PROXY protocol header
     /// in front of the ClientHello (a load balancer's backend), else None.
     pub proxied_client: Option<String>,
@@ -336,6 +372,7 @@ impl ConnectionRecord {
             ja4s: None,
             alpn_negotiated: None,
             family: Family::Ipv4,
+            role: None,
         }
     }
 }

@@ -828,6 +828,7 @@ mod tests {
             ja4s: None,
             alpn_negotiated: None,
             family,
+            role: None,
             proxied_client: None,
         }
     }

@@ -124,6 +124,7 @@ impl Handshake {
             ja4s: first_sh.map(|s| ja4::ja4s(s, quic)),
             alpn_negotiated: self.alpn_negotiated(),
             family: Family::of(view.client.0),
+            role: None,
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
         }
     }

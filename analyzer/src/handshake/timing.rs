@@ -328,6 +328,8 @@ impl Handshake {
                 .or_else(|| self.think_quic(rtt))
                 .map(ms),
             client_think: think.map(|t| ms(t.client)),
+            idle_before_use: None,
+            lifetime: None,
         }
     }
 
@@ -376,6 +378,8 @@ impl Handshake {
         HandshakeBytes {
             client_handshake: (self.missing != Some(Dir::Client)).then_some(client_bytes),
             server_handshake: (self.missing != Some(Dir::Server)).then_some(server_bytes),
+            client_app: None,
+            server_app: None,
         }
     }
 }

@@ -20,9 +20,11 @@ const BEFORE_TIMING: [&str; 14] = [
     "hrr",
     "retry",
 ];
-const AFTER_TIMING: [&str; 16] = [
+const AFTER_TIMING: [&str; 19] = [
     "client_handshake_bytes",
     "server_handshake_bytes",
+    "client_app_bytes",
+    "server_app_bytes",
     "cert_count",
     "cert_bytes",
     "leaf_subject",
@@ -36,6 +38,7 @@ const AFTER_TIMING: [&str; 16] = [
     "ja4s",
     "alpn_negotiated",
     "family",
+    "role",
     "proxied_client",
 ];
 
@@ -100,6 +103,8 @@ impl<W: Write> CsvWriter<W> {
         row.extend([
             opt(&r.bytes.client_handshake),
             opt(&r.bytes.server_handshake),
+            opt(&r.bytes.client_app),
+            opt(&r.bytes.server_app),
             opt(&certs.map(|c| c.count)),
             opt(&certs.map(|c| c.bytes)),
             opt(&certs.and_then(|c| c.leaf_subject.clone())),
@@ -113,6 +118,7 @@ impl<W: Write> CsvWriter<W> {
             opt(&r.ja4s),
             opt(&r.alpn_negotiated),
             r.family.as_str().to_string(),
+            opt(&r.role.map(|r| r.as_str())),
             opt(&r.proxied_client),
         ]);
         self.w.write_record(row)

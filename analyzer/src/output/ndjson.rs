@@ -189,6 +189,12 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     out.push(b',');
     key(out, "server_handshake");
     opt_u64(out, r.bytes.server_handshake);
+    out.push(b',');
+    key(out, "client_app");
+    opt_u64(out, r.bytes.client_app);
+    out.push(b',');
+    key(out, "server_app");
+    opt_u64(out, r.bytes.server_app);
     out.extend_from_slice(b"},");
     key(out, "certs");
     match &r.certs {
@@ -237,6 +243,9 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
         crate::record::Family::Ipv4 => b",\"family\":\"ipv4\",",
         crate::record::Family::Ipv6 => b",\"family\":\"ipv6\",",
     });
+    key(out, "role");
+    opt_str(out, r.role.map(|r| r.as_str()));
+    out.push(b',');
     key(out, "proxied_client");
     opt_str(out, r.proxied_client.as_deref());
     out.push(b'}');
@@ -303,10 +312,14 @@ mod tests {
                 client_hello_delay: (n % 3 != 1).then_some(0.001 * n as f64),
                 server_think: (n % 4 != 1).then_some(2.5),
                 client_think: (n % 6 != 1).then_some(1e3 / (n as f64 + 1.0)),
+                idle_before_use: (n % 3 != 2).then_some(0.5 * n as f64),
+                lifetime: (n % 4 != 2).then_some(1e4 + n as f64),
             },
             bytes: HandshakeBytes {
                 client_handshake: (n % 5 != 4).then_some(n as u64 * 517),
                 server_handshake: (n % 5 != 3).then_some(u64::MAX - n as u64),
+                client_app: (n % 3 != 0).then_some(n as u64 * 1000),
+                server_app: (n % 3 != 1).then_some(n as u64 * 7),
             },
             certs: (n.is_multiple_of(2)).then(|| Certs {
                 count: n as usize,
@@ -330,6 +343,12 @@ mod tests {
                 Family::Ipv4
             } else {
                 Family::Ipv6
+            },
+            role: match n % 4 {
+                0 => None,
+                1 => Some(Role::Inbound),
+                2 => Some(Role::Outbound),
+                _ => Some(Role::Transit),
             },
             proxied_client: n
                 .is_multiple_of(3)

@@ -1371,6 +1371,8 @@ fn build_record(
                 .then_some(act.crypto[0].highest + act.handshake_bytes[0]),
             server_handshake: (act.server_seen && !act.keys_unknown)
                 .then_some(act.crypto[1].highest + act.handshake_bytes[1]),
+            client_app: None,
+            server_app: None,
         },
         notes: act.notes,
         proxied_client: None,
