@@ -1,0 +1,362 @@
+//! Roles and resumption on a proxy host against the proxy's own log
+//! (issue 16): HAProxy 2.6 in a network namespace between a client
+//! namespace and an nginx origin namespace, terminating the clients' TLS and
+//! speaking TLS to the origin (scripts/experiment/haproxylab.py, which
+//! holds the HAProxy configuration). Each request is one client connection
+//! and one backend connection, and HAProxy logs per request the client's
+//! source port with `ssl_fc_is_resumed` and the backend connection's source
+//! port with `ssl_bc_is_resumed` (and both protocol versions). That log is
+//! the ground truth; tlsrum watches from the proxy namespace three ways:
+//!
+//! - `tlsrum live --backend ebpf` on both of the proxy's interfaces, its
+//!   roles from the host's own addresses (no flag);
+//! - `tlsrum live --backend pcap`, the same;
+//! - a tcpdump capture of both interfaces, `tlsrum replay --local` with the
+//!   proxy's two addresses.
+//!
+//! For each, every logged connection must have exactly one tlsrum record
+//! (inbound: client address and the client's source port; outbound: the
+//! proxy's backend address and HAProxy's backend source port), with role
+//! `inbound` / `outbound`, `handshake` `full` or `resumed` as HAProxy's
+//! `ssl_*_is_resumed` says, and HAProxy's protocol version; and every
+//! tlsrum record must be one of the logged connections. The log must hold
+//! full and resumed handshakes on both sides (curl resuming its session or
+//! not, s_client with -sess_out/-sess_in, TLS 1.2 and 1.3 toward clients;
+//! toward the origin a backend keeping its session, TLS 1.3 and TLS 1.2,
+//! and one with `no-ssl-reuse`), so the test cannot pass on an empty or
+//! one-sided run. nginx's own log (`$ssl_session_reused` by the backend
+//! port) must agree with HAProxy's `ssl_bc_is_resumed`: the two programs'
+//! reports checked against each other before tlsrum is.
+//!
+//! The lab runs once (about 6 s) and the three vantages are separate tests,
+//! so that one failing does not hide the others.
+//!
+//! Needs root, BPF, network namespaces, haproxy, nginx, curl, openssl,
+//! tcpdump, ip, python3: a skip locally without them, a failure under
+//! CI=true.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use common::Need;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
+const NEEDS: &[Need] = &[
+    Need::Root,
+    Need::Netns,
+    Need::Bpf,
+    Need::Tools(&[
+        "ip", "tcpdump", "haproxy", "nginx", "curl", "openssl", "python3",
+    ]),
+];
+/// The tests sharing the lab: the last to pass removes its directory.
+const TESTS: usize = 4;
+
+struct Lab {
+    doc: Value,
+    work: PathBuf,
+}
+
+static LAB: OnceLock<Lab> = OnceLock::new();
+static PASSED: AtomicUsize = AtomicUsize::new(0);
+
+/// The lab's document, run once for all the tests of this file.
+fn lab() -> &'static Lab {
+    LAB.get_or_init(|| {
+        let work = std::env::temp_dir().join(format!("tlsrum-haproxy-test-{}", std::process::id()));
+        let out = work.join("haproxy.json");
+        std::fs::create_dir_all(&work).unwrap();
+        let status = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/experiment/haproxylab.py"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--workdir")
+            .arg(work.join("lab"))
+            .env("TLSRUM", BIN)
+            .status()
+            .expect("run haproxylab.py");
+        assert!(
+            status.success(),
+            "haproxylab.py failed (lab error); logs in {}",
+            work.display()
+        );
+        let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        Lab { doc, work }
+    })
+}
+
+fn passed() {
+    if PASSED.fetch_add(1, Ordering::SeqCst) + 1 == TESTS {
+        if let Some(lab) = LAB.get() {
+            let _ = std::fs::remove_dir_all(&lab.work);
+        }
+    }
+}
+
+/// One connection of HAProxy's log, on one side.
+struct Logged {
+    side: &'static str,
+    client: String,
+    server: String,
+    resumed: bool,
+    version: String,
+    what: String,
+}
+
+/// HAProxy's `ssl_*_is_resumed` as a bool; anything but 0 or 1 (an empty
+/// fetch) is a lab failure.
+fn flag(line: &Value, key: &str) -> bool {
+    match line[key].as_str() {
+        Some("1") => true,
+        Some("0") => false,
+        other => panic!("HAProxy logged {key}={other:?}: {line}"),
+    }
+}
+
+/// "TLSv1.3" (HAProxy) -> "TLS1.3" (tlsrum).
+fn version(line: &Value, key: &str) -> String {
+    line[key].as_str().unwrap().replace("TLSv", "TLS")
+}
+
+/// Both connections of every logged request, after checking that HAProxy
+/// logged each request the clients made, and that full and resumed
+/// handshakes are there on both sides.
+fn logged(doc: &Value) -> Vec<Logged> {
+    let lines = doc["haproxy"].as_array().unwrap();
+    let requests: usize = doc["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["paths"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(lines.len(), requests, "HAProxy log lines vs requests made");
+    let (port, client_ip) = (&doc["port"], doc["client_ip"].as_str().unwrap());
+    let front = format!("{}:{port}", doc["proxy_front_ip"].as_str().unwrap());
+    let origin = format!("{}:{port}", doc["origin_ip"].as_str().unwrap());
+    let mut out = Vec::new();
+    for l in lines {
+        assert_eq!(l["status"], "200", "{l}");
+        let what = format!("{} {}", l["backend"].as_str().unwrap(), l["path"]);
+        out.push(Logged {
+            side: "inbound",
+            client: format!("{client_ip}:{}", l["cport"].as_str().unwrap()),
+            server: front.clone(),
+            resumed: flag(l, "fe_resumed"),
+            version: version(l, "fe_proto"),
+            what: what.clone(),
+        });
+        out.push(Logged {
+            side: "outbound",
+            client: format!(
+                "{}:{}",
+                l["bsrc"].as_str().unwrap(),
+                l["bport"].as_str().unwrap()
+            ),
+            server: origin.clone(),
+            resumed: flag(l, "be_resumed"),
+            version: version(l, "be_proto"),
+            what,
+        });
+    }
+    for side in ["inbound", "outbound"] {
+        for resumed in [false, true] {
+            let n = out
+                .iter()
+                .filter(|c| c.side == side && c.resumed == resumed)
+                .count();
+            assert!(
+                n > 0,
+                "HAProxy's log has no {side} {} handshake: the run cannot show agreement",
+                if resumed { "resumed" } else { "full" }
+            );
+        }
+    }
+    out
+}
+
+/// tlsrum's records, by client endpoint, in time order.
+fn records(ndjson: &str) -> BTreeMap<String, Vec<Value>> {
+    let mut by_client: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut all: Vec<Value> = ndjson
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    all.sort_by(|a, b| {
+        a["ts"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&b["ts"].as_f64().unwrap())
+    });
+    for r in all {
+        by_client
+            .entry(r["client"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(r);
+    }
+    by_client
+}
+
+/// Every logged connection against tlsrum's records of one vantage; panics
+/// listing every unmatched or disagreeing connection and every record
+/// left over.
+fn check(vantage: &str, ndjson: &str, doc: &Value) {
+    let mut recs = records(ndjson);
+    let conns = logged(doc);
+    let mut failures = Vec::new();
+    // (side, what was compared) -> (agreeing, compared), for the summary
+    let mut tally: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    for c in &conns {
+        let Some(r) = recs
+            .get_mut(&c.client)
+            .filter(|q| !q.is_empty())
+            .map(|q| q.remove(0))
+        else {
+            failures.push(format!(
+                "{} {} ({}): no tlsrum record",
+                c.side, c.client, c.what
+            ));
+            continue;
+        };
+        let want_hs = if c.resumed { "resumed" } else { "full" };
+        let mut bad = Vec::new();
+        for (what, got, want) in [
+            ("server", &r["server"], c.server.as_str()),
+            ("role", &r["role"], c.side),
+            ("handshake", &r["handshake"], want_hs),
+            ("version", &r["version"], c.version.as_str()),
+        ] {
+            let t = tally.entry((c.side, what)).or_default();
+            t.1 += 1;
+            if got == want {
+                t.0 += 1;
+            } else {
+                bad.push(format!("{what} {got} (HAProxy: {want})"));
+            }
+        }
+        if !bad.is_empty() {
+            failures.push(format!(
+                "{} {} ({}): {}",
+                c.side,
+                c.client,
+                c.what,
+                bad.join(", ")
+            ));
+        }
+    }
+    for (client, left) in &recs {
+        for r in left {
+            failures.push(format!(
+                "tlsrum record {client} -> {} ({}) is no connection in HAProxy's log",
+                r["server"], r["handshake"]
+            ));
+        }
+    }
+    for side in ["inbound", "outbound"] {
+        let total = conns.iter().filter(|c| c.side == side).count();
+        let resumed = conns.iter().filter(|c| c.side == side && c.resumed).count();
+        let agree: Vec<String> = tally
+            .iter()
+            .filter(|((s, _), _)| *s == side)
+            .map(|((_, what), (ok, n))| format!("{what} {ok}/{n}"))
+            .collect();
+        eprintln!(
+            "{vantage} {side}: HAProxy logged {total} ({} full, {resumed} resumed); \
+             tlsrum agrees on {}",
+            total - resumed,
+            agree.join(", ")
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{vantage}: {} disagreements with HAProxy's log:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn live(backend: &str) {
+    let lab = lab();
+    let path = lab.doc["live"][backend]
+        .as_str()
+        .unwrap_or_else(|| panic!("the lab ran no live {backend}"));
+    let ndjson = std::fs::read_to_string(path).unwrap();
+    check(&format!("live ({backend})"), &ndjson, &lab.doc);
+}
+
+#[test]
+fn live_ebpf_agrees_with_haproxy_log() {
+    if common::skip_unless("live_ebpf_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    live("ebpf");
+    passed();
+}
+
+#[test]
+fn live_pcap_agrees_with_haproxy_log() {
+    if common::skip_unless("live_pcap_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    live("pcap");
+    passed();
+}
+
+#[test]
+fn replay_local_agrees_with_haproxy_log() {
+    if common::skip_unless("replay_local_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    let doc = &lab().doc;
+    let out = common::run(&[
+        BIN,
+        "replay",
+        "--local",
+        doc["proxy_front_ip"].as_str().unwrap(),
+        "--local",
+        doc["proxy_back_ip"].as_str().unwrap(),
+        "--format",
+        "ndjson",
+        doc["capture"].as_str().unwrap(),
+    ]);
+    check("replay --local", &out, doc);
+    passed();
+}
+
+/// The ground truth checked against itself: nginx's `$ssl_session_reused`
+/// for each backend source port is HAProxy's `ssl_bc_is_resumed`.
+#[test]
+fn haproxy_and_origin_logs_agree() {
+    if common::skip_unless("haproxy_and_origin_logs_agree", NEEDS) {
+        return;
+    }
+    let doc = &lab().doc;
+    let origin: BTreeMap<&str, &str> = doc["origin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["port"].as_str().unwrap(), l["reused"].as_str().unwrap()))
+        .collect();
+    let lines = doc["haproxy"].as_array().unwrap();
+    assert_eq!(
+        origin.len(),
+        lines.len(),
+        "nginx log lines (distinct ports) vs HAProxy's"
+    );
+    for l in lines {
+        let port = l["bport"].as_str().unwrap();
+        let want = if flag(l, "be_resumed") { "r" } else { "." };
+        assert_eq!(
+            origin.get(port).copied(),
+            Some(want),
+            "backend port {port}: {l}"
+        );
+    }
+    passed();
+}
