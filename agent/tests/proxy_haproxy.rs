@@ -24,9 +24,10 @@
 //! not, s_client with -sess_out/-sess_in, TLS 1.2 and 1.3 toward clients;
 //! toward the origin a backend keeping its session, TLS 1.3 and TLS 1.2,
 //! and one with `no-ssl-reuse`), so the test cannot pass on an empty or
-//! one-sided run. nginx's own log (`$ssl_session_reused` by the backend
-//! port) must agree with HAProxy's `ssl_bc_is_resumed`: the two programs'
-//! reports checked against each other before tlsrum is.
+//! one-sided run. HAProxy's log is itself checked against the clients' and
+//! the origin's own reports (curl's local ports, s_client's New/Reused,
+//! nginx's `$ssl_session_reused` by the backend port) before tlsrum is
+//! checked against it.
 //!
 //! The lab runs once (about 6 s) and the three vantages are separate tests,
 //! so that one failing does not hide the others.
@@ -55,7 +56,8 @@ const NEEDS: &[Need] = &[
         "ip", "tcpdump", "haproxy", "nginx", "curl", "openssl", "python3",
     ]),
 ];
-/// The tests sharing the lab: the last to pass removes its directory.
+/// The tests sharing the lab: the last to pass removes its directory
+/// (unless TLSRUM_KEEP_TEST_DIR is set); a failure keeps it.
 const TESTS: usize = 4;
 
 struct Lab {
@@ -92,7 +94,9 @@ fn lab() -> &'static Lab {
 }
 
 fn passed() {
-    if PASSED.fetch_add(1, Ordering::SeqCst) + 1 == TESTS {
+    if PASSED.fetch_add(1, Ordering::SeqCst) + 1 == TESTS
+        && std::env::var_os("TLSRUM_KEEP_TEST_DIR").is_none()
+    {
         if let Some(lab) = LAB.get() {
             let _ = std::fs::remove_dir_all(&lab.work);
         }
@@ -329,21 +333,47 @@ fn replay_local_agrees_with_haproxy_log() {
     passed();
 }
 
-/// The ground truth checked against itself: nginx's `$ssl_session_reused`
+/// The ground truth checked against the other programs' own reports before
+/// tlsrum is checked against it: HAProxy's log lines are the clients'
+/// requests in order (the clients run one after another), with curl's own
+/// local port (`-w %{local_port}`) as `cport` and s_client's own
+/// "New"/"Reused" as `ssl_fc_is_resumed`; nginx's `$ssl_session_reused`
 /// for each backend source port is HAProxy's `ssl_bc_is_resumed`.
 #[test]
-fn haproxy_and_origin_logs_agree() {
-    if common::skip_unless("haproxy_and_origin_logs_agree", NEEDS) {
+fn haproxy_log_agrees_with_clients_and_origin() {
+    if common::skip_unless("haproxy_log_agrees_with_clients_and_origin", NEEDS) {
         return;
     }
     let doc = &lab().doc;
+    let lines = doc["haproxy"].as_array().unwrap();
+    let mut i = 0;
+    for c in doc["clients"].as_array().unwrap() {
+        for (k, path) in c["paths"].as_array().unwrap().iter().enumerate() {
+            let l = lines.get(i).unwrap_or_else(|| {
+                panic!("HAProxy logged {} requests; {path} is missing", lines.len())
+            });
+            i += 1;
+            assert_eq!(&l["path"], path, "request {i} in HAProxy's log: {l}");
+            if let Some(port) = c["ports"].get(k) {
+                assert_eq!(
+                    l["cport"].as_str(),
+                    Some(port.to_string().as_str()),
+                    "curl: {l}"
+                );
+            }
+            if let Some(said) = c["s_client_says"].get(k) {
+                let reused = said.as_str() == Some("Reused");
+                assert_eq!(flag(l, "fe_resumed"), reused, "s_client said {said}: {l}");
+            }
+        }
+    }
+    assert_eq!(i, lines.len(), "HAProxy log lines vs requests made");
     let origin: BTreeMap<&str, &str> = doc["origin"]
         .as_array()
         .unwrap()
         .iter()
         .map(|l| (l["port"].as_str().unwrap(), l["reused"].as_str().unwrap()))
         .collect();
-    let lines = doc["haproxy"].as_array().unwrap();
     assert_eq!(
         origin.len(),
         lines.len(),
