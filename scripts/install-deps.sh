@@ -8,7 +8,8 @@ APT_PACKAGES=(
   build-essential pkg-config libpcap-dev libssl-dev clang llvm libbpf-dev linux-libc-dev
   # real TLS peers and capture tools for the capture generator and tests
   openssl gnutls-bin nginx-light curl tshark tcpdump tcpreplay iproute2
-  # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs)
+  # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs),
+  # and terminating TLS with TLS to an origin (agent/tests/proxy_haproxy.rs)
   haproxy
   # the ways in (agent/tests/ways_in.rs): NFLOG rules (nft), compressed
   # captures, GRE and ERSPAN mirror sessions from Open vSwitch's userspace
