@@ -58,7 +58,7 @@ const NEEDS: &[Need] = &[
 ];
 /// The tests sharing the lab: the last to pass removes its directory
 /// (unless TLSRUM_KEEP_TEST_DIR is set); a failure keeps it.
-const TESTS: usize = 4;
+const TESTS: usize = 5;
 
 struct Lab {
     doc: Value,
@@ -285,40 +285,17 @@ fn check(vantage: &str, ndjson: &str, doc: &Value) {
     );
 }
 
-fn live(backend: &str) {
-    let lab = lab();
-    let path = lab.doc["live"][backend]
+/// One live backend's NDJSON events.
+fn live_events(doc: &Value, backend: &str) -> String {
+    let path = doc["live"][backend]
         .as_str()
         .unwrap_or_else(|| panic!("the lab ran no live {backend}"));
-    let ndjson = std::fs::read_to_string(path).unwrap();
-    check(&format!("live ({backend})"), &ndjson, &lab.doc);
+    std::fs::read_to_string(path).unwrap()
 }
 
-#[test]
-fn live_ebpf_agrees_with_haproxy_log() {
-    if common::skip_unless("live_ebpf_agrees_with_haproxy_log", NEEDS) {
-        return;
-    }
-    live("ebpf");
-    passed();
-}
-
-#[test]
-fn live_pcap_agrees_with_haproxy_log() {
-    if common::skip_unless("live_pcap_agrees_with_haproxy_log", NEEDS) {
-        return;
-    }
-    live("pcap");
-    passed();
-}
-
-#[test]
-fn replay_local_agrees_with_haproxy_log() {
-    if common::skip_unless("replay_local_agrees_with_haproxy_log", NEEDS) {
-        return;
-    }
-    let doc = &lab().doc;
-    let out = common::run(&[
+/// The capture replayed with the proxy's two addresses as `--local`.
+fn replay_events(doc: &Value) -> String {
+    common::run(&[
         BIN,
         "replay",
         "--local",
@@ -328,8 +305,115 @@ fn replay_local_agrees_with_haproxy_log() {
         "--format",
         "ndjson",
         doc["capture"].as_str().unwrap(),
-    ]);
+    ])
+}
+
+#[test]
+fn live_ebpf_agrees_with_haproxy_log() {
+    if common::skip_unless("live_ebpf_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    let doc = &lab().doc;
+    check("live (ebpf)", &live_events(doc, "ebpf"), doc);
+    passed();
+}
+
+#[test]
+fn live_pcap_agrees_with_haproxy_log() {
+    if common::skip_unless("live_pcap_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    let doc = &lab().doc;
+    check("live (pcap)", &live_events(doc, "pcap"), doc);
+    passed();
+}
+
+#[test]
+fn replay_local_agrees_with_haproxy_log() {
+    if common::skip_unless("replay_local_agrees_with_haproxy_log", NEEDS) {
+        return;
+    }
+    let doc = &lab().doc;
+    let out = replay_events(doc);
     check("replay --local", &out, doc);
+    passed();
+}
+
+/// `timing.lifetime` and `timing.idle_before_use` (issue 16), at every
+/// vantage: every connection here ends with FIN inside the capture, so its
+/// lifetime is known: a number, at least its handshake, at most the lab's
+/// run. `idle_before_use` where given lies within the lifetime; and every
+/// backend connection is opened on demand (`http-reuse never`: HAProxy
+/// keeps no pool and sends the request as soon as its handshake is done),
+/// so each is used within the issue's 10 ms "opened on demand" bound.
+#[test]
+fn lifetime_and_idle_before_use_bounded() {
+    if common::skip_unless("lifetime_and_idle_before_use_bounded", NEEDS) {
+        return;
+    }
+    const ON_DEMAND_MS: f64 = 10.0;
+    let doc = &lab().doc;
+    let run_ms = doc["seconds"].as_f64().unwrap() * 1000.0;
+    let conns = logged(doc);
+    let mut failures = Vec::new();
+    for (vantage, ndjson) in [
+        ("live (ebpf)", live_events(doc, "ebpf")),
+        ("live (pcap)", live_events(doc, "pcap")),
+        ("replay --local", replay_events(doc)),
+    ] {
+        let recs = records(&ndjson);
+        let (mut lifetimes, mut idles) = (0, 0);
+        for c in &conns {
+            // A port seen twice is check()'s to report; the first record here.
+            let Some(r) = recs.get(&c.client).and_then(|q| q.first()) else {
+                failures.push(format!(
+                    "{vantage} {} {}: no tlsrum record",
+                    c.side, c.client
+                ));
+                continue;
+            };
+            let t = &r["timing"];
+            let at = format!("{vantage} {} {} ({})", c.side, c.client, c.what);
+            let Some(life) = t["lifetime"].as_f64() else {
+                failures.push(format!(
+                    "{at}: lifetime {} (closed with FIN in the capture)",
+                    t["lifetime"]
+                ));
+                continue;
+            };
+            lifetimes += 1;
+            let hs = t["handshake"].as_f64().unwrap_or(0.0);
+            if !(life >= hs && life <= run_ms) {
+                failures.push(format!(
+                    "{at}: lifetime {life} ms outside [handshake {hs}, run {run_ms}]"
+                ));
+            }
+            let Some(idle) = t["idle_before_use"].as_f64() else {
+                continue;
+            };
+            idles += 1;
+            if !(0.0..=life).contains(&idle) {
+                failures.push(format!(
+                    "{at}: idle_before_use {idle} ms outside [0, lifetime {life}]"
+                ));
+            }
+            if c.side == "outbound" && idle >= ON_DEMAND_MS {
+                failures.push(format!(
+                    "{at}: idle_before_use {idle} ms: HAProxy opened it on demand (no pool)"
+                ));
+            }
+        }
+        eprintln!(
+            "{vantage}: lifetime on {lifetimes} and idle_before_use on {idles} of {} connections",
+            conns.len()
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     passed();
 }
 
