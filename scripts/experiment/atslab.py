@@ -25,6 +25,7 @@ Python 3 standard library only; needs root. Writes one JSON document:
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,8 +198,9 @@ class AtsLab(wanlab.Lab):
             return None
         out = (self.dir / "ats" / "manager.out").read_text(errors="replace")
         fatal = [line for line in out.splitlines() if line.startswith("Fatal:")]
-        frames = [line.strip() for line in crashes[-1].read_text(errors="replace").splitlines()
-                  if "traffic_server" in line and "+" in line][:6]
+        # The aborting thread's frames come first in the crash log.
+        frames = [" ".join(line.split()[2:]) for line in crashes[-1].read_text(errors="replace").splitlines()
+                  if re.match(r"^\d+\s+0x", line)][3:9]
         return (f"traffic_server aborted {len(crashes)} times (relaunched by traffic_manager): "
                 f"{fatal[-1] if fatal else 'no Fatal line'}; crash log {crashes[-1]}: " + " | ".join(frames))
 
