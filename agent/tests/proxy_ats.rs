@@ -117,10 +117,26 @@ fn ats_per_role_figures_agree_with_traffic_server() {
     let ats_out = delta(stats, "total_success_handshake_count_out");
     let nginx = mode["nginx"].as_array().unwrap();
     for (what, got, want) in [
-        ("inbound records vs ATS count_in", inbound.len() as f64, ats_in),
-        ("outbound records vs ATS count_out", outbound.len() as f64, ats_out),
-        ("outbound records vs nginx lines", outbound.len() as f64, nginx.len() as f64),
-        ("inbound records vs curl requests", inbound.len() as f64, n as f64),
+        (
+            "inbound records vs ATS count_in",
+            inbound.len() as f64,
+            ats_in,
+        ),
+        (
+            "outbound records vs ATS count_out",
+            outbound.len() as f64,
+            ats_out,
+        ),
+        (
+            "outbound records vs nginx lines",
+            outbound.len() as f64,
+            nginx.len() as f64,
+        ),
+        (
+            "inbound records vs curl requests",
+            inbound.len() as f64,
+            n as f64,
+        ),
     ] {
         if got != want {
             failures.push(format!("{what}: tlsrum {got}, truth {want}"));
@@ -129,7 +145,10 @@ fn ats_per_role_figures_agree_with_traffic_server() {
     // Outbound: full TLS 1.2, 2 round trips, where nginx logged a new session.
     for r in &outbound {
         let p = port(&r["client"]);
-        let Some(line) = nginx.iter().find(|l| l["port"].as_str() == Some(&p.to_string())) else {
+        let Some(line) = nginx
+            .iter()
+            .find(|l| l["port"].as_str() == Some(&p.to_string()))
+        else {
             failures.push(format!("outbound port {p}: not in nginx's log"));
             continue;
         };
@@ -144,7 +163,10 @@ fn ats_per_role_figures_agree_with_traffic_server() {
 
     // Inbound handshake time: ATS's mean against tlsrum's.
     let ats_mean = delta(stats, "total_handshake_time") / ats_in / 1e6;
-    let ours: Vec<f64> = inbound.iter().map(|r| f(&r["timing"]["handshake"])).collect();
+    let ours: Vec<f64> = inbound
+        .iter()
+        .map(|r| f(&r["timing"]["handshake"]))
+        .collect();
     let our_mean = ours.iter().sum::<f64>() / ours.len().max(1) as f64;
     eprintln!("inbound handshake mean: ATS {ats_mean:.2} ms, tlsrum {our_mean:.2} ms");
     if (ats_mean - our_mean).abs() > 3.0 || !ats_mean.is_finite() {
@@ -165,13 +187,17 @@ fn ats_per_role_figures_agree_with_traffic_server() {
         };
         let ours = f(&r["timing"]["ttfb"]);
         if (curl_ttfb - ours).abs() > 5.0 + 0.02 * curl_ttfb {
-            failures.push(format!("client port {p}: curl ttfb {curl_ttfb:.1} ms, tlsrum {ours:.1} ms"));
+            failures.push(format!(
+                "client port {p}: curl ttfb {curl_ttfb:.1} ms, tlsrum {ours:.1} ms"
+            ));
         }
     }
     let mean_ttfb = ttfbs.iter().sum::<f64>() / ttfbs.len().max(1) as f64;
     eprintln!("clients' mean ttfb without pre-warming: {mean_ttfb:.1} ms at {rtt} ms RTT");
     if mean_ttfb < 3.9 * rtt {
-        failures.push(format!("mean ttfb {mean_ttfb:.1} ms < 3.9 RTT without pre-warming"));
+        failures.push(format!(
+            "mean ttfb {mean_ttfb:.1} ms < 3.9 RTT without pre-warming"
+        ));
     }
 
     // Roles: replay --local now; live (host interfaces) once branch live is in.
@@ -185,7 +211,10 @@ fn ats_per_role_figures_agree_with_traffic_server() {
         }
         for r in &recs {
             if r["role"].as_str() != Some(want) {
-                failures.push(format!("replay {}: role {}, want {want}", r["client"], r["role"]));
+                failures.push(format!(
+                    "replay {}: role {}, want {want}",
+                    r["client"], r["role"]
+                ));
             }
         }
     }
@@ -196,7 +225,10 @@ fn ats_per_role_figures_agree_with_traffic_server() {
     for (recs, want) in [(&inbound, "inbound"), (&outbound, "outbound")] {
         for r in recs.iter().filter(|_| live_roles > 0) {
             if r["role"].as_str() != Some(want) {
-                failures.push(format!("live {}: role {}, want {want}", r["client"], r["role"]));
+                failures.push(format!(
+                    "live {}: role {}, want {want}",
+                    r["client"], r["role"]
+                ));
             }
         }
     }

@@ -73,7 +73,11 @@ pub fn run_lab_at(script: &str, tag: &str, rtt: &str) -> (serde_json::Value, Pat
 
 /// [`run_lab_at`] with further arguments for the script; `Err` with the
 /// work directory when the script reported a lab error (exit status not 0).
-pub fn run_lab_args(script: &str, tag: &str, args: &[&str]) -> Result<(serde_json::Value, PathBuf), PathBuf> {
+pub fn run_lab_args(
+    script: &str,
+    tag: &str,
+    args: &[&str],
+) -> Result<(serde_json::Value, PathBuf), PathBuf> {
     let dl = delayline();
     let work = std::env::temp_dir().join(format!("tlsrum-{tag}-test-{}", std::process::id()));
     let out = work.join(format!("{tag}.json"));
