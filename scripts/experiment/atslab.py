@@ -17,6 +17,13 @@ origin connection, with ATS's source port). tlsrum live (eBPF) watches both
 of the proxy's interfaces; a tcpdump capture there is replayed with
 `--local` for the role.
 
+Pre-warming on does not run with Debian 12's traffic_server 9.2.9: it aborts
+(`Fatal: P_UnixEThread.h:209: failed assertion this == this_ethread()` from
+PreWarmManager::reconfigure_prewarming_on_threads) whenever a pool is
+configured, and traffic_manager relaunches it in a loop. The mode is then
+recorded with the crash (the Fatal line and the crash log's frames) as its
+error, and the exit status is 2.
+
 Python 3 standard library only; needs root. Writes one JSON document:
 
     python3 atslab.py --out ats.json --workdir /tmp/ats [--n 20] [--rtt 100]
@@ -67,7 +74,6 @@ CONFIG proxy.config.diags.debug.enabled INT {debug}
 CONFIG proxy.config.diags.debug.tags STRING ssl_sni|prewarm|sni|ssl|http_tunnel|tunnel
 CONFIG proxy.config.hostdb.host_file.path STRING {dir}/hosts
 CONFIG proxy.config.dns.resolv_conf STRING {dir}/resolv.conf
-CONFIG proxy.config.process_manager.mgmt_port INT 0
 """
 
 # The talk's sni.yaml (the seed), pointed at the lab's origin.
