@@ -184,7 +184,8 @@ start-up and from a task thread on `traffic_ctl config reload`, and this 9.2.9 b
 that `schedule_local` runs on its own thread (the check described in
 apache/trafficserver#9691, "Check the calling thread of Ethread::schedule_local"). Whenever a pool is configured (`tunnel_prewarm: true` or
 `proxy.config.tunnel.prewarm 1`) traffic_server aborts and traffic_manager relaunches it in a
-loop; no setting avoids the call. The second half of the talk — and tlsrum's pool view
+loop; no setting avoids the call (`traffic_ctl config set proxy.config.tunnel.prewarm 1` on a
+running instance answers "restart required", and a restart takes the start-up path). The second half of the talk — and tlsrum's pool view
 (outbound connections used long after their handshake) against ATS's
 `proxy.process.tunnel.prewarm.*` hit/miss counters — waits for a Traffic Server whose
 pre-warm start-up schedules onto its threads with `schedule_imm`.
