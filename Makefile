@@ -7,7 +7,7 @@ TLSRUM := target/release/tlsrum
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment fuzz fuzz-smoke docs-charts
+.PHONY: deps build demo test baselines pcaps bench clean experiment experiment-ats fuzz fuzz-smoke docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
@@ -65,3 +65,10 @@ clean:
 experiment: deps
 	$(CARGO) build --release --locked -p tlsrum -p delayline
 	python3 scripts/experiment/run.py --docs docs
+
+# Apache Traffic Server's pre-warmed TLS tunnels (issue 16; root): writes
+# section 5 of docs/experiments.md, docs/experiment5-ats.png and
+# docs/experiment5-ats.json (see scripts/experiment/ats_report.py).
+experiment-ats: deps
+	$(CARGO) build --release --locked -p tlsrum -p delayline
+	python3 scripts/experiment/ats_report.py --docs docs

@@ -11,6 +11,9 @@ APT_PACKAGES=(
   # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs),
   # and terminating TLS with TLS to an origin (agent/tests/proxy_haproxy.rs)
   haproxy
+  # a TLS proxy that pre-warms origin connections (agent/tests/proxy_ats.rs,
+  # scripts/experiment/atslab.py)
+  trafficserver
   # the ways in (agent/tests/ways_in.rs): NFLOG rules (nft), compressed
   # captures, GRE and ERSPAN mirror sessions from Open vSwitch's userspace
   # datapath (this kernel has no GRE), offloads off on its veths (ethtool)
@@ -45,9 +48,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # The Debian nginx package starts a server on port 80, the prometheus
-  # package one on port 9090, and openvswitch-switch its daemons; tlsrum's
+  # package one on port 9090, trafficserver one on 8080, and
+  # openvswitch-switch its daemons; tlsrum's
   # tests run their own.
-  for svc in nginx prometheus openvswitch-switch; do
+  for svc in nginx prometheus openvswitch-switch trafficserver; do
     if command -v systemctl >/dev/null && systemctl is-active -q "$svc" 2>/dev/null; then
       systemctl stop "$svc" || true
     fi

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
+import ats_report  # noqa: E402
 import caclient  # noqa: E402
 import compare  # noqa: E402
 import delay_accuracy  # noqa: E402
@@ -580,6 +581,12 @@ def main():
     (docs / "experiments.json").write_text(json.dumps(summary, indent=1) + "\n")
     md = render(summary, delay_table(delays), accuracy_table(acc), t1, t2, t3, acc, n1, n23,
                 exp4_section(rows4, sav4, n4, order4))
+    # Section 5 is `make experiment-ats`'s (ats_report.py): keep it.
+    old = (docs / "experiments.md").read_text() if (docs / "experiments.md").exists() else ""
+    if ats_report.BEGIN in old and ats_report.END in old:
+        block = ats_report.BEGIN + old.split(ats_report.BEGIN, 1)[1].split(ats_report.END, 1)[0] + ats_report.END
+        head, tail = md.split("## What this does not show", 1)
+        md = head + block + "\n\n## What this does not show" + tail
     (docs / "experiments.md").write_text(md)
     wanlab.log(f"wrote {docs / 'experiments.md'} in {time.time() - t0:.0f} s")
     return 0

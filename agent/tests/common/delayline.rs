@@ -70,3 +70,36 @@ pub fn run_lab_at(script: &str, tag: &str, rtt: &str) -> (serde_json::Value, Pat
     let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     (doc, work)
 }
+
+/// [`run_lab_at`] with further arguments for the script; `Err` with the
+/// work directory when the script reported a lab error (exit status not 0).
+pub fn run_lab_args(
+    script: &str,
+    tag: &str,
+    args: &[&str],
+) -> Result<(serde_json::Value, PathBuf), PathBuf> {
+    let dl = delayline();
+    let work = std::env::temp_dir().join(format!("tlsrum-{tag}-test-{}", std::process::id()));
+    let out = work.join(format!("{tag}.json"));
+    std::fs::create_dir_all(&work).unwrap();
+    let status = Command::new("python3")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scripts/experiment")
+                .join(script),
+        )
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .arg("--workdir")
+        .arg(work.join("labs"))
+        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
+        .env("DELAYLINE", &dl)
+        .status()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    if !status.success() {
+        return Err(work);
+    }
+    let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    Ok((doc, work))
+}
