@@ -28,7 +28,9 @@ pub fn interface_addrs() -> io::Result<Vec<IpAddr>> {
                 libc::AF_INET => {
                     // SAFETY: AF_INET: a sockaddr_in.
                     let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
-                    out.push(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
+                    out.push(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ));
                 }
                 libc::AF_INET6 => {
                     // SAFETY: AF_INET6: a sockaddr_in6.
@@ -92,9 +94,8 @@ impl AddrEvents {
         let mut any = false;
         loop {
             // SAFETY: buf is valid for writes of its length.
-            let r = unsafe {
-                libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
-            };
+            let r =
+                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if r > 0 {
                 any = true;
                 continue;
@@ -126,7 +127,9 @@ impl HostAddrs {
         let events = match AddrEvents::open() {
             Ok(e) => Some(e),
             Err(e) => {
-                eprintln!("tlsrum: no address-change subscription ({e}); reading addresses every second");
+                eprintln!(
+                    "tlsrum: no address-change subscription ({e}); reading addresses every second"
+                );
                 None
             }
         };

@@ -472,9 +472,7 @@ fn outbound_steps() -> Vec<Step> {
 /// Runs `steps` in namespace `ns`.
 fn make_traffic(ns: &str, steps: &[Step]) {
     for s in steps {
-        let out = ns_cmd(ns, &["sh", "-c", &s.cmd])
-            .output()
-            .unwrap();
+        let out = ns_cmd(ns, &["sh", "-c", &s.cmd]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         for w in s.want {
             assert!(
@@ -1549,7 +1547,10 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
             _ => false,
         };
         if absent {
-            assert!(!exposed.contains(n), "{backend}: {n} has samples, the records no field for it");
+            assert!(
+                !exposed.contains(n),
+                "{backend}: {n} has samples, the records no field for it"
+            );
         }
         absent
     };

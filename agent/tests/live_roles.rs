@@ -106,9 +106,11 @@ impl Agent {
 
     /// The record of the connection from client port `port`, once written.
     fn record_of(&self, port: u16) -> Option<Value> {
-        self.records()
-            .into_iter()
-            .find(|r| r["client"].as_str().is_some_and(|c| c.ends_with(&format!(":{port}"))))
+        self.records().into_iter().find(|r| {
+            r["client"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&format!(":{port}")))
+        })
     }
 }
 
@@ -162,7 +164,16 @@ fn veth(a: &Netns, a_dev: &str, a_ip: &str, b: &Netns, b_dev: &str, b_ip: &str) 
         "netns", &b.name,
     ]);
     for (ns, dev, ip) in [(a, a_dev, a_ip), (b, b_dev, b_ip)] {
-        run(&["ip", "-n", &ns.name, "addr", "add", &format!("{ip}/24"), "dev", dev]);
+        run(&[
+            "ip",
+            "-n",
+            &ns.name,
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            dev,
+        ]);
         run(&["ip", "-n", &ns.name, "link", "set", dev, "up"]);
     }
 }
@@ -188,7 +199,10 @@ fn by_label(text: &str, metric: &str, label: &str) -> BTreeMap<String, f64> {
 
 #[test]
 fn live_roles_follow_the_hosts_addresses() {
-    if common::skip("live_roles_follow_the_hosts_addresses", &["ip", "openssl", "curl"]) {
+    if common::skip(
+        "live_roles_follow_the_hosts_addresses",
+        &["ip", "openssl", "curl"],
+    ) {
         return;
     }
     let pid = std::process::id();
@@ -202,14 +216,49 @@ fn live_roles_follow_the_hosts_addresses() {
     let (po, op) = (format!("rpo{pid}"), format!("rop{pid}"));
     veth(&p, &pa, P_A, &a, &ap, A_IP);
     veth(&p, &po, P_O, &o, &op, O_IP);
-    run(&["ip", "netns", "exec", &p.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &p.name,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=1",
+    ]);
     run(&["ip", "-n", &a.name, "route", "add", "default", "via", P_A]);
     run(&["ip", "-n", &o.name, "route", "add", "default", "via", P_O]);
     // P reaches the moving address and the VIP through O, unless it holds
     // the moving address itself (the local table comes first).
-    run(&["ip", "-n", &p.name, "route", "add", "192.0.2.0/24", "via", O_IP]);
-    run(&["ip", "-n", &o.name, "addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
-    run(&["ip", "-n", &o.name, "addr", "add", &format!("{MOVING}/32"), "dev", "lo"]);
+    run(&[
+        "ip",
+        "-n",
+        &p.name,
+        "route",
+        "add",
+        "192.0.2.0/24",
+        "via",
+        O_IP,
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &o.name,
+        "addr",
+        "add",
+        &format!("{VIP}/32"),
+        "dev",
+        "lo",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &o.name,
+        "addr",
+        "add",
+        &format!("{MOVING}/32"),
+        "dev",
+        "lo",
+    ]);
 
     let mut procs = Procs::default();
     let (key, cert) = common::netns::self_signed(&dir, "roles.test");
@@ -248,18 +297,78 @@ fn live_roles_follow_the_hosts_addresses() {
         connect(&p, A_IP, "P to A", "outbound", &mut procs);
         connect(&a, O_IP, "A to O through P", "transit", &mut procs);
     }
-    connect(&a, VIP, "A to the --local VIP (on O)", "inbound", &mut procs);
-    connect(&a, MOVING, "A to the moving address on O", "transit", &mut procs);
+    connect(
+        &a,
+        VIP,
+        "A to the --local VIP (on O)",
+        "inbound",
+        &mut procs,
+    );
+    connect(
+        &a,
+        MOVING,
+        "A to the moving address on O",
+        "transit",
+        &mut procs,
+    );
     // Added to P while the agents run.
-    run(&["ip", "-n", &o.name, "addr", "del", &format!("{MOVING}/32"), "dev", "lo"]);
-    run(&["ip", "-n", &p.name, "addr", "add", &format!("{MOVING}/32"), "dev", "lo"]);
+    run(&[
+        "ip",
+        "-n",
+        &o.name,
+        "addr",
+        "del",
+        &format!("{MOVING}/32"),
+        "dev",
+        "lo",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &p.name,
+        "addr",
+        "add",
+        &format!("{MOVING}/32"),
+        "dev",
+        "lo",
+    ]);
     std::thread::sleep(ADDRESS_SETTLE);
-    connect(&a, MOVING, "A to the address just added to P", "inbound", &mut procs);
+    connect(
+        &a,
+        MOVING,
+        "A to the address just added to P",
+        "inbound",
+        &mut procs,
+    );
     // Removed from P again.
-    run(&["ip", "-n", &p.name, "addr", "del", &format!("{MOVING}/32"), "dev", "lo"]);
-    run(&["ip", "-n", &o.name, "addr", "add", &format!("{MOVING}/32"), "dev", "lo"]);
+    run(&[
+        "ip",
+        "-n",
+        &p.name,
+        "addr",
+        "del",
+        &format!("{MOVING}/32"),
+        "dev",
+        "lo",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &o.name,
+        "addr",
+        "add",
+        &format!("{MOVING}/32"),
+        "dev",
+        "lo",
+    ]);
     std::thread::sleep(ADDRESS_SETTLE);
-    connect(&a, MOVING, "A to the address removed from P (back on O)", "transit", &mut procs);
+    connect(
+        &a,
+        MOVING,
+        "A to the address removed from P (back on O)",
+        "transit",
+        &mut procs,
+    );
 
     let mut problems = Vec::new();
     let mut by_role: BTreeMap<String, f64> = BTreeMap::new();
@@ -294,7 +403,10 @@ fn live_roles_follow_the_hosts_addresses() {
             "-sSf",
             &format!("http://127.0.0.1:{}/metrics", agent.metrics_port),
         ]);
-        for metric in ["tls_handshakes_total", "tls_handshake_duration_seconds_count"] {
+        for metric in [
+            "tls_handshakes_total",
+            "tls_handshake_duration_seconds_count",
+        ] {
             let got = by_label(&text, metric, "role");
             if got != by_role {
                 problems.push(format!(
@@ -307,7 +419,11 @@ fn live_roles_follow_the_hosts_addresses() {
     for agent in agents {
         let status = procs.stop(agent.name, libc::SIGINT, Duration::from_secs(10));
         let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
-        assert!(status.success(), "{} exited with {status}: {log}", agent.name);
+        assert!(
+            status.success(),
+            "{} exited with {status}: {log}",
+            agent.name
+        );
     }
     if problems.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);

@@ -51,10 +51,7 @@ fn idle_buckets() -> impl Iterator<Item = f64> {
 /// Connection lifetime: a one-request connection to a pooled one kept
 /// for an hour.
 fn lifetime_buckets() -> impl Iterator<Item = f64> {
-    [
-        0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
-    ]
-    .into_iter()
+    [0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0].into_iter()
 }
 
 /// A connection first used within this many milliseconds of its
@@ -1061,11 +1058,17 @@ mod tests {
     fn roles_idle_before_use_and_lifetime() {
         use analyzer::record::Role;
         let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(5), &[]);
-        // (role, sni, idle ms, lifetime ms)
-        let cases: [(Option<Role>, &str, Option<f64>, Option<f64>); 8] = [
+        /// (role, sni, idle before use ms, lifetime ms)
+        type Case = (Option<Role>, &'static str, Option<f64>, Option<f64>);
+        let cases: [Case; 8] = [
             (Some(Role::Inbound), "front.test", Some(0.4), Some(250.0)),
             (Some(Role::Inbound), "front.test", Some(10.0), None),
-            (Some(Role::Outbound), "origin-a.test", Some(10.001), Some(61_000.0)),
+            (
+                Some(Role::Outbound),
+                "origin-a.test",
+                Some(10.001),
+                Some(61_000.0),
+            ),
             (Some(Role::Outbound), "origin-a.test", Some(120_000.0), None),
             (Some(Role::Outbound), "origin-b.test", Some(2.0), Some(40.0)),
             (Some(Role::Outbound), "origin-b.test", None, None),
@@ -1095,12 +1098,22 @@ mod tests {
         };
         assert_eq!(
             by("tls_handshakes_total", &["role"]),
-            want(&[("inbound", 2.0), ("outbound", 4.0), ("transit", 1.0), ("unknown", 1.0)]),
+            want(&[
+                ("inbound", 2.0),
+                ("outbound", 4.0),
+                ("transit", 1.0),
+                ("unknown", 1.0)
+            ]),
             "{text}"
         );
         assert_eq!(
             by("tls_handshake_duration_seconds_count", &["role"]),
-            want(&[("inbound", 2.0), ("outbound", 4.0), ("transit", 1.0), ("unknown", 1.0)])
+            want(&[
+                ("inbound", 2.0),
+                ("outbound", 4.0),
+                ("transit", 1.0),
+                ("unknown", 1.0)
+            ])
         );
         // Outbound handshakes per origin: what rate() by server_name reads.
         let outbound: BTreeMap<String, f64> = samples(&text, "tls_handshakes_total")
@@ -1108,9 +1121,15 @@ mod tests {
             .filter(|(l, _)| l["role"] == "outbound")
             .map(|(l, v)| (l["server_name"].clone(), v))
             .collect();
-        assert_eq!(outbound, want(&[("origin-a.test", 2.0), ("origin-b.test", 2.0)]));
         assert_eq!(
-            by("tls_connections_first_use_total", &["role", "server_name", "use"]),
+            outbound,
+            want(&[("origin-a.test", 2.0), ("origin-b.test", 2.0)])
+        );
+        assert_eq!(
+            by(
+                "tls_connections_first_use_total",
+                &["role", "server_name", "use"]
+            ),
             want(&[
                 ("inbound/front.test/on_demand", 2.0),
                 ("outbound/origin-a.test/pooled", 2.0),
@@ -1120,7 +1139,10 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            by("tls_idle_before_use_seconds_count", &["role", "server_name", "transport"]),
+            by(
+                "tls_idle_before_use_seconds_count",
+                &["role", "server_name", "transport"]
+            ),
             want(&[
                 ("inbound/front.test/tcp", 2.0),
                 ("outbound/origin-a.test/tcp", 2.0),
@@ -1129,7 +1151,10 @@ mod tests {
             ])
         );
         let sum = by("tls_idle_before_use_seconds_sum", &["role"]);
-        assert!((sum["outbound"] - (10.001 + 120_000.0 + 2.0) / 1e3).abs() < 1e-9, "{sum:?}");
+        assert!(
+            (sum["outbound"] - (10.001 + 120_000.0 + 2.0) / 1e3).abs() < 1e-9,
+            "{sum:?}"
+        );
         // The buckets resolve both ends: sub-millisecond and minutes.
         let bucket = |role: &str, le: &str| {
             samples(&text, "tls_idle_before_use_seconds_bucket")
@@ -1144,7 +1169,10 @@ mod tests {
         assert_eq!(bucket("outbound", "60.0"), 2.0);
         assert_eq!(bucket("outbound", "300.0"), 3.0);
         assert_eq!(
-            by("tls_connection_lifetime_seconds_count", &["role", "transport"]),
+            by(
+                "tls_connection_lifetime_seconds_count",
+                &["role", "transport"]
+            ),
             want(&[
                 ("inbound/tcp", 1.0),
                 ("outbound/tcp", 2.0),
