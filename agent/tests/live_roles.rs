@@ -424,6 +424,12 @@ fn live_roles_follow_the_hosts_addresses() {
             "{} exited with {status}: {log}",
             agent.name
         );
+        // Kept current by the rtnetlink subscription, not the fallback.
+        assert!(
+            !log.contains("no address-change subscription"),
+            "{}: {log}",
+            agent.name
+        );
     }
     if problems.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
