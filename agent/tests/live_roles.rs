@@ -4,8 +4,8 @@
 //! Three namespaces: the agent's host `P` (a router too), `A` on one veth
 //! and `O` behind P on another. The agents watch P's veth to A, where every
 //! connection below passes:
-//! - inbound: curl in A to `openssl s_server` in P;
-//! - outbound: curl in P to s_server in A;
+//! - inbound: curl in A to `openssl s_server` in P, over IPv4 and IPv6;
+//! - outbound: curl in P to s_server in A, likewise;
 //! - transit: curl in A to s_server in O, routed through P;
 //! - `--local`: a VIP on no interface of P (on O's loopback, routed
 //!   through P) given with `--local` is counted as P's: inbound;
@@ -39,6 +39,9 @@ const A_IP: &str = "198.51.100.2";
 /// P on the veth to O, and O.
 const P_O: &str = "203.0.113.1";
 const O_IP: &str = "203.0.113.2";
+/// P and A over IPv6 too (the addresses of every family count).
+const P_A6: &str = "2001:db8:1::1";
+const A_IP6: &str = "2001:db8:1::2";
 /// Moves between O and P while the agents run.
 const MOVING: &str = "192.0.2.77";
 /// On O's loopback, given to the agents with --local.
@@ -122,7 +125,7 @@ fn curl(ns: &str, ip: &str) -> u16 {
         "exec",
         ns,
         "curl",
-        "-sSk",
+        "-sSkg",
         "--max-time",
         "10",
         "-o",
@@ -215,6 +218,12 @@ fn live_roles_follow_the_hosts_addresses() {
     let (pa, ap) = (format!("rpa{pid}"), format!("rap{pid}"));
     let (po, op) = (format!("rpo{pid}"), format!("rop{pid}"));
     veth(&p, &pa, P_A, &a, &ap, A_IP);
+    for (ns, dev, ip) in [(&p, &pa, P_A6), (&a, &ap, A_IP6)] {
+        let cidr = format!("{ip}/64");
+        run(&[
+            "ip", "-n", &ns.name, "addr", "add", &cidr, "dev", dev, "nodad",
+        ]);
+    }
     veth(&p, &po, P_O, &o, &op, O_IP);
     run(&[
         "ip",
@@ -262,15 +271,23 @@ fn live_roles_follow_the_hosts_addresses() {
 
     let mut procs = Procs::default();
     let (key, cert) = common::netns::self_signed(&dir, "roles.test");
-    for ns in [&p, &a, &o] {
-        let log = dir.join(format!("s_server-{}.log", ns.name));
+    // IPv4 in every namespace, IPv6 (a socket of its own) in P and A.
+    for (ns, accept) in [
+        (&p, "0.0.0.0"),
+        (&a, "0.0.0.0"),
+        (&o, "0.0.0.0"),
+        (&p, "[::]"),
+        (&a, "[::]"),
+    ] {
+        let name = format!("s_server {accept} in {}", ns.name);
+        let log = dir.join(format!("{name}.log").replace(' ', "-"));
         let cmd = ns_cmd(
             &ns.name,
             &[
                 "openssl",
                 "s_server",
                 "-accept",
-                &PORT.to_string(),
+                &format!("{accept}:{PORT}"),
                 "-cert",
                 cert.to_str().unwrap(),
                 "-key",
@@ -278,7 +295,7 @@ fn live_roles_follow_the_hosts_addresses() {
                 "-www",
             ],
         );
-        procs.spawn_logged(&format!("s_server in {}", ns.name), cmd, &log);
+        procs.spawn_logged(&name, cmd, &log);
         wait_for_text(&log, "ACCEPT", 10, &mut procs);
     }
     let ebpf = Agent::start(&mut procs, &dir, &p.name, &pa, "ebpf", "ebpf", 19871);
@@ -297,6 +314,20 @@ fn live_roles_follow_the_hosts_addresses() {
         connect(&p, A_IP, "P to A", "outbound", &mut procs);
         connect(&a, O_IP, "A to O through P", "transit", &mut procs);
     }
+    connect(
+        &a,
+        &format!("[{P_A6}]"),
+        "A to P over IPv6",
+        "inbound",
+        &mut procs,
+    );
+    connect(
+        &p,
+        &format!("[{A_IP6}]"),
+        "P to A over IPv6",
+        "outbound",
+        &mut procs,
+    );
     connect(
         &a,
         VIP,
