@@ -36,6 +36,10 @@ const LABELS = {
   // Issue 15: by client fingerprint, no server_name (the series budget).
   tls_client_handshakes_total: ['transport'],
   tls_client_handshake_duration_seconds: ['transport'],
+  // Issue 16: proxies and pools (lifetime: no server_name, the budget).
+  tls_idle_before_use_seconds: ['server_name', 'transport'],
+  tls_connections_first_use_total: ['server_name'],
+  tls_connection_lifetime_seconds: ['transport'],
 };
 
 /** `metric{instance=~"$instance", <variable filters>, <extra>}` */
@@ -612,6 +616,88 @@ const mean = (metric, by) =>
 const splitMean = (metric, extra = '') =>
   `sum(${rate(metric, extra, '_sum')})\n/\nsum(${rate(metric, extra, '_count')})`;
 
+// ---- proxies and pools (issue 16) ----
+
+// A proxy's two sides: inbound (this host is the TLS server), outbound (it
+// is the client, to origins), transit (neither). The pool hit rate is the
+// share of outbound connections first used more than 10 ms after their
+// handshake (ON_DEMAND_MS in agent/src/metrics/mod.rs): pooled or
+// pre-warmed rather than opened on demand.
+const pools = [
+  [row('Proxies and pools')],
+  [
+    timeseries(
+      'Handshakes by role',
+      'Handshakes per second by role: inbound (this host is the TLS server), outbound (this host is the client: a proxy\'s handshakes with its origins), transit (neither: a tap or router). unknown: no role (replay without --local).',
+      [target(`sum by (role) (${rate('tls_handshakes_total')})`, '{{role}}')],
+      { unit: 'ops', stack: true },
+    ),
+    8,
+  ],
+  [
+    timeseries(
+      'Resumption rate by role',
+      'Resumed / (full + resumed) handshakes by role: clients resuming with this host (inbound) against this host resuming with its origins (outbound).',
+      [target(resumptionRate('role'), '{{role}}')],
+      { unit: 'percentunit', max: 1 },
+    ),
+    8,
+  ],
+  [
+    timeseries(
+      'Handshake duration p95 by role',
+      'ClientHello to the client\'s first application data, 95th percentile from the histogram buckets, by role: what clients wait for this host, what this host waits for its origins.',
+      quantiles('tls_handshake_duration_seconds', 'role', [0.95]),
+      { unit: 's' },
+    ),
+    8,
+  ],
+  [
+    timeseries(
+      'Outbound handshakes per origin',
+      'Handshakes per second this host made as the client, by origin (server_name): what a connection pool or pre-warming saves.',
+      [target(`sum by (server_name) (${rate('tls_handshakes_total', 'role="outbound"')})`, '{{server_name}}')],
+      { unit: 'ops', stack: true },
+    ),
+    12,
+  ],
+  [
+    timeseries(
+      'Pool hit rate by origin',
+      'Share of outbound connections first used more than 10 ms after their handshake ended (pooled or pre-warmed) rather than within 10 ms (opened on demand), by origin, from the wire: tls_connections_first_use_total{use="pooled"} / all.',
+      [
+        target(
+          ratioOf(
+            `sum by (server_name) (${rate('tls_connections_first_use_total', 'role="outbound", use="pooled"')})`,
+            `sum by (server_name) (${rate('tls_connections_first_use_total', 'role="outbound"')})`,
+          ),
+          '{{server_name}}',
+        ),
+      ],
+      { unit: 'percentunit', max: 1 },
+    ),
+    12,
+  ],
+  [
+    timeseries(
+      'Idle before use p50 / p95 by role',
+      'The handshake\'s end to the client\'s first application data: near zero for a connection opened on demand, long for a pooled or pre-warmed one. Quantiles from the histogram buckets (1 ms to 15 min).',
+      quantiles('tls_idle_before_use_seconds', 'role', [0.5, 0.95]),
+      { unit: 's' },
+    ),
+    12,
+  ],
+  [
+    timeseries(
+      'Connection lifetime p50 / p95 by role',
+      'A connection\'s first packet to its FIN or RST, for the connections seen to end, by role: how long pooled connections live, to size pools. Not split by server name: the metric has no server_name label.',
+      quantiles('tls_connection_lifetime_seconds', 'role', [0.5, 0.95]),
+      { unit: 's' },
+    ),
+    12,
+  ],
+];
+
 const cost = dashboard({
   uid: 'tlsrum-handshake-cost',
   title: 'tlsrum / Handshake cost',
@@ -759,6 +845,7 @@ const cost = dashboard({
       ),
       8,
     ],
+    ...pools,
   ],
 });
 

@@ -40,6 +40,7 @@
 
 pub mod cli;
 pub mod ebpf;
+pub mod host_addrs;
 pub mod live;
 pub mod metrics;
 pub mod pcap_out;

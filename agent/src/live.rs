@@ -19,6 +19,7 @@ use clap::{Args, ValueEnum};
 use crate::ebpf::{
     EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
 };
+use crate::host_addrs::HostAddrs;
 use crate::metrics::clients::ClientFingerprints;
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
@@ -51,6 +52,13 @@ pub struct LiveArgs {
     /// Watch every port and recognise TLS by content.
     #[arg(long)]
     pub all_ports: bool,
+    /// An address or network counted as this host's besides its
+    /// interfaces' (repeatable), e.g. a load balancer's VIP that is on no
+    /// interface. Each record's `role` is `inbound` (this host is the TLS
+    /// server), `outbound` (the client) or `transit` (neither), from the
+    /// addresses of every interface, kept current as they change.
+    #[arg(long, value_name = "ADDR|CIDR", value_parser = parse_local)]
+    pub local: Vec<String>,
     /// Where to serve /metrics.
     #[arg(long, default_value = "127.0.0.1:9853")]
     pub metrics: SocketAddr,
@@ -99,6 +107,11 @@ pub struct LiveArgs {
     /// concurrent connections.
     #[arg(long, default_value_t = DEFAULT_KERNEL_FLOWS, value_parser = clap::value_parser!(u32).range(i64::from(MIN_KERNEL_FLOWS)..))]
     pub kernel_flows: u32,
+}
+
+fn parse_local(s: &str) -> Result<String, String> {
+    analyzer::local_nets::LocalNets::default().add(s)?;
+    Ok(s.to_string())
 }
 
 pub fn wall_clock() -> f64 {
@@ -179,6 +192,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
+    let mut host = HostAddrs::new(&args.local)?;
     let mut source = open_source(&args)?;
     let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
     let metrics = Arc::new(Mutex::new(Metrics::new(
@@ -204,6 +218,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         report_finished_flows: true,
         ..Config::default()
     });
+    analyzer.set_local(Some(host.current().clone()));
     eprintln!(
         "tlsrum: watching {} with the {:?} backend; metrics on http://{}/metrics",
         args.ifaces.join(", "),
@@ -233,6 +248,10 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
                 result = Err(e);
                 break;
             }
+        }
+        // Before records go out: their role reads the addresses as they are.
+        if let Some(nets) = host.refresh(last_tick.elapsed() >= Duration::from_secs(1)) {
+            analyzer.set_local(Some(nets.clone()));
         }
         deliver(&mut analyzer, &mut *source, &mut sink)?;
         if last_tick.elapsed() >= Duration::from_secs(1) {

@@ -44,12 +44,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{ns_cmd, run, wait_for, Need, Netns, Procs, Topology, SERVER_IP};
+use common::{ns_cmd, run, wait_for, Need, Netns, Procs, Topology, CLIENT_IP, SERVER_IP};
 use serde_json::Value;
 
 const PORT_A: u16 = 4433; // a.test's server: session cache + tickets + 0-RTT
 const PORT_B: u16 = 4434; // the same, other cache and ticket key: declines A's sessions
 const PORT_C: u16 = 4435; // TLS 1.3 only, X25519 only: HRR for a P-256 key share
+/// Issue 16: an origin in the client namespace that the agent's host
+/// connects to (outbound), as a proxy does.
+const PORT_ORIGIN: u16 = 4436;
+const ORIGIN: &str = "origin.test";
 const AGENT: &str = "127.0.0.1:9853"; // in the server namespace
 const PROMETHEUS: &str = "127.0.0.1:9090"; // likewise
 /// Three: a client fingerprint seen once a round gets its own `ja4_stable` series
@@ -200,7 +204,7 @@ fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
         "--idle-timeout",
         "5",
     ]);
-    for p in [PORT_A, PORT_B, PORT_C] {
+    for p in [PORT_A, PORT_B, PORT_C, PORT_ORIGIN] {
         cmd.args(["--port", &p.to_string()]);
     }
     cmd.arg("--events").arg(t.dir.join("events.ndjson"));
@@ -209,6 +213,30 @@ fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
     wait_for("the agent's /metrics", Duration::from_secs(20), || {
         get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok()
     });
+}
+
+/// `openssl s_server -www` for [`ORIGIN`] in the client namespace.
+fn start_origin(t: &Topology, procs: &mut Procs) {
+    let dir = t.dir.join("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (key, cert) = common::netns::self_signed(&dir, ORIGIN);
+    let cmd = ns_cmd(
+        &t.client_ns,
+        &[
+            "openssl",
+            "s_server",
+            "-accept",
+            &PORT_ORIGIN.to_string(),
+            "-cert",
+            cert.to_str().unwrap(),
+            "-key",
+            key.to_str().unwrap(),
+            "-www",
+        ],
+    );
+    let log = dir.join("s_server.log");
+    procs.spawn_logged("origin s_server", cmd, &log);
+    common::wait_for_text(&log, "ACCEPT", 10, procs);
 }
 
 fn start_prometheus(t: &Topology, procs: &mut Procs) {
@@ -429,11 +457,22 @@ fn steps(dir: &Path) -> Vec<Step> {
     ]
 }
 
-fn make_traffic(t: &Topology, steps: &[Step]) {
+/// Issue 16: the agent's own host as a client (a proxy to its origin):
+/// outbound; one connection each (curl uses it at once: on demand).
+fn outbound_steps() -> Vec<Step> {
+    let url = format!("https://{ORIGIN}:{PORT_ORIGIN}/");
+    vec![Step {
+        what: "curl from the agent's host to an origin",
+        cmd: format!("curl -sS -k --max-time 10 --resolve {ORIGIN}:{PORT_ORIGIN}:{CLIENT_IP} -H 'Connection: close' {url} 2>&1"),
+        want: &["s_server"],
+        expect: vec![full(ORIGIN, "TLS1.3")],
+    }]
+}
+
+/// Runs `steps` in namespace `ns`.
+fn make_traffic(ns: &str, steps: &[Step]) {
     for s in steps {
-        let out = ns_cmd(&t.client_ns, &["sh", "-c", &s.cmd])
-            .output()
-            .unwrap();
+        let out = ns_cmd(ns, &["sh", "-c", &s.cmd]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         for w in s.want {
             assert!(
@@ -454,12 +493,25 @@ struct Totals {
     early: BTreeMap<(String, String), f64>,                      // outcome, server_name
     hrr: f64,
     connections: f64,
+    /// Issue 16: handshakes by role.
+    roles: BTreeMap<String, f64>,
 }
 
-fn totals(steps: &[Step], rounds: usize) -> Totals {
+/// `inbound`: clients' steps; `outbound`: the agent's host's own.
+fn totals(inbound: &[Step], outbound: &[Step], rounds: usize) -> Totals {
     let mut t = Totals::default();
-    for e in steps.iter().flat_map(|s| s.expect.iter()) {
+    let tagged = |steps: &'static str, s: &[Step]| {
+        s.iter()
+            .flat_map(|s| s.expect.clone())
+            .map(move |e| (steps, e))
+            .collect::<Vec<_>>()
+    };
+    for (role, e) in tagged("inbound", inbound)
+        .into_iter()
+        .chain(tagged("outbound", outbound))
+    {
         let n = rounds as f64;
+        *t.roles.entry(role.into()).or_default() += n;
         let s = e.sni.to_string();
         *t.handshakes
             .entry((e.kind.into(), e.method.into(), e.version.into(), s.clone()))
@@ -730,6 +782,14 @@ fn check_structure(dashboards: &[(String, Value)]) {
         "handshake duration p95 by address family",
         "handshake duration p95 by version",
         "handshake duration p95 by top client",
+        // Issue 16.
+        "handshakes by role",
+        "resumption rate by role",
+        "handshake duration p95 by role",
+        "outbound handshakes per origin",
+        "pool hit rate by origin",
+        "idle before use p50 / p95 by role",
+        "connection lifetime p50 / p95 by role",
     ] {
         assert!(titles.contains(want), "no panel {want:?}");
     }
@@ -823,9 +883,45 @@ fn substitute(expr: &str, v: &Vars) -> String {
 type Rows = Vec<(BTreeMap<String, String>, f64)>;
 
 /// Range and panel-specific checks of one query's result.
-fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool) {
+/// Which optional record fields the agent's records carry (issue 16: the
+/// analyzer may not compute them yet): a panel of one shows data exactly
+/// when the records have it.
+#[derive(Clone, Copy)]
+struct Has {
+    idle_before_use: bool,
+    lifetime: bool,
+}
+
+impl Has {
+    fn of(events: &str) -> Has {
+        let records: Vec<Value> = events
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let any = |f: &str| records.iter().any(|r| r["timing"][f].is_number());
+        Has {
+            idle_before_use: any("idle_before_use"),
+            lifetime: any("lifetime"),
+        }
+    }
+}
+
+fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool, has: Has) {
     let title = p["title"].as_str().unwrap();
     let ctx = || format!("{file}: \"{title}\": {expr}\n=> {rows:?}");
+    // Panels with no data by design: the outbound ones for a.test (only
+    // the origin is outbound), those of a field the records lack.
+    let no_data = match title {
+        "Outbound handshakes per origin" => !all_names,
+        "Pool hit rate by origin" => !all_names || !has.idle_before_use,
+        "Idle before use p50 / p95 by role" => !has.idle_before_use,
+        "Connection lifetime p50 / p95 by role" => !has.lifetime,
+        _ => false,
+    };
+    if no_data {
+        assert!(rows.is_empty(), "data where none is due: {}", ctx());
+        return;
+    }
     // Every step repeats each round, so each fingerprint of this test has
     // its own ja4_stable series by round 2 and `other` may stop moving: over the
     // window its rate is 0 and a quantile or ratio of it NaN (a gap in
@@ -875,7 +971,7 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
             if all_names {
                 assert_eq!(
                     labels("server_name"),
-                    set(&["a.test", "b.test", "c.test"]),
+                    set(&["a.test", "b.test", "c.test", ORIGIN]),
                     "{}",
                     ctx()
                 );
@@ -1014,7 +1110,7 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
         }
         "ClientHello delay p50 / p95 by server name" if all_names => assert_eq!(
             labels("server_name"),
-            set(&["a.test", "b.test", "c.test"]),
+            set(&["a.test", "b.test", "c.test", ORIGIN]),
             "{}",
             ctx()
         ),
@@ -1027,6 +1123,42 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool)
                 "a.test's declined TLS 1.2 offers cost a round trip: {}",
                 ctx()
             );
+        }
+        // Issue 16: the clients inbound, the agent's host to its origin
+        // outbound (never resuming: one connection a round).
+        "Handshakes by role"
+        | "Handshake duration p95 by role"
+        | "Idle before use p50 / p95 by role" => {
+            let want: &[&str] = if all_names {
+                &["inbound", "outbound"]
+            } else {
+                &["inbound"]
+            };
+            assert_eq!(labels("role"), set(want), "{}", ctx());
+        }
+        "Connection lifetime p50 / p95 by role" => {
+            assert_eq!(labels("role"), set(&["inbound", "outbound"]), "{}", ctx())
+        }
+        "Resumption rate by role" => {
+            assert!(
+                value("role", "inbound").is_some_and(|v| v > 0.0 && v < 1.0),
+                "{}",
+                ctx()
+            );
+            if all_names {
+                assert_eq!(value("role", "outbound"), Some(0.0), "{}", ctx());
+            } else {
+                assert_eq!(labels("role"), set(&["inbound"]), "{}", ctx());
+            }
+        }
+        "Outbound handshakes per origin" => {
+            assert_eq!(labels("server_name"), set(&[ORIGIN]), "{}", ctx());
+            assert!(rows.iter().all(|(_, v)| *v > 0.0), "{}", ctx());
+        }
+        // curl sends its request at once: opened on demand, no pool hit.
+        "Pool hit rate by origin" => {
+            assert_eq!(labels("server_name"), set(&[ORIGIN]), "{}", ctx());
+            assert!(rows.iter().all(|(_, v)| *v == 0.0), "{}", ctx());
         }
         _ => {}
     }
@@ -1044,6 +1176,12 @@ fn check_counters(prom: &Prom, instance: &str, want: &Totals, events: &str) {
     let sel = format!("{{instance=\"{instance}\"}}");
     let ctx = || format!("records the agent wrote:\n{events}");
     let hs = prom.query(&format!("tls_handshakes_total{sel}"));
+    // Issue 16: the clients' handshakes inbound, the host's own outbound.
+    let roles: BTreeMap<String, f64> = by(&hs, ["role"])
+        .into_iter()
+        .map(|([r], n)| (r, n))
+        .collect();
+    assert_eq!(roles, want.roles, "tls_handshakes_total by role\n{}", ctx());
     let got: BTreeMap<_, _> = by(&hs, ["kind", "method", "version", "server_name"])
         .into_iter()
         .map(|([k, m, v, s], n)| ((k, m, v, s), n))
@@ -1317,6 +1455,7 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     )
     .unwrap();
     start_nginx(&topo, &mut procs);
+    start_origin(&topo, &mut procs);
     start_agent(&topo, &mut procs, backend);
     start_prometheus(&topo, &mut procs);
     let prom = Prom { t: &topo };
@@ -1329,13 +1468,15 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     // Rounds a few scrapes apart (ROUNDS): every series exists before its second
     // increment, so rate() over the window sees it move.
     let steps = steps(&topo.dir);
-    let want = totals(&steps, ROUNDS);
+    let outbound = outbound_steps();
+    let want = totals(&steps, &outbound, ROUNDS);
     let traffic_start = now();
     for round in 0..ROUNDS {
         if round > 0 {
             std::thread::sleep(Duration::from_secs(3));
         }
-        make_traffic(&topo, &steps);
+        make_traffic(&topo.client_ns, &steps);
+        make_traffic(&topo.server_ns, &outbound);
         procs.check_alive();
     }
     let events_path = topo.dir.join("events.ndjson");
@@ -1394,7 +1535,29 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
             }
         }
     }
-    let missing: Vec<&String> = used.iter().filter(|n| !exposed.contains(*n)).collect();
+    // A metric of a field the records lack (issue 16's idle before use and
+    // lifetime, until the analyzer computes them) has no samples (an empty
+    // family is not exposed at all): it must have none.
+    let has = Has::of(&events);
+    let of_absent_field = |n: &str| {
+        let family = n.trim_end_matches("_bucket").trim_end_matches("_total");
+        let absent = match family {
+            "tls_idle_before_use_seconds" | "tls_connections_first_use" => !has.idle_before_use,
+            "tls_connection_lifetime_seconds" => !has.lifetime,
+            _ => false,
+        };
+        if absent {
+            assert!(
+                !exposed.contains(n),
+                "{backend}: {n} has samples, the records no field for it"
+            );
+        }
+        absent
+    };
+    let missing: Vec<&String> = used
+        .iter()
+        .filter(|n| !exposed.contains(*n) && !of_absent_field(n))
+        .collect();
     assert!(missing.is_empty(), "{backend}: metrics the dashboards use but the agent does not expose: {missing:?}\nexposed: {exposed:?}");
     for n in &used {
         assert!(
@@ -1440,7 +1603,7 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
                 .collect();
             let expect: &[&str] = match label {
                 "instance" => &[AGENT],
-                "server_name" => &["a.test", "b.test", "c.test"],
+                "server_name" => &["a.test", "b.test", "c.test", ORIGIN],
                 "transport" => &["tcp"],
                 other => panic!("{file}: unexpected variable label {other}"),
             };
@@ -1467,7 +1630,7 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
                 for t in targets(p) {
                     let expr = substitute(t["expr"].as_str().unwrap(), &vars);
                     let rows = prom.query(&expr);
-                    check_result(file, p, &expr, &rows, server_name == ".*");
+                    check_result(file, p, &expr, &rows, server_name == ".*", has);
                     if expr.contains("tlsrum_ringbuf_events_total") {
                         // Kernel events exist on the eBPF backend only.
                         let events = rows[0].1;

@@ -1057,7 +1057,11 @@ fn observe() -> LiveRun {
     ebpf.stop(&mut procs);
     pcap.stop(&mut procs);
     let ebpf_records_after_stop = ebpf.records().len();
-    let replay = replay(&capture, &ports);
+    // The agent's host address: replay gives each record the role live
+    // takes from the namespace's interfaces (issue 16).
+    let mut replay_args = ports.clone();
+    replay_args.extend(["--local".to_owned(), SERVER_IP.to_owned()]);
+    let replay = replay(&capture, &replay_args);
     eprintln!(
         "live run: {} connections in {:.1} s",
         n + 1,

@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandshakeLabels {
+    /// Issue 16: inbound, outbound, transit, unknown (no role known).
+    pub role: String,
     pub kind: String,
     pub method: String,
     pub version: String,
@@ -50,6 +52,18 @@ pub struct TimedLabels {
     pub server_name: String,
 }
 
+/// The handshake duration histogram: [`TimedLabels`] and the role
+/// (issue 16); time to first byte keeps [`TimedLabels`] (the budget).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleTimedLabels {
+    pub role: String,
+    pub kind: String,
+    pub family: String,
+    pub version: String,
+    pub transport: String,
+    pub server_name: String,
+}
+
 /// The client families: by fingerprint ([`super::clients`]), the record's
 /// `ja4_stable` (a TLS 1.3 client's fresh and resuming hellos have two raw
 /// JA4s, which would split each client into a 0 % and a 100 % resumer),
@@ -74,6 +88,31 @@ pub struct ClientLabels {
 pub struct NameTransportLabels {
     pub transport: String,
     pub server_name: String,
+}
+
+/// Idle before use (issue 16): by role, server name and transport.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleNameTransportLabels {
+    pub role: String,
+    pub transport: String,
+    pub server_name: String,
+}
+
+/// Connections by how soon after their handshake they were first used:
+/// `use` is `on_demand` or `pooled` ([`super::ON_DEMAND_MS`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FirstUseLabels {
+    pub role: String,
+    pub server_name: String,
+    /// Exposed as `use` (the derive strips `r#`).
+    pub r#use: String,
+}
+
+/// Connection lifetime (issue 16): by role and transport, no server name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleTransportLabels {
+    pub role: String,
+    pub transport: String,
 }
 
 /// Bounds and optionally hashes the `server_name` label.

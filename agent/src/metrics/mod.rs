@@ -25,8 +25,9 @@ use prometheus_client::registry::Registry;
 use self::clients::ClientFingerprints;
 use self::health::Health;
 use self::labels::{
-    ClientKindLabels, ClientLabels, EarlyDataLabels, HandshakeLabels, KindLabels,
-    NameTransportLabels, OfferLabels, ServerNames, TimedLabels,
+    ClientKindLabels, ClientLabels, EarlyDataLabels, FirstUseLabels, HandshakeLabels, KindLabels,
+    NameTransportLabels, OfferLabels, RoleNameTransportLabels, RoleTimedLabels,
+    RoleTransportLabels, ServerNames, TimedLabels,
 };
 use crate::sink::{RecordSink, RunEnd};
 
@@ -36,6 +37,34 @@ fn seconds_buckets() -> impl Iterator<Item = f64> {
         5.0,
     ]
     .into_iter()
+}
+
+/// Idle before use: a connection used at once (~0 ms) and one pooled for
+/// minutes both land in a bucket of their own; 0.01 is [`ON_DEMAND_MS`].
+fn idle_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0,
+    ]
+    .into_iter()
+}
+
+/// Connection lifetime: a one-request connection to a pooled one kept
+/// for an hour.
+fn lifetime_buckets() -> impl Iterator<Item = f64> {
+    [0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0].into_iter()
+}
+
+/// A connection first used within this many milliseconds of its
+/// handshake's end was opened on demand; later, it waited in a pool (or
+/// was pre-warmed). 10 ms: well above a client's own turnaround from
+/// Finished to its request (under a millisecond to a few on a busy host),
+/// well below any pool's idle time worth the name.
+pub const ON_DEMAND_MS: f64 = 10.0;
+
+/// The `role` label: the record's, `unknown` when it has none (replay
+/// without `--local`).
+fn role_label(r: &ConnectionRecord) -> String {
+    r.role.map_or("unknown", |r| r.as_str()).to_string()
 }
 
 /// Every counter of the analyzer (QUIC's included) with its value.
@@ -53,7 +82,10 @@ pub struct Metrics {
     offers: Family<OfferLabels, Counter>,
     early_data: Family<EarlyDataLabels, Counter>,
     hrr: Family<NameTransportLabels, Counter>,
-    handshake_seconds: Family<TimedLabels, Histogram>,
+    handshake_seconds: Family<RoleTimedLabels, Histogram>,
+    idle_before_use_seconds: Family<RoleNameTransportLabels, Histogram>,
+    first_use: Family<FirstUseLabels, Counter>,
+    lifetime_seconds: Family<RoleTransportLabels, Histogram>,
     ttfb_seconds: Family<TimedLabels, Histogram>,
     tcp_rtt_seconds: Family<NameTransportLabels, Histogram>,
     round_trips: Family<KindLabels, Histogram>,
@@ -77,7 +109,7 @@ impl Metrics {
     pub fn new(names: ServerNames, clients: ClientFingerprints, known: &[Count]) -> Self {
         let mut registry = Registry::default();
         let handshakes = Family::<HandshakeLabels, Counter>::default();
-        registry.register("tls_handshakes", "TLS handshakes by kind (full, resumed, failed, incomplete), resumption method, version, address family and transport", handshakes.clone());
+        registry.register("tls_handshakes", "TLS handshakes by role (inbound, outbound, transit, unknown), kind (full, resumed, failed, incomplete), resumption method, version, address family and transport", handshakes.clone());
         let offers = Family::<OfferLabels, Counter>::default();
         registry.register(
             "tls_resumption_offers",
@@ -96,13 +128,38 @@ impl Metrics {
             "Handshakes with a HelloRetryRequest",
             hrr.clone(),
         );
-        let handshake_seconds = Family::<TimedLabels, Histogram>::new_with_constructor(|| {
+        let handshake_seconds = Family::<RoleTimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
         });
         registry.register(
             "tls_handshake_duration_seconds",
-            "ClientHello to the client's first application data, by kind, address family and version",
+            "ClientHello to the client's first application data, by role, kind, address family and version",
             handshake_seconds.clone(),
+        );
+        // Issue 16: proxies and pools.
+        let idle_before_use_seconds =
+            Family::<RoleNameTransportLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(idle_buckets())
+            });
+        registry.register(
+            "tls_idle_before_use_seconds",
+            "The handshake's end to the client's first application data: near zero opened on demand, long pooled or pre-warmed",
+            idle_before_use_seconds.clone(),
+        );
+        let first_use = Family::<FirstUseLabels, Counter>::default();
+        registry.register(
+            "tls_connections_first_use",
+            "Connections by first use: on_demand (application data within 10 ms of the handshake's end) or pooled (later: a pool or pre-warming hit)",
+            first_use.clone(),
+        );
+        let lifetime_seconds =
+            Family::<RoleTransportLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(lifetime_buckets())
+            });
+        registry.register(
+            "tls_connection_lifetime_seconds",
+            "A connection's first packet to its FIN or RST, for connections seen to end",
+            lifetime_seconds.clone(),
         );
         let ttfb_seconds = Family::<TimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
@@ -211,6 +268,9 @@ impl Metrics {
             early_data,
             hrr,
             handshake_seconds,
+            idle_before_use_seconds,
+            first_use,
+            lifetime_seconds,
             ttfb_seconds,
             tcp_rtt_seconds,
             round_trips,
@@ -241,9 +301,11 @@ impl Metrics {
         .to_string();
         // A one-sided capture may not show the kind.
         let kind = r.handshake.map_or("unknown", |k| k.as_str()).to_string();
+        let role = role_label(r);
         self.records.inc();
         self.handshakes
             .get_or_create(&HandshakeLabels {
+                role: role.clone(),
                 kind: kind.clone(),
                 method: r.resumption.map_or("none", |m| m.as_str()).into(),
                 version: version.clone(),
@@ -303,7 +365,16 @@ impl Metrics {
             server_name: server_name.clone(),
         };
         if let Some(ms) = r.timing.handshake {
-            self.handshake_seconds.get_or_create(&tl).observe(ms / 1e3);
+            self.handshake_seconds
+                .get_or_create(&RoleTimedLabels {
+                    role: role.clone(),
+                    kind: tl.kind.clone(),
+                    family: tl.family.clone(),
+                    version: tl.version.clone(),
+                    transport: tl.transport.clone(),
+                    server_name: tl.server_name.clone(),
+                })
+                .observe(ms / 1e3);
             self.client_handshake_seconds
                 .get_or_create(&ClientLabels {
                     ja4_stable,
@@ -328,6 +399,35 @@ impl Metrics {
         }
         if let Some(ms) = r.timing.avoidable {
             self.avoidable_seconds.get_or_create(&nt).inc_by(ms / 1e3);
+        }
+        if let Some(ms) = r.timing.idle_before_use {
+            self.idle_before_use_seconds
+                .get_or_create(&RoleNameTransportLabels {
+                    role: role.clone(),
+                    transport: transport.clone(),
+                    server_name: server_name.clone(),
+                })
+                .observe(ms / 1e3);
+            let first_use = if ms <= ON_DEMAND_MS {
+                "on_demand"
+            } else {
+                "pooled"
+            };
+            self.first_use
+                .get_or_create(&FirstUseLabels {
+                    role: role.clone(),
+                    server_name: server_name.clone(),
+                    r#use: first_use.into(),
+                })
+                .inc();
+        }
+        if let Some(ms) = r.timing.lifetime {
+            self.lifetime_seconds
+                .get_or_create(&RoleTransportLabels {
+                    role,
+                    transport: transport.clone(),
+                })
+                .observe(ms / 1e3);
         }
         for (family, ms) in [
             (
@@ -946,6 +1046,146 @@ mod tests {
             .map(|(_, v)| v)
             .sum::<f64>();
         assert_eq!(ipv6, (early.len() * FLOOD.div_ceil(20)) as f64);
+    }
+
+    /// Issue 16 on synthetic records: the role label (records without one
+    /// are `unknown`) on the handshake counter and duration histogram; idle
+    /// before use by role, server name and transport, split at 10 ms into
+    /// on_demand and pooled (10 ms itself on demand); lifetime only from
+    /// records that carry one. Outbound handshakes per origin are the
+    /// outbound counter by server_name.
+    #[test]
+    fn roles_idle_before_use_and_lifetime() {
+        use analyzer::record::Role;
+        let mut m = Metrics::new(ServerNames::new(5, None), ClientFingerprints::new(5), &[]);
+        /// (role, sni, idle before use ms, lifetime ms)
+        type Case = (Option<Role>, &'static str, Option<f64>, Option<f64>);
+        let cases: [Case; 8] = [
+            (Some(Role::Inbound), "front.test", Some(0.4), Some(250.0)),
+            (Some(Role::Inbound), "front.test", Some(10.0), None),
+            (
+                Some(Role::Outbound),
+                "origin-a.test",
+                Some(10.001),
+                Some(61_000.0),
+            ),
+            (Some(Role::Outbound), "origin-a.test", Some(120_000.0), None),
+            (Some(Role::Outbound), "origin-b.test", Some(2.0), Some(40.0)),
+            (Some(Role::Outbound), "origin-b.test", None, None),
+            (Some(Role::Transit), "far.test", Some(30.0), Some(1.0)),
+            (None, "front.test", None, Some(5.0)),
+        ];
+        for (role, sni, idle, lifetime) in cases {
+            let mut r = record(Some("t13d_x"), HandshakeKind::Full, Family::Ipv4, 20.0);
+            r.role = role;
+            r.sni = Some(sni.into());
+            r.timing.idle_before_use = idle;
+            r.timing.lifetime = lifetime;
+            m.record(&r);
+        }
+        let text = m.encode();
+        let by = |metric: &str, keys: &[&str]| {
+            let mut out: BTreeMap<String, f64> = BTreeMap::new();
+            for (l, v) in samples(&text, metric) {
+                let k: Vec<&str> = keys.iter().map(|k| l[*k].as_str()).collect();
+                *out.entry(k.join("/")).or_default() += v;
+            }
+            out.retain(|_, v| *v != 0.0);
+            out
+        };
+        let want = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        assert_eq!(
+            by("tls_handshakes_total", &["role"]),
+            want(&[
+                ("inbound", 2.0),
+                ("outbound", 4.0),
+                ("transit", 1.0),
+                ("unknown", 1.0)
+            ]),
+            "{text}"
+        );
+        assert_eq!(
+            by("tls_handshake_duration_seconds_count", &["role"]),
+            want(&[
+                ("inbound", 2.0),
+                ("outbound", 4.0),
+                ("transit", 1.0),
+                ("unknown", 1.0)
+            ])
+        );
+        // Outbound handshakes per origin: what rate() by server_name reads.
+        let outbound: BTreeMap<String, f64> = samples(&text, "tls_handshakes_total")
+            .into_iter()
+            .filter(|(l, _)| l["role"] == "outbound")
+            .map(|(l, v)| (l["server_name"].clone(), v))
+            .collect();
+        assert_eq!(
+            outbound,
+            want(&[("origin-a.test", 2.0), ("origin-b.test", 2.0)])
+        );
+        assert_eq!(
+            by(
+                "tls_connections_first_use_total",
+                &["role", "server_name", "use"]
+            ),
+            want(&[
+                ("inbound/front.test/on_demand", 2.0),
+                ("outbound/origin-a.test/pooled", 2.0),
+                ("outbound/origin-b.test/on_demand", 1.0),
+                ("transit/far.test/pooled", 1.0),
+            ]),
+            "{text}"
+        );
+        assert_eq!(
+            by(
+                "tls_idle_before_use_seconds_count",
+                &["role", "server_name", "transport"]
+            ),
+            want(&[
+                ("inbound/front.test/tcp", 2.0),
+                ("outbound/origin-a.test/tcp", 2.0),
+                ("outbound/origin-b.test/tcp", 1.0),
+                ("transit/far.test/tcp", 1.0),
+            ])
+        );
+        let sum = by("tls_idle_before_use_seconds_sum", &["role"]);
+        assert!(
+            (sum["outbound"] - (10.001 + 120_000.0 + 2.0) / 1e3).abs() < 1e-9,
+            "{sum:?}"
+        );
+        // The buckets resolve both ends: sub-millisecond and minutes.
+        let bucket = |role: &str, le: &str| {
+            samples(&text, "tls_idle_before_use_seconds_bucket")
+                .into_iter()
+                .filter(|(l, _)| l["role"] == role && l["le"] == le)
+                .map(|(_, v)| v)
+                .sum::<f64>()
+        };
+        assert_eq!(bucket("inbound", "0.001"), 1.0);
+        assert_eq!(bucket("inbound", "0.01"), 2.0);
+        assert_eq!(bucket("outbound", "0.01"), 1.0);
+        assert_eq!(bucket("outbound", "60.0"), 2.0);
+        assert_eq!(bucket("outbound", "300.0"), 3.0);
+        assert_eq!(
+            by(
+                "tls_connection_lifetime_seconds_count",
+                &["role", "transport"]
+            ),
+            want(&[
+                ("inbound/tcp", 1.0),
+                ("outbound/tcp", 2.0),
+                ("transit/tcp", 1.0),
+                ("unknown/tcp", 1.0),
+            ])
+        );
+        let life = by("tls_connection_lifetime_seconds_sum", &["role"]);
+        assert!((life["outbound"] - 61.04).abs() < 1e-9, "{life:?}");
+        assert!(
+            !text.contains("tls_connection_lifetime_seconds_count{role=\"inbound\",transport=\"tcp\",server_name"),
+            "lifetime carries no server_name"
+        );
     }
 
     /// Counters are cumulative: a series follows the value, and a counter
