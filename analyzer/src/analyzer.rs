@@ -661,6 +661,110 @@ mod tests {
         assert_eq!(a.take_finished_flows().len(), 3);
     }
 
+    const FIN: u8 = 0x01;
+
+    /// A connection whose handshake fails at once (the server's fatal
+    /// alert: nothing more to learn, so its record is due), then 300 bytes
+    /// from the client and 40 from the server, then FINs at 5.0 and 5.5 s
+    /// (`close`), or no close at all.
+    fn failed_then_open(a: &mut Analyzer, close: bool) {
+        let ch = client_hello();
+        let alert = [21u8, 3, 3, 0, 2, 2, 40];
+        let c_data = 101 + ch.len() as u32;
+        let s_data = 501 + alert.len() as u32;
+        let mut frames = vec![
+            (1.0, tcp((1, 40000), (2, 443), 100, 0, SYN, &[])),
+            (1.01, tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[])),
+            (1.02, tcp((1, 40000), (2, 443), 101, 501, ACK, &[])),
+            (1.03, tcp((1, 40000), (2, 443), 101, 501, ACK, &ch)),
+            (1.04, tcp((2, 443), (1, 40000), 501, c_data, ACK, &alert)),
+            (2.0, tcp((1, 40000), (2, 443), c_data, s_data, ACK, &[0; 300])),
+            (2.1, tcp((2, 443), (1, 40000), s_data, c_data + 300, ACK, &[0; 40])),
+        ];
+        if close {
+            frames.push((
+                5.0,
+                tcp((1, 40000), (2, 443), c_data + 300, s_data + 40, FIN | ACK, &[]),
+            ));
+            frames.push((
+                5.5,
+                tcp((2, 443), (1, 40000), s_data + 40, c_data + 301, FIN | ACK, &[]),
+            ));
+        }
+        for (ts, f) in &frames {
+            a.push_frame(*ts, LinkType::RawIp, f);
+        }
+    }
+
+    /// `--record-at close`: the record waits on its flow for the FINs, then
+    /// carries the lifetime (first packet to the close) and each side's
+    /// bytes after its handshake records, from the FINs' sequence numbers.
+    /// By default it goes out at once, without them.
+    #[test]
+    fn record_at_close_fills_lifetime_and_app_bytes_from_the_fins() {
+        let mut a = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            ..Config::default()
+        });
+        failed_then_open(&mut a, true);
+        assert_eq!(a.records_waiting(), 1);
+        let r = &a.take_records()[0];
+        assert_eq!(r.handshake, Some(HandshakeKind::Failed));
+        assert_eq!(r.timing.lifetime, Some(4500.0));
+        assert_eq!((r.bytes.client_app, r.bytes.server_app), (Some(300), Some(40)));
+        assert_eq!(a.stats().held_records_unclosed, 0);
+        assert_eq!(a.active_flows(), 0);
+
+        let mut a = Analyzer::new(Config::default());
+        failed_then_open(&mut a, true);
+        let r = &a.take_records()[0];
+        assert_eq!(r.timing.lifetime, None);
+        assert_eq!((r.bytes.client_app, r.bytes.server_app), (None, None));
+    }
+
+    /// A held record whose connection is still open at the end of the
+    /// capture goes out then, without lifetime and with a note saying why,
+    /// counted; while held it counts in the memory estimate.
+    #[test]
+    fn held_record_open_at_capture_end_is_noted_and_counted() {
+        let mut held = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            ..Config::default()
+        });
+        failed_then_open(&mut held, false);
+        assert_eq!(held.records_waiting(), 0);
+        let mut plain = Analyzer::new(Config::default());
+        failed_then_open(&mut plain, false);
+        assert!(
+            held.memory_used() >= plain.memory_used() + std::mem::size_of::<ConnectionRecord>(),
+            "{} vs {}",
+            held.memory_used(),
+            plain.memory_used()
+        );
+        held.finish();
+        let r = &held.take_records()[0];
+        assert_eq!(r.timing.lifetime, None);
+        assert_eq!(r.bytes.client_app, None);
+        assert_eq!(r.notes, ["open:capture_ended"]);
+        assert_eq!(held.stats().held_records_unclosed, 1);
+    }
+
+    /// Held records are bounded by the flow table: one evicted to make room
+    /// goes out noted and counted.
+    #[test]
+    fn held_record_evicted_by_a_full_table_is_noted() {
+        let mut a = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            max_flows: 1,
+            ..Config::default()
+        });
+        failed_then_open(&mut a, false);
+        a.push_frame(6.0, LinkType::RawIp, &tcp((3, 40001), (2, 443), 7, 0, SYN, &[]));
+        let r = &a.take_records()[0];
+        assert_eq!(r.notes, ["open:evicted"]);
+        assert_eq!((a.stats().held_records_unclosed, a.stats().flows_evicted), (1, 1));
+    }
+
     /// A ClientHello record naming `sni`, or garbage of the same length.
     fn client_hello_sni(sni: &str) -> Vec<u8> {
         let name = sni.as_bytes();
