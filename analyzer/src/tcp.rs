@@ -389,11 +389,21 @@ impl TcpFlow {
         if !(h.fin || h.rst) {
             return false;
         }
-        self.fin[dir] |= h.fin;
-        self.stream_end[dir] = Some(h.seq.wrapping_add(payload_len as u32));
-        if h.ack_flag && !self.fin[1 - dir] {
-            self.stream_end[1 - dir] = Some(h.ack);
+        // The furthest end known wins: a FIN whose payload the live source
+        // cut (a quiet direction) understates its own end, which the peer's
+        // later acknowledgement (of the data and the FIN) corrects.
+        let mut extend = |d: usize, end: u32| {
+            let known = &mut self.stream_end[d];
+            if known.is_none_or(|k| Seq(end) > Seq(k)) {
+                *known = Some(end);
+            }
+        };
+        extend(dir, h.seq.wrapping_add(payload_len as u32));
+        if h.ack_flag {
+            let fin_acked = u32::from(self.fin[1 - dir]);
+            extend(1 - dir, h.ack.wrapping_sub(fin_acked));
         }
+        self.fin[dir] |= h.fin;
         let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
         if closed {
             self.closed_at.get_or_insert(ts);
