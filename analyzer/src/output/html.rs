@@ -251,18 +251,30 @@ fn role_section(summary: &Summary, top: usize) -> String {
     if summary.by_role.is_empty() {
         return String::new();
     }
-    let mut h = String::from("<h2>By role</h2><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role / server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>CH delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th><th>idle before use p50</th><th>used on demand</th><th>lifetime p50</th></tr></thead><tbody>");
+    let mut h = String::from("<h2>By role</h2><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role / server name</th><th>conns</th><th>full</th><th>resumed</th><th>failed</th><th>resumed %</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>idle before use p50</th><th>idle before use p90</th><th>used on demand</th><th>lifetime p50</th></tr></thead><tbody>");
+    let rate = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.1}%", r * 100.0));
     let role_row = |name: String, a: &Aggregate| {
-        let mut row = summary_row(&name, a);
-        row.truncate(row.len() - "</tr>".len());
         let k = |m: &str| format!("{name}/{m}");
-        row.push_str(&cell(&k("idle_before_use_p50_ms"), &ms(a.idle_before_use_ms.quantile(0.5))));
-        row.push_str(&cell(
-            &k("on_demand_rate"),
-            &a.on_demand_rate()
-                .map(|r| format!("{:.1}%", r * 100.0))
-                .unwrap_or("-".into()),
-        ));
+        let mut row = format!("<tr><th>{}</th>", esc(&name));
+        for (m, v) in [
+            ("connections", a.connections),
+            ("full", a.full),
+            ("resumed", a.resumed()),
+            ("failed", a.failed),
+        ] {
+            row.push_str(&cell(&k(m), &v.to_string()));
+        }
+        row.push_str(&cell(&k("resumption_rate"), &rate(a.resumption_rate())));
+        for (m, v) in [
+            ("handshake_full_p50_ms", a.handshake_full_ms.quantile(0.5)),
+            ("handshake_resumed_p50_ms", a.handshake_resumed_ms.quantile(0.5)),
+            ("ttfb_p50_ms", a.ttfb_ms.quantile(0.5)),
+            ("idle_before_use_p50_ms", a.idle_before_use_ms.quantile(0.5)),
+            ("idle_before_use_p90_ms", a.idle_before_use_ms.quantile(0.9)),
+        ] {
+            row.push_str(&cell(&k(m), &ms(v)));
+        }
+        row.push_str(&cell(&k("on_demand_rate"), &rate(a.on_demand_rate())));
         row.push_str(&cell(&k("lifetime_p50_ms"), &ms(a.lifetime_ms.quantile(0.5))));
         row.push_str("</tr>");
         row

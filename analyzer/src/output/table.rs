@@ -308,4 +308,59 @@ mod tests {
         }
         assert!(text.contains("srv_think and cli_think"), "{text}");
     }
+
+    /// Issue 16: without roles the output has no role section; with them,
+    /// a section per role with the pool view: the median idle before use,
+    /// the share used within 10 ms (on demand), the median lifetime.
+    #[test]
+    fn role_section_only_when_roles_are_known() {
+        let t = |idle: f64, life: Option<f64>| Timing {
+            idle_before_use: Some(idle),
+            lifetime: life,
+            ..Timing::default()
+        };
+        let mut plain = Summary::default();
+        plain.add(&tcp("a.test", HandshakeKind::Full, t(1.0, None)));
+        let mut out = Vec::new();
+        write_table(&mut out, &plain, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("by role"), "{text}");
+
+        let mut s = Summary::default();
+        for (role, idle, life) in [
+            (Role::Outbound, 2.0, Some(1000.0)),
+            (Role::Outbound, 400.0, Some(3000.0)),
+            (Role::Outbound, 500.0, None),
+            (Role::Inbound, 0.5, None),
+        ] {
+            let mut r = tcp("origin.test", HandshakeKind::Full, t(idle, life));
+            r.role = Some(role);
+            s.add(&r);
+        }
+        let mut out = Vec::new();
+        write_table(&mut out, &s, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let section = &text[text.find("by role").unwrap_or_else(|| panic!("{text}"))..];
+        let line = |role: &str| {
+            section
+                .lines()
+                .find(|l| l.starts_with("TOTAL") && l.split_whitespace().nth(1) == Some(role))
+                .unwrap_or_else(|| panic!("no {role} total:\n{text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        let out_row = line("outbound");
+        let n = out_row.len();
+        assert_eq!(out_row[2], "3", "{text}");
+        // Median idle 400 (within the histogram's 0.5%), one of three
+        // used on demand, median lifetime of the two closed.
+        let idle: f64 = out_row[n - 3].parse().unwrap();
+        assert!((idle - 400.0).abs() <= 2.0, "{text}");
+        assert_eq!(out_row[n - 2], "33%", "{text}");
+        let life: f64 = out_row[n - 1].parse().unwrap();
+        assert!((1000.0..=3000.0).contains(&life), "{text}");
+        let in_row = line("inbound");
+        assert_eq!((in_row[2], in_row[in_row.len() - 2]), ("1", "100%"), "{text}");
+        assert_eq!(in_row[in_row.len() - 1], "-", "{text}");
+    }
 }
