@@ -212,9 +212,8 @@ pub struct TcpFlow {
     pub client_isn: Option<u32>,
     server_isn: Option<u32>,
     fin: [bool; 2],
-    /// Where each direction's byte stream ended, from its own FIN/RST's
-    /// sequence number or, until then, the peer's acknowledgement on a
-    /// FIN/RST: the live source forwards only these once a record is out.
+    /// How far each direction's byte stream is known to reach
+    /// ([`note_ends`](Self::note_ends)): at the close, where it ended.
     stream_end: [Option<u32>; 2],
     /// When the connection closed (both FINs, or a RST).
     closed_at: Option<f64>,
@@ -344,6 +343,12 @@ impl TcpFlow {
             }
         }
         self.payload(dir, ts, h, payload, truncated, ctx);
+        // While the flow is followed every segment tells how far the
+        // streams reach; once its record is out, only FIN/RST (all the live
+        // source sends then).
+        if !(h.fin || h.rst) {
+            self.note_ends(dir, h, payload.len());
+        }
         let closed = self.closing(dir, ts, h, payload.len());
         let missing = self.missing_side();
         if let Some(act) = self.active.as_mut().filter(|_| closed) {
@@ -379,30 +384,40 @@ impl TcpFlow {
         SegmentOutcome { closed, timed }
     }
 
-    /// A segment's FIN/RST: where its sender's stream ends (its sequence
-    /// number past its payload) and, from its acknowledgement, how far the
-    /// peer's reached. Returns whether the connection is closed: a FIN is a
-    /// half-close (the peer may still finish the handshake: a False Start
-    /// client can close first); both FINs, or a RST, end it -- or the one
-    /// FIN of a capture that shows one direction.
-    pub fn closing(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload_len: usize) -> bool {
-        if !(h.fin || h.rst) {
-            return false;
+    /// How far each direction's stream is known to reach, from a
+    /// segment's sequence number past its payload (less the FIN's own
+    /// sequence number once its sender has closed) and its acknowledgement
+    /// of the peer's (likewise). The furthest end known wins: a FIN whose
+    /// payload the live source cut (a quiet direction) understates its own
+    /// end, which the peer's later acknowledgement corrects.
+    fn note_ends(&mut self, dir: usize, h: &TcpHeader, payload_len: usize) {
+        if h.syn {
+            return;
         }
-        // The furthest end known wins: a FIN whose payload the live source
-        // cut (a quiet direction) understates its own end, which the peer's
-        // later acknowledgement (of the data and the FIN) corrects.
         let mut extend = |d: usize, end: u32| {
             let known = &mut self.stream_end[d];
             if known.is_none_or(|k| Seq(end) > Seq(k)) {
                 *known = Some(end);
             }
         };
-        extend(dir, h.seq.wrapping_add(payload_len as u32));
+        let own_fin = u32::from(self.fin[dir] && !h.fin);
+        extend(dir, h.seq.wrapping_add(payload_len as u32).wrapping_sub(own_fin));
         if h.ack_flag {
-            let fin_acked = u32::from(self.fin[1 - dir]);
-            extend(1 - dir, h.ack.wrapping_sub(fin_acked));
+            extend(1 - dir, h.ack.wrapping_sub(u32::from(self.fin[1 - dir])));
         }
+    }
+
+    /// A segment's FIN/RST ends its sender's stream (and tells, by its
+    /// acknowledgement, how far the peer's reached). Returns whether the
+    /// connection is closed: a FIN is a half-close (the peer may still
+    /// finish the handshake: a False Start client can close first); both
+    /// FINs, or a RST, end it -- or the one FIN of a capture that shows one
+    /// direction.
+    pub fn closing(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload_len: usize) -> bool {
+        if !(h.fin || h.rst) {
+            return false;
+        }
+        self.note_ends(dir, h, payload_len);
         self.fin[dir] |= h.fin;
         let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
         if closed {
