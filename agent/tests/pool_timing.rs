@@ -190,8 +190,16 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
     // sends no data at once, and Linux delays that ACK by up to 40 ms
     // otherwise (README "Proxies and pools", the known limit).
     run(&[
-        "ip", "-n", &topo.client_ns, "route", "change", "192.0.2.0/24", "dev", &topo.peer,
-        "quickack", "1",
+        "ip",
+        "-n",
+        &topo.client_ns,
+        "route",
+        "change",
+        "192.0.2.0/24",
+        "dev",
+        &topo.peer,
+        "quickack",
+        "1",
     ]);
 
     let script = topo.path("client.py");
@@ -231,7 +239,11 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
     let mut report = Vec::new();
     for (log, (version, x, y)) in logs.iter().zip(CASES) {
         let port = log["port"].as_u64().unwrap();
-        let want_version = if version == "1.3" { "TLSv1.3" } else { "TLSv1.2" };
+        let want_version = if version == "1.3" {
+            "TLSv1.3"
+        } else {
+            "TLSv1.2"
+        };
         assert_eq!(log["version"], want_version, "{log}");
         let c = &at_close[&port];
         let d = &default[&port];
@@ -279,7 +291,10 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
                 "client_app {client_app} for a {req}-byte request: {case}"
             );
             let resp = log["response_len"].as_u64().unwrap();
-            assert!(server_app > resp, "server_app {server_app} < {resp}: {case}");
+            assert!(
+                server_app > resp,
+                "server_app {server_app} < {resp}: {case}"
+            );
         } else {
             assert_eq!(client_app, 0, "{case}");
         }
@@ -288,7 +303,10 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
         // unless the connection closed first (no request).
         let d_life = &d["timing"]["lifetime"];
         if x.is_some() && y >= 150 {
-            assert!(d_life.is_null(), "default lifetime of an open connection: {d}");
+            assert!(
+                d_life.is_null(),
+                "default lifetime of an open connection: {d}"
+            );
             assert!(d["bytes"]["client_app"].is_null(), "{d}");
         }
         if x.is_none() {

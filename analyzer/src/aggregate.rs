@@ -386,9 +386,11 @@ impl Summary {
 }
 
 /// The `n` names with most connections (ties by name), then the rest folded.
-fn top_of(by_name: &BTreeMap<String, Aggregate>, n: usize) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
-    let mut names: Vec<(&str, &Aggregate)> =
-        by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
+fn top_of(
+    by_name: &BTreeMap<String, Aggregate>,
+    n: usize,
+) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
+    let mut names: Vec<(&str, &Aggregate)> = by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
     names.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(b.0)));
     if names.len() <= n {
         return (names, None);

@@ -405,8 +405,7 @@ impl Analyzer {
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
                 if let Some(mut old) = self.flows.remove(&key) {
-                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx())
-                    {
+                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx()) {
                         self.out.push(record);
                     }
                 }
@@ -678,17 +677,37 @@ mod tests {
             (1.02, tcp((1, 40000), (2, 443), 101, 501, ACK, &[])),
             (1.03, tcp((1, 40000), (2, 443), 101, 501, ACK, &ch)),
             (1.04, tcp((2, 443), (1, 40000), 501, c_data, ACK, &alert)),
-            (2.0, tcp((1, 40000), (2, 443), c_data, s_data, ACK, &[0; 300])),
-            (2.1, tcp((2, 443), (1, 40000), s_data, c_data + 300, ACK, &[0; 40])),
+            (
+                2.0,
+                tcp((1, 40000), (2, 443), c_data, s_data, ACK, &[0; 300]),
+            ),
+            (
+                2.1,
+                tcp((2, 443), (1, 40000), s_data, c_data + 300, ACK, &[0; 40]),
+            ),
         ];
         if close {
             frames.push((
                 5.0,
-                tcp((1, 40000), (2, 443), c_data + 300, s_data + 40, FIN | ACK, &[]),
+                tcp(
+                    (1, 40000),
+                    (2, 443),
+                    c_data + 300,
+                    s_data + 40,
+                    FIN | ACK,
+                    &[],
+                ),
             ));
             frames.push((
                 5.5,
-                tcp((2, 443), (1, 40000), s_data + 40, c_data + 301, FIN | ACK, &[]),
+                tcp(
+                    (2, 443),
+                    (1, 40000),
+                    s_data + 40,
+                    c_data + 301,
+                    FIN | ACK,
+                    &[],
+                ),
             ));
         }
         for (ts, f) in &frames {
@@ -711,7 +730,10 @@ mod tests {
         let r = &a.take_records()[0];
         assert_eq!(r.handshake, Some(HandshakeKind::Failed));
         assert_eq!(r.timing.lifetime, Some(4500.0));
-        assert_eq!((r.bytes.client_app, r.bytes.server_app), (Some(300), Some(40)));
+        assert_eq!(
+            (r.bytes.client_app, r.bytes.server_app),
+            (Some(300), Some(40))
+        );
         assert_eq!(a.stats().held_records_unclosed, 0);
         assert_eq!(a.active_flows(), 0);
 
@@ -759,10 +781,17 @@ mod tests {
             ..Config::default()
         });
         failed_then_open(&mut a, false);
-        a.push_frame(6.0, LinkType::RawIp, &tcp((3, 40001), (2, 443), 7, 0, SYN, &[]));
+        a.push_frame(
+            6.0,
+            LinkType::RawIp,
+            &tcp((3, 40001), (2, 443), 7, 0, SYN, &[]),
+        );
         let r = &a.take_records()[0];
         assert_eq!(r.notes, ["open:evicted"]);
-        assert_eq!((a.stats().held_records_unclosed, a.stats().flows_evicted), (1, 1));
+        assert_eq!(
+            (a.stats().held_records_unclosed, a.stats().flows_evicted),
+            (1, 1)
+        );
     }
 
     /// A ClientHello record naming `sni`, or garbage of the same length.

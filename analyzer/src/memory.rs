@@ -76,10 +76,7 @@ impl HeapSize for crate::record::ConnectionRecord {
             + self.server.heap_size()
             + s(&self.sni)
             + s(&self.cipher)
-            + self
-                .alpn
-                .as_ref()
-                .map_or(0, |a| strings(a, a.capacity()))
+            + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
             + self.offered.heap_size()
             + certs
             + s(&self.failure)

@@ -401,7 +401,10 @@ impl TcpFlow {
             }
         };
         let own_fin = u32::from(self.fin[dir] && !h.fin);
-        extend(dir, h.seq.wrapping_add(payload_len as u32).wrapping_sub(own_fin));
+        extend(
+            dir,
+            h.seq.wrapping_add(payload_len as u32).wrapping_sub(own_fin),
+        );
         if h.ack_flag {
             extend(1 - dir, h.ack.wrapping_sub(u32::from(self.fin[1 - dir])));
         }

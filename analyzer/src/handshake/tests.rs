@@ -768,7 +768,10 @@ fn full13_used_after(idle: Option<f64>) -> Handshake {
 fn idle_before_use_from_the_finished_to_the_first_request() {
     let unused = full13_used_after(None);
     assert!(unused.awaits_use());
-    assert_eq!(unused.timing(None, Vantage::default()).idle_before_use, None);
+    assert_eq!(
+        unused.timing(None, Vantage::default()).idle_before_use,
+        None
+    );
     for (idle, want) in [(0.0, 0.0), (0.150, 150.0), (2.5, 2500.0)] {
         let hs = full13_used_after(Some(idle));
         assert!(!hs.awaits_use());
@@ -784,7 +787,10 @@ fn idle_before_use_from_the_finished_to_the_first_request() {
 fn zero_rtt_data_is_used_at_once() {
     let hs = resumed13_early(&[(21, false), (69, true)]);
     assert!(!hs.awaits_use());
-    assert_eq!(hs.timing(None, Vantage::default()).idle_before_use, Some(0.0));
+    assert_eq!(
+        hs.timing(None, Vantage::default()).idle_before_use,
+        Some(0.0)
+    );
 }
 
 /// Full TLS 1.2: the handshake ends at the client's ACK of the server's
@@ -804,5 +810,8 @@ fn tls12_idle_before_use_from_the_ack_of_the_finished() {
     assert_eq!(t.handshake, Some(400.0));
     assert_eq!(t.idle_before_use, Some(1000.0));
     let fs = full12(true);
-    assert_eq!(fs.timing(None, Vantage::default()).idle_before_use, Some(0.0));
+    assert_eq!(
+        fs.timing(None, Vantage::default()).idle_before_use,
+        Some(0.0)
+    );
 }

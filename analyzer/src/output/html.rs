@@ -267,7 +267,10 @@ fn role_section(summary: &Summary, top: usize) -> String {
         row.push_str(&cell(&k("resumption_rate"), &rate(a.resumption_rate())));
         for (m, v) in [
             ("handshake_full_p50_ms", a.handshake_full_ms.quantile(0.5)),
-            ("handshake_resumed_p50_ms", a.handshake_resumed_ms.quantile(0.5)),
+            (
+                "handshake_resumed_p50_ms",
+                a.handshake_resumed_ms.quantile(0.5),
+            ),
             ("ttfb_p50_ms", a.ttfb_ms.quantile(0.5)),
             ("idle_before_use_p50_ms", a.idle_before_use_ms.quantile(0.5)),
             ("idle_before_use_p90_ms", a.idle_before_use_ms.quantile(0.9)),
@@ -275,7 +278,10 @@ fn role_section(summary: &Summary, top: usize) -> String {
             row.push_str(&cell(&k(m), &ms(v)));
         }
         row.push_str(&cell(&k("on_demand_rate"), &rate(a.on_demand_rate())));
-        row.push_str(&cell(&k("lifetime_p50_ms"), &ms(a.lifetime_ms.quantile(0.5))));
+        row.push_str(&cell(
+            &k("lifetime_p50_ms"),
+            &ms(a.lifetime_ms.quantile(0.5)),
+        ));
         row.push_str("</tr>");
         row
     };
@@ -285,7 +291,10 @@ fn role_section(summary: &Summary, top: usize) -> String {
             h.push_str(&role_row(format!("{r} / {n}"), a));
         }
         if let Some(rest) = &rest {
-            h.push_str(&role_row(format!("{r} / {}", crate::aggregate::OTHER), rest));
+            h.push_str(&role_row(
+                format!("{r} / {}", crate::aggregate::OTHER),
+                rest,
+            ));
         }
         if let Some(a) = summary.by_role.get(&role) {
             h.push_str(&role_row(format!("{r} / TOTAL"), a));

@@ -142,14 +142,20 @@ fn write_roles(w: &mut impl Write, s: &Summary, top: usize) -> io::Result<()> {
             rows.push(with_pool(row(n, role.as_str(), a), a));
         }
         if let Some(rest) = &rest {
-            rows.push(with_pool(row(crate::aggregate::OTHER, role.as_str(), rest), rest));
+            rows.push(with_pool(
+                row(crate::aggregate::OTHER, role.as_str(), rest),
+                rest,
+            ));
         }
         if let Some(a) = s.by_role.get(&role) {
             rows.push(with_pool(row("TOTAL", role.as_str(), a), a));
         }
     }
     writeln!(w)?;
-    writeln!(w, "by role (inbound: this host is the TLS server, outbound: the client, transit: neither)")?;
+    writeln!(
+        w,
+        "by role (inbound: this host is the TLS server, outbound: the client, transit: neither)"
+    )?;
     print_rows(w, &rows, &body)?;
     writeln!(w, "(idle = handshake end to the client's first application data; on_demand = share used within {} ms of it, the rest pooled or pre-warmed; lifetime = first packet to FIN/RST, known for connections closed before their record went out or with --record-at close)", crate::aggregate::ON_DEMAND_MS)
 }
@@ -360,7 +366,11 @@ mod tests {
         let life: f64 = out_row[n - 1].parse().unwrap();
         assert!((1000.0..=3000.0).contains(&life), "{text}");
         let in_row = line("inbound");
-        assert_eq!((in_row[2], in_row[in_row.len() - 2]), ("1", "100%"), "{text}");
+        assert_eq!(
+            (in_row[2], in_row[in_row.len() - 2]),
+            ("1", "100%"),
+            "{text}"
+        );
         assert_eq!(in_row[in_row.len() - 1], "-", "{text}");
     }
 }
