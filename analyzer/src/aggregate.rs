@@ -369,27 +369,24 @@ impl Summary {
     }
 
     /// Per role: the `n` server names with most connections, then the rest folded.
-    pub fn top_by_role(&self, n: usize) -> Vec<(Role, Vec<(&str, &Aggregate)>, Option<Aggregate>)> {
+    pub fn top_by_role(&self, n: usize) -> Vec<(Role, TopNames<'_>)> {
         self.by_role_name
             .iter()
-            .map(|(role, names)| {
-                let (top, rest) = top_of(names, n);
-                (*role, top, rest)
-            })
+            .map(|(role, names)| (*role, top_of(names, n)))
             .collect()
     }
 
     /// The `n` names with most connections (ties by name), then the rest folded.
-    pub fn top(&self, n: usize) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
+    pub fn top(&self, n: usize) -> TopNames<'_> {
         top_of(&self.by_name, n)
     }
 }
 
+/// The busiest names with their aggregates, and the rest folded into one.
+pub type TopNames<'a> = (Vec<(&'a str, &'a Aggregate)>, Option<Aggregate>);
+
 /// The `n` names with most connections (ties by name), then the rest folded.
-fn top_of(
-    by_name: &BTreeMap<String, Aggregate>,
-    n: usize,
-) -> (Vec<(&str, &Aggregate)>, Option<Aggregate>) {
+fn top_of(by_name: &BTreeMap<String, Aggregate>, n: usize) -> TopNames<'_> {
     let mut names: Vec<(&str, &Aggregate)> = by_name.iter().map(|(k, v)| (k.as_str(), v)).collect();
     names.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(b.0)));
     if names.len() <= n {

@@ -285,7 +285,7 @@ fn role_section(summary: &Summary, top: usize) -> String {
         row.push_str("</tr>");
         row
     };
-    for (role, names, rest) in summary.top_by_role(top) {
+    for (role, (names, rest)) in summary.top_by_role(top) {
         let r = role.as_str();
         for (n, a) in names {
             h.push_str(&role_row(format!("{r} / {n}"), a));

@@ -134,7 +134,7 @@ fn write_roles(w: &mut impl Write, s: &Summary, top: usize) -> io::Result<()> {
         r.push(ms(a.lifetime_ms.quantile(0.5)));
         r
     };
-    for (role, names, rest) in s.top_by_role(top) {
+    for (role, (names, rest)) in s.top_by_role(top) {
         if rows.len() > 1 {
             body.push(rows.len());
         }
