@@ -666,7 +666,13 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
         "{:?}",
         recs[0].timing
     );
-    assert!(recs[0].notes.is_empty(), "notes {:?}", recs[0].notes);
+    // Without a response the handshake is timed only by the record cap
+    // (the kernel's mirror of it stopped the flow): noted as such.
+    assert!(
+        recs[0].notes.is_empty() || recs[0].notes == ["record_limit"],
+        "notes {:?}",
+        recs[0].notes
+    );
 }
 
 /// 200 MB of plain TCP (not TLS) that nobody marks done: record tracking
