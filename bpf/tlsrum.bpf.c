@@ -815,12 +815,26 @@ static __always_inline void phase_check(struct walk *w,
 			   peer->track == TLSRUM_TRACK_ON &&
 			   !seq_before(w->ack, peer->plain_end)) {
 			/* Acknowledging the ServerHello and what follows it:
-			 * not 0-RTT data, sent before the ServerHello came. */
+			 * not 0-RTT data, sent before the ServerHello came.
+			 * The first such record after the server's own
+			 * application_data records is a TLS 1.3 Finished (a
+			 * TLS 1.2 server sends none before the client's data,
+			 * except a server-first protocol's greeting: a later
+			 * cut, never an earlier one). It is not counted, so
+			 * that the client's first use after the handshake
+			 * (idle_before_use) reaches user space even when the
+			 * server's NewSessionTicket comes first. */
+			if (me->post == 0 && !me->sent_data && peer->sent_data) {
+				me->sent_data = 1;
+				return;
+			}
 			me->post++;
 			me->post_end = rec_end;
 		}
 		return;
 	}
+	if (me->hello == 2)
+		me->sent_data = 1;
 	if (me->hello == 2 && peer->hello == 1 && !split && w->ack_ok &&
 	    (peer->post == 1 || peer->post == 2) &&
 	    peer->track == TLSRUM_TRACK_ON &&

@@ -149,7 +149,11 @@ struct tlsrum_dir_state {
 	__u8	no_fallback;	/* 36 enum tlsrum_no_fallback: why losing the walk
 				 *    makes it quiet, never the byte budget */
 	__u8	tries;		/* 37 quiet or lost: data segments checked for a record to resume at */
-	__u8	_pad[2];	/* 38 */
+	__u8	sent_data;	/* 38 server: it sent an application_data record;
+				 *    client: its first one after the server's
+				 *    handshake came after one of the server's
+				 *    (TLS 1.3: it was its Finished, not data) */
+	__u8	_pad;		/* 39 */
 	__u32	rcv_end;	/* 40 tracked: end of the bytes received (fwd_until
 				 *    runs ahead over filled bodies): a segment
 				 *    starting before it is a retransmission */

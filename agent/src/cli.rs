@@ -1,5 +1,28 @@
 //! Value parsers shared by the commands' arguments.
 
+/// `--record-at`: when a TLS-over-TCP connection's record is written
+/// ([`analyzer::RecordAt`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordAt {
+    /// Once the handshake (and the client's first use) is timed: lifetime
+    /// and bytes after the handshake only if the connection closed first.
+    #[default]
+    Handshake,
+    /// Held until FIN/RST: lifetime and bytes after the handshake filled
+    /// (null, with a note `open:<why>`, for one still open at capture end,
+    /// idle timeout or eviction).
+    Close,
+}
+
+impl From<RecordAt> for analyzer::RecordAt {
+    fn from(r: RecordAt) -> Self {
+        match r {
+            RecordAt::Handshake => analyzer::RecordAt::Handshake,
+            RecordAt::Close => analyzer::RecordAt::Close,
+        }
+    }
+}
+
 /// A size in bytes: a number with an optional binary suffix (`K`, `M`,
 /// `G`, optionally followed by `iB` or `B`), as `--max-memory 256M`.
 pub fn parse_size(s: &str) -> Result<usize, String> {

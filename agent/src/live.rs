@@ -85,6 +85,12 @@ pub struct LiveArgs {
     /// Seconds without a packet after which a flow is finished.
     #[arg(long, default_value_t = 30.0)]
     pub idle_timeout: f64,
+    /// When a TLS-over-TCP connection's record is written: once its
+    /// handshake and first use are timed, or at its FIN/RST (lifetime and
+    /// bytes after the handshake filled; held records count in
+    /// --max-memory and --max-flows).
+    #[arg(long, value_enum, default_value = "handshake")]
+    pub record_at: crate::cli::RecordAt,
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -216,6 +222,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         max_flows: args.max_flows,
         max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
         report_finished_flows: true,
+        record_at: args.record_at.into(),
         ..Config::default()
     });
     analyzer.set_local(Some(host.current().clone()));

@@ -33,7 +33,8 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Aggregate by these dimensions (comma-separated, repeatable): sni,
-    /// ja4, client (= ja4_stable), family, version, alpn, transport, server.
+    /// ja4, client (= ja4_stable), family, version, alpn, transport, server,
+    /// role.
     #[arg(long, value_name = "DIM", value_delimiter = ',', value_parser = parse_dim)]
     by: Vec<Dim>,
     /// Aggregate by time window of capture time, aligned to the epoch:
@@ -48,6 +49,11 @@ pub struct ReplayArgs {
     /// or `transit`; without it, roles are unknown (null).
     #[arg(long, value_name = "ADDR|CIDR", value_parser = parse_local)]
     local: Vec<String>,
+    /// When a TLS-over-TCP connection's record is written: once its
+    /// handshake and first use are timed, or at its FIN/RST (lifetime and
+    /// bytes after the handshake filled).
+    #[arg(long, value_enum, default_value = "handshake")]
+    record_at: crate::cli::RecordAt,
     /// Only packets matching this BPF expression (as tcpdump).
     #[arg(long)]
     filter: Option<String>,
@@ -146,6 +152,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
         idle_timeout: args.idle_timeout,
         server_ports: args.ports.clone(),
+        record_at: args.record_at.into(),
         keylog: match &args.keylog {
             Some(path) => {
                 let text = std::fs::read_to_string(path)

@@ -658,12 +658,21 @@ fn bulk_unmarked_tls(topo: &Topology, cap: &mut EbpfCapture) {
     let recs = a.take_records();
     assert_eq!(recs.len(), 1, "one connection record");
     assert_eq!(recs[0].handshake.map(|k| k.as_str()), Some("full"));
+    // s_server answers nothing: ttfb is its NewSessionTicket only when
+    // that left after the client's first data arrived (a race), so it is
+    // not asserted; the client's first use is always there.
     assert!(
-        recs[0].timing.handshake.is_some() && recs[0].timing.ttfb.is_some(),
+        recs[0].timing.handshake.is_some() && recs[0].timing.idle_before_use.is_some(),
         "{:?}",
         recs[0].timing
     );
-    assert!(recs[0].notes.is_empty(), "notes {:?}", recs[0].notes);
+    // Without a response the handshake is timed only by the record cap
+    // (the kernel's mirror of it stopped the flow): noted as such.
+    assert!(
+        recs[0].notes.is_empty() || recs[0].notes == ["record_limit"],
+        "notes {:?}",
+        recs[0].notes
+    );
 }
 
 /// 200 MB of plain TCP (not TLS) that nobody marks done: record tracking

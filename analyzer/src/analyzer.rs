@@ -49,6 +49,25 @@ pub struct Config {
     /// TLS secrets (SSLKEYLOGFILE) to read TLS 1.3 EncryptedExtensions:
     /// early data `accepted`/`rejected` instead of `attempted`.
     pub keylog: Option<Arc<KeyLog>>,
+    /// When a TCP connection's record goes out ([`RecordAt`]).
+    pub record_at: RecordAt,
+}
+
+/// When a TLS-over-TCP connection's record is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecordAt {
+    /// As soon as nothing more about the handshake (and the first use)
+    /// remains to be learnt: live metrics do not wait for a keep-alive
+    /// connection to end. `lifetime` and the bytes after the handshake are
+    /// filled only for a connection that closed first.
+    #[default]
+    Handshake,
+    /// Held on its flow until FIN/RST, which fills `lifetime` and the
+    /// bytes after the handshake; a record that goes out before (capture
+    /// end, idle timeout, eviction, memory budget, a new connection on the
+    /// tuple) has them null and a note `open:<why>`. Held records count in
+    /// the memory budget and in the flow table's limits.
+    Close,
 }
 
 impl Default for Config {
@@ -63,6 +82,7 @@ impl Default for Config {
             max_session_ids: 100_000,
             report_finished_flows: false,
             keylog: None,
+            record_at: RecordAt::Handshake,
         }
     }
 }
@@ -270,7 +290,7 @@ impl Analyzer {
             self.stats.memory_evictions += 1;
             if older_tcp {
                 if let Some((_, flow)) = self.flows.pop_oldest() {
-                    self.finish_flow(flow, Finish::Evicted, false);
+                    self.finish_flow(flow, Finish::Evicted, false, false);
                 }
             } else {
                 self.quic.evict_oldest(&mut self.stats.quic);
@@ -302,7 +322,7 @@ impl Analyzer {
             let Some((_, flow)) = self.flows.pop_oldest() else {
                 break;
             };
-            self.finish_flow(flow, Finish::CaptureEnd, false);
+            self.finish_flow(flow, Finish::CaptureEnd, false, false);
             n += 1;
         }
         let done = n < max && self.quic.finish_some(max - n, &mut self.stats.quic);
@@ -359,8 +379,20 @@ impl Analyzer {
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
                 if reused {
-                    self.flows.remove(&key);
+                    if let Some(mut old) = self.flows.remove(&key) {
+                        self.release(&mut old, None);
+                    }
                     known = false;
+                } else if f.held.is_some() {
+                    // A record waiting for the close: only FIN/RST matter.
+                    let dir = usize::from(from != f.a);
+                    if f.closing(dir, ts, h, payload.len()) {
+                        if let Some(mut old) = self.flows.remove(&key) {
+                            self.ended(key, isn);
+                            self.release(&mut old, None);
+                        }
+                    }
+                    return;
                 } else {
                     if h.rst || h.fin {
                         self.flows.remove(&key);
@@ -373,7 +405,7 @@ impl Analyzer {
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
                 if let Some(mut old) = self.flows.remove(&key) {
-                    if let Some(record) = old.finish(Finish::Done, false, &mut self.ctx()) {
+                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx()) {
                         self.out.push(record);
                     }
                 }
@@ -426,7 +458,8 @@ impl Analyzer {
             }
         } else if seg.closed || seg.timed {
             if let Some(flow) = self.flows.remove(&key) {
-                let done = self.finish_flow(flow, Finish::Done, seg.timed);
+                let hold = !seg.closed && self.cfg.record_at == RecordAt::Close;
+                let done = self.finish_flow(flow, Finish::Done, seg.timed, hold);
                 // Keep a tombstone so the rest of the connection is skipped cheaply.
                 if !seg.closed {
                     self.insert(key, done);
@@ -439,7 +472,7 @@ impl Analyzer {
     fn insert(&mut self, key: FlowKey, flow: TcpFlow) {
         if let Some((_, evicted)) = self.flows.insert(key, flow) {
             self.stats.flows_evicted += 1;
-            self.finish_flow(evicted, Finish::Evicted, false);
+            self.finish_flow(evicted, Finish::Evicted, false, false);
         }
     }
 
@@ -454,8 +487,19 @@ impl Analyzer {
                 if matches!(flow.status, Status::Tls | Status::Detecting) {
                     self.stats.flows_expired += 1;
                 }
-                self.finish_flow(flow, Finish::Expired, false);
+                self.finish_flow(flow, Finish::Expired, false, false);
             }
+        }
+    }
+
+    /// A held record goes out (`--record-at close`); one whose connection
+    /// had not closed is counted.
+    fn release(&mut self, flow: &mut TcpFlow, why: Option<Finish>) {
+        if let Some((record, closed)) = flow.release(why) {
+            if !closed {
+                self.stats.held_records_unclosed += 1;
+            }
+            self.out.push(record);
         }
     }
 
@@ -467,15 +511,19 @@ impl Analyzer {
     }
 
     /// Emits the flow's record if it is a TLS connection whose record is
-    /// not out yet; returns the flow as a tombstone.
-    fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) -> TcpFlow {
+    /// not out yet (or holds it on the flow: `hold`); returns the flow as a
+    /// tombstone. A record held earlier goes out now.
+    fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool, hold: bool) -> TcpFlow {
         self.ended(FlowKey::new(flow.a, flow.b), flow.client_isn);
         let reported = matches!(flow.status, Status::Done | Status::NotTls);
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
         }
-        if let Some(record) = flow.finish(why, timed, &mut self.ctx()) {
+        if let Some(record) = flow.finish(why, timed, hold, &mut self.ctx()) {
             self.out.push(record);
+        }
+        if !hold {
+            self.release(&mut flow, Some(why));
         }
         if self.cfg.report_finished_flows && !reported {
             self.finished.push((flow.a, flow.b));
@@ -610,6 +658,140 @@ mod tests {
         );
         assert_eq!(s.unidentified_flows, 0);
         assert_eq!(a.take_finished_flows().len(), 3);
+    }
+
+    const FIN: u8 = 0x01;
+
+    /// A connection whose handshake fails at once (the server's fatal
+    /// alert: nothing more to learn, so its record is due), then 300 bytes
+    /// from the client and 40 from the server, then FINs at 5.0 and 5.5 s
+    /// (`close`), or no close at all.
+    fn failed_then_open(a: &mut Analyzer, close: bool) {
+        let ch = client_hello();
+        let alert = [21u8, 3, 3, 0, 2, 2, 40];
+        let c_data = 101 + ch.len() as u32;
+        let s_data = 501 + alert.len() as u32;
+        let mut frames = vec![
+            (1.0, tcp((1, 40000), (2, 443), 100, 0, SYN, &[])),
+            (1.01, tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[])),
+            (1.02, tcp((1, 40000), (2, 443), 101, 501, ACK, &[])),
+            (1.03, tcp((1, 40000), (2, 443), 101, 501, ACK, &ch)),
+            (1.04, tcp((2, 443), (1, 40000), 501, c_data, ACK, &alert)),
+            (
+                2.0,
+                tcp((1, 40000), (2, 443), c_data, s_data, ACK, &[0; 300]),
+            ),
+            (
+                2.1,
+                tcp((2, 443), (1, 40000), s_data, c_data + 300, ACK, &[0; 40]),
+            ),
+        ];
+        if close {
+            frames.push((
+                5.0,
+                tcp(
+                    (1, 40000),
+                    (2, 443),
+                    c_data + 300,
+                    s_data + 40,
+                    FIN | ACK,
+                    &[],
+                ),
+            ));
+            frames.push((
+                5.5,
+                tcp(
+                    (2, 443),
+                    (1, 40000),
+                    s_data + 40,
+                    c_data + 301,
+                    FIN | ACK,
+                    &[],
+                ),
+            ));
+        }
+        for (ts, f) in &frames {
+            a.push_frame(*ts, LinkType::RawIp, f);
+        }
+    }
+
+    /// `--record-at close`: the record waits on its flow for the FINs, then
+    /// carries the lifetime (first packet to the close) and each side's
+    /// bytes after its handshake records, from the FINs' sequence numbers.
+    /// By default it goes out at once, without them.
+    #[test]
+    fn record_at_close_fills_lifetime_and_app_bytes_from_the_fins() {
+        let mut a = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            ..Config::default()
+        });
+        failed_then_open(&mut a, true);
+        assert_eq!(a.records_waiting(), 1);
+        let r = &a.take_records()[0];
+        assert_eq!(r.handshake, Some(HandshakeKind::Failed));
+        assert_eq!(r.timing.lifetime, Some(4500.0));
+        assert_eq!(
+            (r.bytes.client_app, r.bytes.server_app),
+            (Some(300), Some(40))
+        );
+        assert_eq!(a.stats().held_records_unclosed, 0);
+        assert_eq!(a.active_flows(), 0);
+
+        let mut a = Analyzer::new(Config::default());
+        failed_then_open(&mut a, true);
+        let r = &a.take_records()[0];
+        assert_eq!(r.timing.lifetime, None);
+        assert_eq!((r.bytes.client_app, r.bytes.server_app), (None, None));
+    }
+
+    /// A held record whose connection is still open at the end of the
+    /// capture goes out then, without lifetime and with a note saying why,
+    /// counted; while held it counts in the memory estimate.
+    #[test]
+    fn held_record_open_at_capture_end_is_noted_and_counted() {
+        let mut held = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            ..Config::default()
+        });
+        failed_then_open(&mut held, false);
+        assert_eq!(held.records_waiting(), 0);
+        let mut plain = Analyzer::new(Config::default());
+        failed_then_open(&mut plain, false);
+        assert!(
+            held.memory_used() >= plain.memory_used() + std::mem::size_of::<ConnectionRecord>(),
+            "{} vs {}",
+            held.memory_used(),
+            plain.memory_used()
+        );
+        held.finish();
+        let r = &held.take_records()[0];
+        assert_eq!(r.timing.lifetime, None);
+        assert_eq!(r.bytes.client_app, None);
+        assert_eq!(r.notes, ["open:capture_ended"]);
+        assert_eq!(held.stats().held_records_unclosed, 1);
+    }
+
+    /// Held records are bounded by the flow table: one evicted to make room
+    /// goes out noted and counted.
+    #[test]
+    fn held_record_evicted_by_a_full_table_is_noted() {
+        let mut a = Analyzer::new(Config {
+            record_at: RecordAt::Close,
+            max_flows: 1,
+            ..Config::default()
+        });
+        failed_then_open(&mut a, false);
+        a.push_frame(
+            6.0,
+            LinkType::RawIp,
+            &tcp((3, 40001), (2, 443), 7, 0, SYN, &[]),
+        );
+        let r = &a.take_records()[0];
+        assert_eq!(r.notes, ["open:evicted"]);
+        assert_eq!(
+            (a.stats().held_records_unclosed, a.stats().flows_evicted),
+            (1, 1)
+        );
     }
 
     /// A ClientHello record naming `sni`, or garbage of the same length.

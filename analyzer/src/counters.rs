@@ -112,6 +112,10 @@ counters! {
         /// TCP flows and QUIC connections finished early, least recently
         /// used first, to keep their state within `--max-memory`.
         memory_evictions,
+        /// Records held for `--record-at close` that went out before
+        /// their connection's FIN/RST (capture end, idle timeout, eviction,
+        /// memory budget, a new connection on the tuple): lifetime unknown.
+        held_records_unclosed,
         /// TCP flows still being followed (TLS, or not identified yet)
         /// ended by the idle timeout.
         flows_expired,

@@ -35,7 +35,9 @@ impl LocalNets {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse()
-            .map_err(|_| format!("{s:?} is not an address or CIDR (10.0.0.1, 10.0.0.0/8, 2001:db8::/32)"))?;
+            .map_err(|_| {
+                format!("{s:?} is not an address or CIDR (10.0.0.1, 10.0.0.0/8, 2001:db8::/32)")
+            })?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let len = match len {
             None => max,
@@ -114,9 +116,15 @@ mod tests {
         assert_eq!(l.role(ip("192.0.2.7"), ip("10.0.0.1")), Role::Inbound);
         assert_eq!(l.role(ip("10.0.0.1"), ip("192.0.2.7")), Role::Outbound);
         assert_eq!(l.role(ip("192.0.2.7"), ip("10.0.0.2")), Role::Transit);
-        assert_eq!(l.role(ip("2001:db8:1::5"), ip("2001:db9::1")), Role::Outbound);
+        assert_eq!(
+            l.role(ip("2001:db8:1::5"), ip("2001:db9::1")),
+            Role::Outbound
+        );
         assert_eq!(l.role(ip("10.0.0.1"), ip("10.0.0.1")), Role::Inbound);
-        assert_eq!(l.role(ip("::ffff:10.0.0.1"), ip("192.0.2.7")), Role::Outbound);
+        assert_eq!(
+            l.role(ip("::ffff:10.0.0.1"), ip("192.0.2.7")),
+            Role::Outbound
+        );
         assert_eq!(
             l.role_of("[2001:db8::9]:443", "198.51.100.1:443"),
             Some(Role::Outbound)

@@ -63,3 +63,28 @@ pub fn strings(v: &[String], capacity: usize) -> usize {
     };
     own + v.iter().map(HeapSize::heap_size).sum::<usize>()
 }
+
+impl HeapSize for crate::record::ConnectionRecord {
+    /// A record held on its flow until the close (`--record-at close`):
+    /// its strings and lists.
+    fn heap_size(&self) -> usize {
+        let s = |o: &Option<String>| o.heap_size();
+        let certs = self.certs.as_ref().map_or(0, |c| {
+            size_of::<crate::record::Certs>() + s(&c.leaf_subject) + s(&c.leaf_issuer)
+        });
+        self.client.heap_size()
+            + self.server.heap_size()
+            + s(&self.sni)
+            + s(&self.cipher)
+            + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
+            + self.offered.heap_size()
+            + certs
+            + s(&self.failure)
+            + self.notes.heap_size()
+            + s(&self.ja4)
+            + s(&self.ja4_stable)
+            + s(&self.ja4s)
+            + s(&self.alpn_negotiated)
+            + s(&self.proxied_client)
+    }
+}

@@ -1,5 +1,5 @@
 //! Aggregates of connection records by any combination of dimensions
-//! (`--by sni,ja4,client,family,version,alpn,transport,server`) and, optionally,
+//! (`--by sni,ja4,client,family,version,alpn,transport,server,role`) and, optionally,
 //! by time window (`--window`), in bounded memory: distinct groups, windows
 //! and (window, group) cells are capped, and what a cap folds is counted.
 
@@ -30,10 +30,12 @@ pub enum Dim {
     Alpn,
     Transport,
     Server,
+    /// This host's end: `inbound`, `outbound`, `transit`, or `(unknown)`.
+    Role,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 8] = [
+    pub const ALL: [Dim; 9] = [
         Dim::Sni,
         Dim::Ja4,
         Dim::Client,
@@ -42,6 +44,7 @@ impl Dim {
         Dim::Alpn,
         Dim::Transport,
         Dim::Server,
+        Dim::Role,
     ];
 
     /// The dimension's name on the command line.
@@ -55,6 +58,7 @@ impl Dim {
             Dim::Alpn => "alpn",
             Dim::Transport => "transport",
             Dim::Server => "server",
+            Dim::Role => "role",
         }
     }
 
@@ -92,13 +96,15 @@ impl Dim {
             }
             .to_string(),
             Dim::Server => server_ip(&r.server).to_string(),
+            Dim::Role => r.role.map_or(UNKNOWN, |role| role.as_str()).to_string(),
         }
     }
 }
 
 /// The value of `ja4` and `client` for a record without a fingerprint.
 pub const NONE: &str = "(none)";
-/// The value of `version` and `alpn` where the wire does not show it.
+/// The value of `version` and `alpn` where the wire does not show it, and
+/// of `role` where this host's addresses are not known.
 pub const UNKNOWN: &str = "(unknown)";
 
 /// The address of an `ip:port` / `[ipv6]:port` endpoint, without port or brackets.
@@ -456,7 +462,8 @@ mod tests {
                 "TLS1.3",
                 "(unknown)",
                 "tcp",
-                "10.0.0.2"
+                "10.0.0.2",
+                "(unknown)"
             ]
         );
         r.server = "[2001:db8::1]:8443".into();
@@ -472,6 +479,8 @@ mod tests {
         assert_eq!(Dim::Alpn.value(&r), "h3");
         assert_eq!(Dim::Family.value(&r), "ipv6");
         assert_eq!(Dim::Transport.value(&r), "quic");
+        r.role = Some(crate::record::Role::Outbound);
+        assert_eq!(Dim::Role.value(&r), "outbound");
         r.ja4 = Some("t13d0412h1_16476d049b0b_622f681f1a22".into());
         r.ja4_stable = Some("t13d0411h1_16476d049b0b_303c7117418d".into());
         assert_eq!(Dim::Ja4.value(&r), "t13d0412h1_16476d049b0b_622f681f1a22");

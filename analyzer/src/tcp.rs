@@ -8,7 +8,7 @@ use crate::counters::Stats;
 use crate::flow::reassembly::{Chunk, Reassembler, Segment};
 use crate::flow::table::{Endpoint, FlowKey, Footprint};
 use crate::handshake::{
-    Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView, Vantage,
+    ms, Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView, Vantage,
 };
 use crate::memory::{HeapSize, ENTRY_OVERHEAD};
 use crate::proxy_protocol;
@@ -171,6 +171,29 @@ struct Upper {
     first_retransmission: Option<f64>,
     /// The latest segment with payload, per direction.
     last_data: [f64; 2],
+    /// Bytes of a PROXY protocol header in front of each direction's stream.
+    proxy_len: [u32; 2],
+}
+
+/// A record held on its flow until the connection closes (`--record-at
+/// close`), with where each side's bytes after the handshake start.
+pub struct Held {
+    record: ConnectionRecord,
+    app_start: AppStart,
+}
+
+/// Sequence number where each side's bytes after its handshake records
+/// begin: [client, server], and the direction index of the client.
+#[derive(Debug, Clone, Copy)]
+struct AppStart {
+    at: [Option<u32>; 2],
+    client_dir: usize,
+}
+
+impl HeapSize for Held {
+    fn heap_size(&self) -> usize {
+        self.record.heap_size()
+    }
 }
 
 /// One TCP flow. Until its first payload byte it is only this struct (a
@@ -189,6 +212,13 @@ pub struct TcpFlow {
     pub client_isn: Option<u32>,
     server_isn: Option<u32>,
     fin: [bool; 2],
+    /// How far each direction's byte stream is known to reach
+    /// ([`note_ends`](Self::note_ends)): at the close, where it ended.
+    stream_end: [Option<u32>; 2],
+    /// When the connection closed (both FINs, or a RST).
+    closed_at: Option<f64>,
+    /// `--record-at close`: the record, waiting for the close.
+    pub held: Option<Box<Held>>,
     /// Whether each direction showed any packet: a capture may hold one
     /// direction only (a tap on one fibre, asymmetric routing).
     seen: [bool; 2],
@@ -208,6 +238,7 @@ impl Footprint for TcpFlow {
             + std::mem::size_of::<FlowKey>()
             + ENTRY_OVERHEAD
             + self.active.heap_size()
+            + self.held.heap_size()
     }
 }
 
@@ -243,6 +274,9 @@ impl TcpFlow {
             client_isn: None,
             server_isn: None,
             fin: [false; 2],
+            stream_end: [None; 2],
+            closed_at: None,
+            held: None,
             seen: [false; 2],
             status: Status::Detecting,
             stream_start: [None; 2],
@@ -284,6 +318,7 @@ impl TcpFlow {
                     proxied: [None; 2],
                     first_retransmission: None,
                     last_data: [f64::NEG_INFINITY; 2],
+                    proxy_len: [0; 2],
                 },
             })
         }
@@ -308,11 +343,13 @@ impl TcpFlow {
             }
         }
         self.payload(dir, ts, h, payload, truncated, ctx);
-        // A FIN is a half-close: the peer may still finish the handshake
-        // (a False Start client can close first). Both FINs, or a RST, end
-        // it -- or the one FIN of a capture that shows one direction.
-        self.fin[dir] |= h.fin;
-        let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
+        // While the flow is followed every segment tells how far the
+        // streams reach; once its record is out, only FIN/RST (all the live
+        // source sends then).
+        if !(h.fin || h.rst) {
+            self.note_ends(dir, h, payload.len());
+        }
+        let closed = self.closing(dir, ts, h, payload.len());
         let missing = self.missing_side();
         if let Some(act) = self.active.as_mut().filter(|_| closed) {
             // No more bytes will come: what waits behind a hole is read first.
@@ -332,14 +369,127 @@ impl TcpFlow {
         }
         // A server record the key log is still to open (its payload split
         // over segments) may yet turn out to be a ticket, not data.
+        // And a client that has not used the connection yet may still do
+        // so (`idle_before_use`), unless the capture does not show it.
+        let seen = self.seen;
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
             let opened = a.server_flight.as_ref().is_none_or(|f| f.done);
-            (a.client.is_some() && opened && a.hs.fully_timed()) || a.hs.records_overflowed()
+            let waits = a.hs.awaits_use() && a.client.is_some_and(|c| seen[c]);
+            (a.client.is_some() && opened && a.hs.fully_timed() && !waits)
+                || a.hs.records_overflowed()
         });
         if self.status == Status::NotTls {
             self.active = None;
         }
         SegmentOutcome { closed, timed }
+    }
+
+    /// How far each direction's stream is known to reach, from a
+    /// segment's sequence number past its payload (less the FIN's own
+    /// sequence number once its sender has closed) and its acknowledgement
+    /// of the peer's (likewise). The furthest end known wins: a FIN whose
+    /// payload the live source cut (a quiet direction) understates its own
+    /// end, which the peer's later acknowledgement corrects.
+    fn note_ends(&mut self, dir: usize, h: &TcpHeader, payload_len: usize) {
+        if h.syn {
+            return;
+        }
+        let mut extend = |d: usize, end: u32| {
+            let known = &mut self.stream_end[d];
+            if known.is_none_or(|k| Seq(end) > Seq(k)) {
+                *known = Some(end);
+            }
+        };
+        let own_fin = u32::from(self.fin[dir] && !h.fin);
+        extend(
+            dir,
+            h.seq.wrapping_add(payload_len as u32).wrapping_sub(own_fin),
+        );
+        if h.ack_flag {
+            extend(1 - dir, h.ack.wrapping_sub(u32::from(self.fin[1 - dir])));
+        }
+    }
+
+    /// A segment's FIN/RST ends its sender's stream (and tells, by its
+    /// acknowledgement, how far the peer's reached). Returns whether the
+    /// connection is closed: a FIN is a half-close (the peer may still
+    /// finish the handshake: a False Start client can close first); both
+    /// FINs, or a RST, end it -- or the one FIN of a capture that shows one
+    /// direction.
+    pub fn closing(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload_len: usize) -> bool {
+        if !(h.fin || h.rst) {
+            return false;
+        }
+        self.note_ends(dir, h, payload_len);
+        self.fin[dir] |= h.fin;
+        let closed = h.rst || self.fin == [true, true] || (h.fin && !self.seen[1 - dir]);
+        if closed {
+            self.closed_at.get_or_insert(ts);
+        }
+        closed
+    }
+
+    /// Where each side's bytes after the handshake start: the stream's
+    /// start (ISN + 1), past a PROXY header and the handshake records.
+    fn app_start(&self, up: &Upper, client_dir: usize) -> AppStart {
+        let bytes = up.hs.record_bytes();
+        let isn = |d: usize| {
+            if self.syn_dir == Some(d) {
+                self.client_isn
+            } else {
+                self.server_isn
+            }
+        };
+        let start = |d: usize, hs: Option<u64>| {
+            let skip = u64::from(up.proxy_len[d]) + hs?;
+            Some(isn(d)?.wrapping_add(1).wrapping_add(skip as u32))
+        };
+        AppStart {
+            at: [
+                start(client_dir, bytes.client_handshake),
+                start(1 - client_dir, bytes.server_handshake),
+            ],
+            client_dir,
+        }
+    }
+
+    /// Fills what only the close tells: `lifetime` and each side's bytes
+    /// after the handshake. Null while the connection is open.
+    fn closed_fields(&self, rec: &mut ConnectionRecord, app: AppStart) {
+        let Some(at) = self.closed_at else {
+            return;
+        };
+        rec.timing.lifetime = Some(ms((at - self.first_ts).max(0.0)));
+        let dirs = [app.client_dir, 1 - app.client_dir];
+        let sent = |i: usize| {
+            let (start, end) = (app.at[i]?, self.stream_end[dirs[i]]?);
+            (Seq(end) >= Seq(start)).then(|| u64::from(end.wrapping_sub(start)))
+        };
+        rec.bytes.client_app = sent(0);
+        rec.bytes.server_app = sent(1);
+    }
+
+    /// The held record (`--record-at close`), once the flow leaves the
+    /// table: complete if the connection closed, else with a note saying
+    /// why it went out open (`why`: None for a new connection on the tuple).
+    pub fn release(&mut self, why: Option<Finish>) -> Option<(ConnectionRecord, bool)> {
+        let Held {
+            mut record,
+            app_start,
+        } = *self.held.take()?;
+        let closed = self.closed_at.is_some();
+        if closed {
+            self.closed_fields(&mut record, app_start);
+        } else {
+            record.notes.push(match why {
+                Some(Finish::CaptureEnd) => "open:capture_ended",
+                Some(Finish::Evicted) => "open:evicted",
+                Some(Finish::Expired) => "open:idle_timeout",
+                Some(Finish::Done) | None => "open:tuple_reused",
+            });
+            record.notes.sort_unstable();
+        }
+        Some((record, closed))
     }
 
     /// The side whose direction this flow has not shown at all, once the
@@ -509,10 +659,13 @@ impl TcpFlow {
     /// The flow's record, if it is a TLS connection whose record is not out
     /// yet; the flow stays behind as a tombstone (status `Done`).
     /// `timed`: finished because nothing more was to be learnt.
+    /// `hold`: the record stays on the flow ([`held`](Self::held)) until
+    /// [`release`](Self::release).
     pub fn finish(
         &mut self,
         why: Finish,
         timed: bool,
+        hold: bool,
         ctx: &mut Ctx<'_>,
     ) -> Option<ConnectionRecord> {
         if !timed {
@@ -538,6 +691,7 @@ impl TcpFlow {
             None => {}
         }
         let client_dir = act.client?;
+        let app_start = self.app_start(&act, client_dir);
         if act.hs.records_overflowed() {
             ctx.stats.record_limit_hits += 1;
         }
@@ -584,7 +738,13 @@ impl TcpFlow {
             notes: act.notes,
             proxied_client: act.proxied[client_dir],
         };
-        Some(act.hs.to_record(view, why))
+        let mut record = act.hs.to_record(view, why);
+        if hold {
+            self.held = Some(Box::new(Held { record, app_start }));
+            return None;
+        }
+        self.closed_fields(&mut record, app_start);
+        Some(record)
     }
 }
 
@@ -661,6 +821,7 @@ impl Upper {
             if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
                 ctx.stats.proxy_protocol_headers += 1;
                 self.proxied[dir] = client;
+                self.proxy_len[dir] = len as u32;
                 let rest = Chunk {
                     data: &c.data[len..],
                     seq: c.seq.wrapping_add(len as u32),

@@ -306,7 +306,10 @@ pub struct DirState {
     /// `enum tlsrum_no_fallback` bits.
     pub no_fallback: u8,
     pub tries: u8,
-    pub _pad: [u8; 2],
+    /// Server: it sent application_data; client: its TLS 1.3 Finished was
+    /// seen (not counted in `post`).
+    pub sent_data: u8,
+    pub _pad: u8,
     /// Tracked: end of the bytes received; a segment starting before it
     /// is a retransmission.
     pub rcv_end: u32,

@@ -722,3 +722,96 @@ fn half_rtt_ttfb_skips_an_opened_ticket() {
     opened(&mut hs, ticket, ct::HANDSHAKE);
     assert_eq!(hs.timing(None, Vantage::default()).ttfb, Some(100.3));
 }
+
+/// A TLS 1.3 full handshake whose client sends its Finished at 80 ms and
+/// its request `idle` seconds later (None: no request); the server's
+/// ticket follows the Finished at once.
+fn full13_used_after(idle: Option<f64>) -> Handshake {
+    use crate::tls::handshake::{ClientHello, ServerHello};
+    let mut hs = Handshake::new(Transport::Tcp);
+    let (c, s) = (Dir::Client, Dir::Server);
+    let ch = rec(0.0, ct::HANDSHAKE, 1000, 278, 5000);
+    record(&mut hs, c, ch);
+    hs.client_hello = Some(Box::new(ClientHello {
+        supported_versions: vec![0x0304],
+        ..Default::default()
+    }));
+    hs.state = State::ClientHello;
+    let sh = rec(0.040, ct::HANDSHAKE, 5000, 155, ch.end);
+    record(&mut hs, s, sh);
+    hs.server_hello = Some(ServerHello {
+        legacy_version: 0x0303,
+        selected_version: Some(0x0304),
+        cipher_suite: 0x1302,
+        ..Default::default()
+    });
+    hs.server_hello_end = Some(sh.end);
+    hs.state = State::ServerHello13;
+    let flight = rec(0.040, ct::APPLICATION_DATA, sh.end, 2000, ch.end);
+    record(&mut hs, s, flight);
+    let fin = rec(0.080, ct::APPLICATION_DATA, ch.end, 69, flight.end);
+    record(&mut hs, c, fin);
+    let ticket = rec(0.120, ct::APPLICATION_DATA, flight.end, 250, fin.end);
+    record(&mut hs, s, ticket);
+    if let Some(idle) = idle {
+        let request = rec(0.080 + idle, ct::APPLICATION_DATA, fin.end, 100, ticket.end);
+        record(&mut hs, c, request);
+    }
+    hs
+}
+
+/// idle_before_use runs from the client's Finished (TLS 1.3's handshake
+/// end) to its first record after it; until that record comes, the
+/// handshake awaits its use (its record is held back), and a connection
+/// that never sends one has none.
+#[test]
+fn idle_before_use_from_the_finished_to_the_first_request() {
+    let unused = full13_used_after(None);
+    assert!(unused.awaits_use());
+    assert_eq!(
+        unused.timing(None, Vantage::default()).idle_before_use,
+        None
+    );
+    for (idle, want) in [(0.0, 0.0), (0.150, 150.0), (2.5, 2500.0)] {
+        let hs = full13_used_after(Some(idle));
+        assert!(!hs.awaits_use());
+        let t = hs.timing(None, Vantage::default());
+        assert_eq!(t.handshake, Some(80.0));
+        assert_eq!(t.idle_before_use, Some(want), "idle {idle}");
+    }
+}
+
+/// 0-RTT data is use before the handshake's end: idle_before_use 0, and
+/// the record does not wait for a later request.
+#[test]
+fn zero_rtt_data_is_used_at_once() {
+    let hs = resumed13_early(&[(21, false), (69, true)]);
+    assert!(!hs.awaits_use());
+    assert_eq!(
+        hs.timing(None, Vantage::default()).idle_before_use,
+        Some(0.0)
+    );
+}
+
+/// Full TLS 1.2: the handshake ends at the client's ACK of the server's
+/// Finished when it sends nothing at once; its data then is the first use.
+/// False Start data is use before the end: idle 0.
+#[test]
+fn tls12_idle_before_use_from_the_ack_of_the_finished() {
+    let mut hs = full12(false);
+    assert_eq!(hs.state(), State::Complete);
+    hs.client_acked_finished = Some(0.4);
+    assert!(hs.awaits_use());
+    assert_eq!(hs.timing(None, Vantage::default()).handshake, Some(400.0));
+    let data = rec(1.4, ct::APPLICATION_DATA, 1300, 100, 6000);
+    record(&mut hs, Dir::Client, data);
+    assert!(!hs.awaits_use());
+    let t = hs.timing(None, Vantage::default());
+    assert_eq!(t.handshake, Some(400.0));
+    assert_eq!(t.idle_before_use, Some(1000.0));
+    let fs = full12(true);
+    assert_eq!(
+        fs.timing(None, Vantage::default()).idle_before_use,
+        Some(0.0)
+    );
+}

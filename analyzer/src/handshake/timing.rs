@@ -74,6 +74,46 @@ impl Handshake {
         }
     }
 
+    /// When the client first used the connection: its first application
+    /// data after the handshake's end ([`handshake_end`](Self::handshake_end)).
+    /// TLS 1.3 0-RTT data (application_data the client wrote before its last
+    /// flight) is use before the end: the end itself. TLS 1.3's encrypted
+    /// Finished is an application_data record too: only records after it
+    /// count. TCP only (QUIC shows no 1-RTT packet's contents: null).
+    pub(super) fn first_use(&self) -> Option<f64> {
+        if self.transport != Transport::Tcp {
+            return None;
+        }
+        let end = self.handshake_end()?;
+        let mut data = self.records[Dir::Client as usize].iter().filter(is_data);
+        if !self.is_tls13() {
+            return data.next().map(|r| r.ts.max(end));
+        }
+        let fin = self.completed_by?;
+        let flight = self.client_flight_start.unwrap_or(fin.seq);
+        let mut after = None;
+        for r in data {
+            if Seq(r.seq) < Seq(flight) {
+                return Some(end);
+            }
+            if Seq(r.seq) >= Seq(fin.end) {
+                after = Some(r.ts.max(end));
+                break;
+            }
+        }
+        after
+    }
+
+    /// The handshake completed but the client has not used the connection
+    /// yet (TCP): its record waits for that, or for the close, so that
+    /// `idle_before_use` is not left out while it can still come.
+    pub fn awaits_use(&self) -> bool {
+        self.transport == Transport::Tcp
+            && self.state == State::Complete
+            && self.handshake_end().is_some()
+            && self.first_use().is_none()
+    }
+
     /// A server record after its Finished that the key log opened as
     /// something other than application data (NewSessionTicket, KeyUpdate,
     /// an encrypted alert).
@@ -328,7 +368,11 @@ impl Handshake {
                 .or_else(|| self.think_quic(rtt))
                 .map(ms),
             client_think: think.map(|t| ms(t.client)),
-            idle_before_use: None,
+            idle_before_use: self
+                .first_use()
+                .zip(self.handshake_end())
+                .map(|(used, end)| ms(used - end))
+                .filter(|_| shows_client),
             lifetime: None,
         }
     }

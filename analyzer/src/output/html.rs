@@ -244,6 +244,66 @@ fn summary_row(name: &str, a: &Aggregate) -> String {
     row
 }
 
+/// The summary split by this host's role (`--local`, live), when records
+/// carry one: per role its busiest server names and a total, with the pool
+/// view (idle before first use, share used on demand, lifetime).
+fn role_section(summary: &Summary, top: usize) -> String {
+    if summary.by_role.is_empty() {
+        return String::new();
+    }
+    let mut h = String::from("<h2>By role</h2><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role / server name</th><th>conns</th><th>full</th><th>resumed</th><th>failed</th><th>resumed %</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>idle before use p50</th><th>idle before use p90</th><th>used on demand</th><th>lifetime p50</th></tr></thead><tbody>");
+    let rate = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.1}%", r * 100.0));
+    let role_row = |name: String, a: &Aggregate| {
+        let k = |m: &str| format!("{name}/{m}");
+        let mut row = format!("<tr><th>{}</th>", esc(&name));
+        for (m, v) in [
+            ("connections", a.connections),
+            ("full", a.full),
+            ("resumed", a.resumed()),
+            ("failed", a.failed),
+        ] {
+            row.push_str(&cell(&k(m), &v.to_string()));
+        }
+        row.push_str(&cell(&k("resumption_rate"), &rate(a.resumption_rate())));
+        for (m, v) in [
+            ("handshake_full_p50_ms", a.handshake_full_ms.quantile(0.5)),
+            (
+                "handshake_resumed_p50_ms",
+                a.handshake_resumed_ms.quantile(0.5),
+            ),
+            ("ttfb_p50_ms", a.ttfb_ms.quantile(0.5)),
+            ("idle_before_use_p50_ms", a.idle_before_use_ms.quantile(0.5)),
+            ("idle_before_use_p90_ms", a.idle_before_use_ms.quantile(0.9)),
+        ] {
+            row.push_str(&cell(&k(m), &ms(v)));
+        }
+        row.push_str(&cell(&k("on_demand_rate"), &rate(a.on_demand_rate())));
+        row.push_str(&cell(
+            &k("lifetime_p50_ms"),
+            &ms(a.lifetime_ms.quantile(0.5)),
+        ));
+        row.push_str("</tr>");
+        row
+    };
+    for (role, (names, rest)) in summary.top_by_role(top) {
+        let r = role.as_str();
+        for (n, a) in names {
+            h.push_str(&role_row(format!("{r} / {n}"), a));
+        }
+        if let Some(rest) = &rest {
+            h.push_str(&role_row(
+                format!("{r} / {}", crate::aggregate::OTHER),
+                rest,
+            ));
+        }
+        if let Some(a) = summary.by_role.get(&role) {
+            h.push_str(&role_row(format!("{r} / TOTAL"), a));
+        }
+    }
+    let _ = write!(h, "</tbody></table></div><p class=\"note\">Role: inbound = this host is the TLS server, outbound = its client, transit = neither. Idle before use: the handshake's end to the client's first application data; used on demand: within {} ms of it (the rest waited in a pool or were pre-warmed). Lifetime: first packet to FIN/RST, for connections that closed before their record went out (or all, with --record-at close).</p>", crate::aggregate::ON_DEMAND_MS);
+    h
+}
+
 /// Where each kind's handshake time goes: the medians of its network
 /// (round trips × RTT), server and client time, as a stacked bar and as
 /// numbers, over the handshakes whose split is known.
@@ -333,6 +393,8 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
     }
     h.push_str(&summary_row("TOTAL", t));
     h.push_str("</tbody></table></div><p class=\"note\">Times in ms (medians within 0.5%, from 1%-wide histogram buckets). Declined: full handshakes whose client offered resumption. CH delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
+
+    h.push_str(&role_section(summary, top));
 
     if let Some(by) = extras.by {
         h.push_str(&super::html_slices::by_section(by, extras.names));

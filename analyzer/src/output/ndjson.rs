@@ -318,7 +318,7 @@ mod tests {
             bytes: HandshakeBytes {
                 client_handshake: (n % 5 != 4).then_some(n as u64 * 517),
                 server_handshake: (n % 5 != 3).then_some(u64::MAX - n as u64),
-                client_app: (n % 3 != 0).then_some(n as u64 * 1000),
+                client_app: (!n.is_multiple_of(3)).then_some(n as u64 * 1000),
                 server_app: (n % 3 != 1).then_some(n as u64 * 7),
             },
             certs: (n.is_multiple_of(2)).then(|| Certs {

@@ -91,6 +91,7 @@ pub fn write_table(
 ) -> io::Result<()> {
     let (top_rows, rest) = s.top_by_transport(top);
     let mut rows: Vec<Vec<String>> = vec![HEAD.iter().map(|h| h.to_string()).collect()];
+    let mut body = Vec::new();
     rows.extend(
         top_rows
             .iter()
@@ -99,7 +100,7 @@ pub fn write_table(
     if let Some(rest) = &rest {
         rows.push(row(crate::aggregate::OTHER, "", rest));
     }
-    let body = rows.len();
+    body.push(rows.len());
     if s.by_transport.len() > 1 {
         rows.extend(
             s.by_transport
@@ -108,11 +109,66 @@ pub fn write_table(
         );
     }
     rows.push(row("TOTAL", "all", &s.total));
-    let widths: Vec<usize> = (0..HEAD.len())
+    print_rows(w, &rows, &body)?;
+    writeln!(w, "(medians in ms of handshake, ttfb, ch_delay = TCP handshake end to ClientHello, srv_think and cli_think = each side's own time in the handshake; 0rtt: attempted incl. accepted / accepted / rejected; declined = full handshakes whose client offered resumption)")?;
+    write_roles(w, s, top)?;
+    write_never_resume(w, &s.clients, names)
+}
+
+/// The section by role, when records carry one (`--local`, live): per
+/// role its busiest server names and a total, with the pool view: the
+/// first use's delay after the handshake, the share used on demand, and
+/// the connections' lifetime.
+fn write_roles(w: &mut impl Write, s: &Summary, top: usize) -> io::Result<()> {
+    if s.by_role.is_empty() {
+        return Ok(());
+    }
+    let mut head: Vec<String> = HEAD.iter().map(|h| h.to_string()).collect();
+    head[1] = "role".into();
+    head.extend(["idle_p50", "on_demand%", "lifetime_p50"].map(String::from));
+    let mut rows = vec![head];
+    let mut body = Vec::new();
+    let with_pool = |mut r: Vec<String>, a: &Aggregate| {
+        r.push(ms(a.idle_before_use_ms.quantile(0.5)));
+        r.push(pct(a.on_demand_rate()));
+        r.push(ms(a.lifetime_ms.quantile(0.5)));
+        r
+    };
+    for (role, (names, rest)) in s.top_by_role(top) {
+        if rows.len() > 1 {
+            body.push(rows.len());
+        }
+        for (n, a) in names {
+            rows.push(with_pool(row(n, role.as_str(), a), a));
+        }
+        if let Some(rest) = &rest {
+            rows.push(with_pool(
+                row(crate::aggregate::OTHER, role.as_str(), rest),
+                rest,
+            ));
+        }
+        if let Some(a) = s.by_role.get(&role) {
+            rows.push(with_pool(row("TOTAL", role.as_str(), a), a));
+        }
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "by role (inbound: this host is the TLS server, outbound: the client, transit: neither)"
+    )?;
+    print_rows(w, &rows, &body)?;
+    writeln!(w, "(idle = handshake end to the client's first application data; on_demand = share used within {} ms of it, the rest pooled or pre-warmed; lifetime = first packet to FIN/RST, known for connections closed before their record went out or with --record-at close)", crate::aggregate::ON_DEMAND_MS)
+}
+
+/// Aligned columns, the first two left-aligned; a rule before each row
+/// index in `rules`.
+fn print_rows(w: &mut impl Write, rows: &[Vec<String>], rules: &[usize]) -> io::Result<()> {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     for (i, r) in rows.iter().enumerate() {
-        if i == body {
+        if rules.contains(&i) {
             writeln!(
                 w,
                 "{}",
@@ -136,8 +192,7 @@ pub fn write_table(
             .collect();
         writeln!(w, "{}", cells.join("  ").trim_end())?;
     }
-    writeln!(w, "(medians in ms of handshake, ttfb, ch_delay = TCP handshake end to ClientHello, srv_think and cli_think = each side's own time in the handshake; 0rtt: attempted incl. accepted / accepted / rejected; declined = full handshakes whose client offered resumption)")?;
-    write_never_resume(w, &s.clients, names)
+    Ok(())
 }
 
 /// The section "clients that never resume": the clients (by `ja4_stable`) with the most
@@ -258,5 +313,64 @@ mod tests {
             assert_eq!(b[c], "-", "{c}:\n{text}");
         }
         assert!(text.contains("srv_think and cli_think"), "{text}");
+    }
+
+    /// Issue 16: without roles the output has no role section; with them,
+    /// a section per role with the pool view: the median idle before use,
+    /// the share used within 10 ms (on demand), the median lifetime.
+    #[test]
+    fn role_section_only_when_roles_are_known() {
+        let t = |idle: f64, life: Option<f64>| Timing {
+            idle_before_use: Some(idle),
+            lifetime: life,
+            ..Timing::default()
+        };
+        let mut plain = Summary::default();
+        plain.add(&tcp("a.test", HandshakeKind::Full, t(1.0, None)));
+        let mut out = Vec::new();
+        write_table(&mut out, &plain, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("by role"), "{text}");
+
+        let mut s = Summary::default();
+        for (role, idle, life) in [
+            (Role::Outbound, 2.0, Some(1000.0)),
+            (Role::Outbound, 400.0, Some(3000.0)),
+            (Role::Outbound, 500.0, None),
+            (Role::Inbound, 0.5, None),
+        ] {
+            let mut r = tcp("origin.test", HandshakeKind::Full, t(idle, life));
+            r.role = Some(role);
+            s.add(&r);
+        }
+        let mut out = Vec::new();
+        write_table(&mut out, &s, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let section = &text[text.find("by role").unwrap_or_else(|| panic!("{text}"))..];
+        let line = |role: &str| {
+            section
+                .lines()
+                .find(|l| l.starts_with("TOTAL") && l.split_whitespace().nth(1) == Some(role))
+                .unwrap_or_else(|| panic!("no {role} total:\n{text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        let out_row = line("outbound");
+        let n = out_row.len();
+        assert_eq!(out_row[2], "3", "{text}");
+        // Median idle 400 (within the histogram's 0.5%), one of three
+        // used on demand, median lifetime of the two closed.
+        let idle: f64 = out_row[n - 3].parse().unwrap();
+        assert!((idle - 400.0).abs() <= 2.0, "{text}");
+        assert_eq!(out_row[n - 2], "33%", "{text}");
+        let life: f64 = out_row[n - 1].parse().unwrap();
+        assert!((1000.0..=3000.0).contains(&life), "{text}");
+        let in_row = line("inbound");
+        assert_eq!(
+            (in_row[2], in_row[in_row.len() - 2]),
+            ("1", "100%"),
+            "{text}"
+        );
+        assert_eq!(in_row[in_row.len() - 1], "-", "{text}");
     }
 }
