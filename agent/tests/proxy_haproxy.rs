@@ -303,6 +303,8 @@ fn replay_events(doc: &Value) -> String {
     common::run(&[
         BIN,
         "replay",
+        "--record-at",
+        "close",
         "--local",
         doc["proxy_front_ip"].as_str().unwrap(),
         "--local",
@@ -345,9 +347,10 @@ fn replay_local_agrees_with_haproxy_log() {
 }
 
 /// `timing.lifetime` and `timing.idle_before_use` (issue 16), at every
-/// vantage: every connection here ends with FIN inside the capture, so its
-/// lifetime is known: a number, at least its handshake, at most the lab's
-/// run. `idle_before_use` where given lies within the lifetime; and every
+/// vantage, all run with `--record-at close`: every connection here ends
+/// with FIN inside the capture, so its lifetime is known: a number, at
+/// least its handshake, at most the lab's run. Every connection carried a
+/// request, so `idle_before_use` is known and lies within the lifetime; and every
 /// backend connection is opened on demand (`http-reuse never`: HAProxy
 /// keeps no pool and sends the request as soon as its handshake is done),
 /// so each is used within the issue's 10 ms "opened on demand" bound.
@@ -393,7 +396,9 @@ fn lifetime_and_idle_before_use_bounded() {
                     "{at}: lifetime {life} ms outside [handshake {hs}, run {run_ms}]"
                 ));
             }
+            // Every logged connection carried a request.
             let Some(idle) = t["idle_before_use"].as_f64() else {
+                failures.push(format!("{at}: idle_before_use null (a request was logged)"));
                 continue;
             };
             idles += 1;

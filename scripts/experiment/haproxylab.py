@@ -203,7 +203,7 @@ class ProxyLab:
             events = self.dir / f"live-{backend}.ndjson"
             proc = self.procs.spawn(self.nsexec("proxy", [
                 self.tlsrum, "live", "--backend", backend, "--iface", FRONT_IF, "--iface", BACK_IF,
-                "--port", PORT, "--events", events, "--metrics", METRICS[backend], "--idle-timeout", "2"]),
+                "--port", PORT, "--record-at", "close", "--events", events, "--metrics", METRICS[backend], "--idle-timeout", "2"]),
                 out=self.dir / f"live-{backend}.log")
             wait_for(lambda: self._scrape(backend) is not None, f"tlsrum live ({backend}) /metrics", proc=proc)
             self.live[backend] = (proc, events)
