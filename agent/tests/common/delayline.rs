@@ -44,31 +44,9 @@ pub fn run_lab(script: &str, tag: &str) -> (serde_json::Value, PathBuf) {
 
 /// [`run_lab`] with the script's own `--rtt` argument.
 pub fn run_lab_at(script: &str, tag: &str, rtt: &str) -> (serde_json::Value, PathBuf) {
-    let dl = delayline();
-    let work = std::env::temp_dir().join(format!("tlsrum-{tag}-test-{}", std::process::id()));
-    let out = work.join(format!("{tag}.json"));
-    std::fs::create_dir_all(&work).unwrap();
-    let status = Command::new("python3")
-        .arg(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../scripts/experiment")
-                .join(script),
-        )
-        .args(["--rtt", rtt, "--out"])
-        .arg(&out)
-        .arg("--workdir")
-        .arg(work.join("labs"))
-        .env("TLSRUM", env!("CARGO_BIN_EXE_tlsrum"))
-        .env("DELAYLINE", &dl)
-        .status()
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(
-        status.success(),
-        "{script} failed (lab error); logs in {}",
-        work.display()
-    );
-    let doc = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    (doc, work)
+    run_lab_args(script, tag, &["--rtt", rtt]).unwrap_or_else(|work| {
+        panic!("{script} failed (lab error); logs in {}", work.display())
+    })
 }
 
 /// [`run_lab_at`] with further arguments for the script; `Err` with the
