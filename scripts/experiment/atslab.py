@@ -88,6 +88,26 @@ SNI = """sni:
 """
 
 
+# A Traffic Server built elsewhere than Debian's package (its --prefix: bin/,
+# lib/, libexec/trafficserver/), e.g. Debian's source with the pre-warm fix of
+# apache/trafficserver#9692; unset: the package's binaries on PATH.
+ATS_PREFIX = os.environ.get("ATS_PREFIX")
+
+
+def ats_tool(name):
+    return str(Path(ATS_PREFIX) / "bin" / name) if ATS_PREFIX else name
+
+
+def ats_layout():
+    if not ATS_PREFIX:
+        return {"exec_prefix": "/usr", "bindir": "/usr/bin", "sbindir": "/usr/sbin",
+                "includedir": "/usr/include", "libdir": "/usr/lib/trafficserver",
+                "libexecdir": "/usr/lib/trafficserver/modules"}
+    p = Path(ATS_PREFIX)
+    return {"exec_prefix": p, "bindir": p / "bin", "sbindir": p / "bin", "includedir": p / "include",
+            "libdir": p / "lib", "libexecdir": p / "libexec" / "trafficserver"}
+
+
 class AtsLab(wanlab.Lab):
     """wanlab's delay line and nginx (router ns = its client end, origin ns =
     its server end), plus the proxy and user namespaces, ATS, tlsrum live."""
@@ -100,7 +120,7 @@ class AtsLab(wanlab.Lab):
         self.stats = {}
 
     def _up(self):
-        for tool in ["traffic_manager", "traffic_server", "traffic_ctl", "ethtool"]:
+        for tool in [ats_tool("traffic_manager"), ats_tool("traffic_server"), ats_tool("traffic_ctl"), "ethtool"]:
             if subprocess.run(["which", tool], capture_output=True).returncode != 0:
                 raise LabError(f"missing: {tool} (scripts/install-deps.sh)")
         for ns in (self.ns_p, self.ns_u):
@@ -154,9 +174,8 @@ class AtsLab(wanlab.Lab):
             (d / sub).mkdir(parents=True, exist_ok=True)
         etc = d / "etc"
         (d / "runroot.yaml").write_text("".join(f"{k}: {v}\n" for k, v in {
-            "prefix": d, "exec_prefix": "/usr", "bindir": "/usr/bin", "sbindir": "/usr/sbin",
-            "sysconfdir": etc, "datadir": d / "cache", "includedir": "/usr/include",
-            "libdir": "/usr/lib/trafficserver", "libexecdir": "/usr/lib/trafficserver/modules",
+            "prefix": d, **ats_layout(),
+            "sysconfdir": etc, "datadir": d / "cache",
             "localstatedir": d / "var", "runtimedir": d / "run", "logdir": d / "log",
             "cachedir": d / "cache"}.items()))
         subprocess.run(["cp", "-r", "/etc/trafficserver/body_factory", etc], check=True)
@@ -177,7 +196,7 @@ class AtsLab(wanlab.Lab):
                                                  pmin=self.pool[0], pmax=self.pool[1]))
         self.runroot = d / "runroot.yaml"
         env_rr = ["env", f"TS_RUNROOT={self.runroot}"]
-        self.ats = self.procs.spawn(self.nsexec(self.ns_p, env_rr + ["traffic_manager", "--nosyslog"]),
+        self.ats = self.procs.spawn(self.nsexec(self.ns_p, env_rr + [ats_tool("traffic_manager"), "--nosyslog"]),
                                     out=d / "manager.out")
 
         def listening():
@@ -212,7 +231,7 @@ class AtsLab(wanlab.Lab):
 
     def ats_metrics(self, prefix):
         """ATS's statistics whose names match `prefix` (traffic_ctl metric match)."""
-        p = subprocess.run(self.nsexec(self.ns_p, ["env", f"TS_RUNROOT={self.runroot}", "traffic_ctl",
+        p = subprocess.run(self.nsexec(self.ns_p, ["env", f"TS_RUNROOT={self.runroot}", ats_tool("traffic_ctl"),
                                                    "metric", "match", prefix]),
                            capture_output=True, text=True, timeout=10)
         if p.returncode != 0 or not p.stdout.strip():
@@ -334,7 +353,7 @@ def main():
             log(f"lab error, pre-warming {tag}: {e}")
             modes.append({"prewarm": prewarm, "rtt": args.rtt, "error": str(e)})
     doc = {"rtt": args.rtt, "n": args.n, "pause": args.pause, "seconds": round(time.time() - t0, 1),
-           "traffic_server": subprocess.run(["traffic_server", "--version"], capture_output=True,
+           "traffic_server": subprocess.run([ats_tool("traffic_server"), "--version"], capture_output=True,
                                             text=True).stdout.strip().splitlines()[-1:],
            "modes": modes}
     Path(args.out).write_text(json.dumps(doc, indent=1))
