@@ -74,6 +74,7 @@ CONFIG proxy.config.diags.debug.enabled INT {debug}
 CONFIG proxy.config.diags.debug.tags STRING ssl_sni|prewarm|sni|ssl|http_tunnel|tunnel
 CONFIG proxy.config.hostdb.host_file.path STRING {dir}/hosts
 CONFIG proxy.config.dns.resolv_conf STRING {dir}/resolv.conf
+CONFIG proxy.config.body_factory.template_sets_dir STRING {dir}/body_factory
 """
 
 # The talk's sni.yaml (the seed), pointed at the lab's origin.
