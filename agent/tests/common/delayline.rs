@@ -44,9 +44,8 @@ pub fn run_lab(script: &str, tag: &str) -> (serde_json::Value, PathBuf) {
 
 /// [`run_lab`] with the script's own `--rtt` argument.
 pub fn run_lab_at(script: &str, tag: &str, rtt: &str) -> (serde_json::Value, PathBuf) {
-    run_lab_args(script, tag, &["--rtt", rtt]).unwrap_or_else(|work| {
-        panic!("{script} failed (lab error); logs in {}", work.display())
-    })
+    run_lab_args(script, tag, &["--rtt", rtt])
+        .unwrap_or_else(|work| panic!("{script} failed (lab error); logs in {}", work.display()))
 }
 
 /// [`run_lab_at`] with further arguments for the script; `Err` with the
