@@ -1800,6 +1800,118 @@ fn agent_once(
     )
 }
 
+/// A YAML file as JSON (PyYAML).
+fn yaml(path: PathBuf) -> Value {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The rule files of deploy/prometheus/rules (`*.rules.yml`, what
+/// prometheus.yml loads) and their unit tests (`*.test.yml`).
+fn rule_files(suffix: &str) -> Vec<PathBuf> {
+    let dir = repo().join("deploy/prometheus/rules");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    out.sort();
+    out
+}
+
+fn promtool(args: &[&str], files: &[PathBuf]) {
+    let out = Command::new("promtool")
+        .args(args)
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// deploy/prometheus/rules: `promtool check rules` and `promtool test
+/// rules`, and the tests cover the rules: every alert both firing and not
+/// firing, every recording rule's output in an expression test.
+#[test]
+fn prometheus_rules_pass_their_unit_tests() {
+    let test = "prometheus_rules_pass_their_unit_tests";
+    if common::skip_unless(test, &[Need::Tools(&["promtool", "python3"])]) {
+        return;
+    }
+    let started = Instant::now();
+    let (rules, tests) = (rule_files(".rules.yml"), rule_files(".test.yml"));
+    assert!(!rules.is_empty() && !tests.is_empty());
+    promtool(&["check", "rules"], &rules);
+    promtool(&["test", "rules"], &tests);
+
+    let (mut alerts, mut records) = (BTreeSet::new(), BTreeSet::new());
+    for f in &rules {
+        for g in yaml(f.clone())["groups"].as_array().unwrap() {
+            for r in g["rules"].as_array().unwrap() {
+                if let Some(a) = r["alert"].as_str() {
+                    alerts.insert(a.to_string());
+                    let notes = &r["annotations"];
+                    assert!(
+                        notes["summary"].is_string() && notes["description"].is_string(),
+                        "{a}: summary and description (the runbook)"
+                    );
+                } else {
+                    records.insert(r["record"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    let (mut firing, mut quiet, mut queried) = (BTreeSet::new(), BTreeSet::new(), String::new());
+    for f in &tests {
+        for t in yaml(f.clone())["tests"].as_array().unwrap() {
+            for a in t["alert_rule_test"].as_array().into_iter().flatten() {
+                let name = a["alertname"].as_str().unwrap().to_string();
+                let none = a["exp_alerts"].as_array().is_none_or(|v| v.is_empty());
+                if none { &mut quiet } else { &mut firing }.insert(name);
+            }
+            for e in t["promql_expr_test"].as_array().into_iter().flatten() {
+                queried.push_str(e["expr"].as_str().unwrap());
+                queried.push('\n');
+            }
+        }
+    }
+    assert_eq!(firing, alerts, "alerts tested firing");
+    assert_eq!(quiet, alerts, "alerts tested not firing");
+    let words: BTreeSet<&str> = queried
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .collect();
+    for r in &records {
+        assert!(
+            words.contains(r.as_str()),
+            "recording rule {r} has no expression test"
+        );
+    }
+    eprintln!(
+        "{test}: {} alerts, {} recording rules, {} test files; {:.1}s",
+        alerts.len(),
+        records.len(),
+        tests.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// deploy/: the Prometheus examples pass promtool, the Grafana provisioning
 /// files say what Grafana needs, and the systemd unit passes
 /// `systemd-analyze verify`, while its promises hold without systemd: the
@@ -1838,23 +1950,6 @@ fn deploy_files_hold_what_they_promise() {
         );
     }
 
-    let yaml = |path: PathBuf| -> Value {
-        let out = Command::new("python3")
-            .args([
-                "-c",
-                "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
-            ])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
     let ds = yaml(deploy.join("grafana/provisioning/datasources/tlsrum-prometheus.yaml"));
     assert_eq!(ds["apiVersion"], 1);
     let d = &ds["datasources"][0];
