@@ -8,6 +8,15 @@
 // Every query filters on $instance; on $server_name and $transport where the
 // metric has that label (agent/src/metrics/mod.rs). The test in
 // agent/tests/dashboards.rs runs every query against a real Prometheus.
+//
+// The heaviest panels (quantiles over every bucket series, ratios by server
+// name and role) read the per-agent recording rules of
+// deploy/prometheus/rules/recording.rules.yml (`instance_server_name:…`,
+// 5-minute rates), which deploy/prometheus/prometheus.yml loads: load them
+// wherever these dashboards' data source evaluates rules. Those panels
+// show no data without them (a fallback `or` to the raw expression would
+// evaluate the raw expression every time, which is the cost the rules
+// save).
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -40,6 +49,9 @@ const LABELS = {
   tls_idle_before_use_seconds: ['server_name', 'transport'],
   tls_connections_first_use_total: ['server_name'],
   tls_connection_lifetime_seconds: ['transport'],
+  // Recording rules (deploy/prometheus/rules/recording.rules.yml).
+  'instance_server_name:tls_handshakes:rate5m': ['server_name', 'transport'],
+  'instance_server_name:tls_handshake_duration_seconds_bucket:rate5m': ['server_name', 'transport'],
 };
 
 /** `metric{instance=~"$instance", <variable filters>, <extra>}` */
@@ -53,6 +65,11 @@ function m(metric, extra = '', suffix = '') {
 const RI = '$__rate_interval';
 const rate = (metric, extra = '', suffix = '') => `rate(${m(metric, extra, suffix)}[${RI}])`;
 const inc = (metric, extra = '', suffix = '') => `increase(${m(metric, extra, suffix)}[$__range])`;
+
+// Recorded 5-minute rates per agent: selected and summed like raw series.
+const HANDSHAKES_5M = 'instance_server_name:tls_handshakes:rate5m';
+const DURATION_BUCKETS_5M = 'instance_server_name:tls_handshake_duration_seconds_bucket:rate5m';
+const RECORDED = ' A 5-minute rate from the recording rules (deploy/prometheus/rules).';
 
 // ---- panel builders ----
 
@@ -366,6 +383,12 @@ const resumptionRate = (by, metric = 'tls_handshakes_total') =>
     `sum by (${by}) (` + rate(metric, 'kind="resumed"') + ')',
     `sum by (${by}) (` + rate(metric, 'kind=~"full|resumed"') + ')',
   );
+/** The same from the recorded rates (by server_name, role, transport, instance). */
+const recordedResumptionRate = (by) =>
+  ratioOf(
+    `sum by (${by}) (${m(HANDSHAKES_5M, 'kind="resumed"')})`,
+    `sum by (${by}) (${m(HANDSHAKES_5M, 'kind=~"full|resumed"')})`,
+  );
 const acceptedByMethod = 'sum by (method) (' + rate('tls_resumption_offers_total', 'outcome="accepted"') + ')';
 const offersByMethod = 'sum by (method) (' + rate('tls_resumption_offers_total') + ')';
 
@@ -484,8 +507,8 @@ const resumption = dashboard({
     [
       timeseries(
         'Resumption rate by server name',
-        'Resumed / (full + resumed) handshakes per server name. A name with handshakes but no resumption shows 0.',
-        [target(resumptionRate('server_name'), '{{server_name}}')],
+        'Resumed / (full + resumed) handshakes per server name. A name with handshakes but no resumption shows 0.' + RECORDED,
+        [target(recordedResumptionRate('server_name'), '{{server_name}}')],
         { unit: 'percentunit', max: 1 },
       ),
       12,
@@ -602,6 +625,11 @@ const quantiles = (metric, by, qs = [0.5, 0.9, 0.99]) =>
   qs.map((q) =>
     target(`histogram_quantile(${q}, sum by (${by}, le) (${rate(metric, '', '_bucket')}))`, `p${Math.round(q * 100)} {{${by}}}`),
   );
+/** Handshake duration quantiles from the recorded bucket rates. */
+const recordedQuantiles = (by, qs) =>
+  qs.map((q) =>
+    target(`histogram_quantile(${q}, sum by (${by}, le) (${m(DURATION_BUCKETS_5M)}))`, `p${Math.round(q * 100)} {{${by}}}`),
+  );
 const mean = (metric, by) =>
   target(`sum by (${by}) (${rate(metric, '', '_sum')})\n/\nsum by (${by}) (${rate(metric, '', '_count')})`, `mean {{${by}}}`);
 
@@ -637,8 +665,8 @@ const pools = [
   [
     timeseries(
       'Resumption rate by role',
-      'Resumed / (full + resumed) handshakes by role: clients resuming with this host (inbound) against this host resuming with its origins (outbound).',
-      [target(resumptionRate('role'), '{{role}}')],
+      'Resumed / (full + resumed) handshakes by role: clients resuming with this host (inbound) against this host resuming with its origins (outbound).' + RECORDED,
+      [target(recordedResumptionRate('role'), '{{role}}')],
       { unit: 'percentunit', max: 1 },
     ),
     8,
@@ -646,8 +674,8 @@ const pools = [
   [
     timeseries(
       'Handshake duration p95 by role',
-      'ClientHello to the client\'s first application data, 95th percentile from the histogram buckets, by role: what clients wait for this host, what this host waits for its origins.',
-      quantiles('tls_handshake_duration_seconds', 'role', [0.95]),
+      'ClientHello to the client\'s first application data, 95th percentile from the histogram buckets, by role: what clients wait for this host, what this host waits for its origins.' + RECORDED,
+      recordedQuantiles('role', [0.95]),
       { unit: 's' },
     ),
     8,
@@ -732,6 +760,15 @@ const cost = dashboard({
         { unit: 's' },
       ),
       12,
+    ],
+    [
+      timeseries(
+        'Handshake duration p50 / p95 by server name',
+        'ClientHello to the client\'s first application data per server name, every kind, from the histogram buckets: which names are slow for their clients.' + RECORDED,
+        recordedQuantiles('server_name', [0.5, 0.95]),
+        { unit: 's' },
+      ),
+      24,
     ],
     [row('Who connects')],
     [
