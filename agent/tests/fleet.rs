@@ -2,15 +2,17 @@
 //! and its own Prometheus, one central Prometheus, and the dashboards'
 //! fleet-wide queries there.
 //!
-//! `fleet_remote_write_sums_both_agents`: each "host" is a
+//! `fleet_remote_write_and_federation_sum_both_agents`: each "host" is a
 //! common::Topology (its server namespace: nginx serving www.test, `tlsrum
 //! live` on the veth, Prometheus in agent mode; its client namespace: curl
 //! making a known number of handshakes). The hosts' Prometheus run
 //! deploy/prometheus/remote-write.yml as shipped, with the host's name, its
 //! site, the central URL and 1 s intervals filled in, and remote-write over
 //! a veth each to a central namespace, where a Prometheus with
-//! `--web.enable-remote-write-receiver` loads deploy/prometheus/rules.
-//! Checks on the central Prometheus:
+//! `--web.enable-remote-write-receiver` loads deploy/prometheus/rules. A
+//! global Prometheus beside it runs deploy/prometheus/federation.yml (filled
+//! in: 1 s intervals, the central one as its only site). Checks on the
+//! central Prometheus, then the same on the global one:
 //! - `up` and the handshake counters of both agents arrive, each under its
 //!   own instance and site label, equal to what each agent's /metrics
 //!   says and to the handshakes curl made;
@@ -21,9 +23,10 @@
 //!   panels reading recording rules return data (the rules ran on the
 //!   remote-written series).
 //!
-//! Needs root, iproute2, nginx, openssl, curl, prometheus (Debian's 2.42
-//! has agent mode and the receiver flag) and PyYAML-free: the configs are
-//! filled in by text replacement, each of which must match.
+//! The shipped configs are filled in by text replacement, each of which
+//! must match, so that they and this test cannot drift apart. Needs root,
+//! iproute2, nginx, openssl, curl and prometheus (Debian 12's 2.42 has
+//! agent mode and the receiver flag); about 20 s.
 
 mod common;
 
@@ -39,6 +42,7 @@ const NAME: &str = "www.test"; // one service on both hosts, as behind a load ba
 const AGENT: &str = "127.0.0.1:9853"; // in each host's server namespace
 const HOST_PROMETHEUS: &str = "127.0.0.1:9090"; // likewise
 const CENTRAL_PORT: u16 = 9090; // in the central namespace
+const GLOBAL_PORT: u16 = 9091; // likewise: the federating Prometheus
 
 struct Host {
     /// The instance label its Prometheus gives the agent.
@@ -77,14 +81,15 @@ fn get(ns: &str, url: &str, params: &[(&str, &str)]) -> Result<String, String> {
 
 type Rows = BTreeMap<BTreeMap<String, String>, f64>;
 
-/// The central Prometheus' HTTP API, from inside its namespace.
+/// A Prometheus' HTTP API in the central namespace.
 struct Central<'a> {
     ns: &'a str,
+    port: u16,
 }
 
 impl Central<'_> {
     fn api(&self, path: &str, params: &[(&str, &str)]) -> Value {
-        let url = format!("http://127.0.0.1:{CENTRAL_PORT}{path}");
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
         let body = get(self.ns, &url, params).unwrap_or_else(|e| panic!("{path}: {e}"));
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
         assert_eq!(v["status"], "success", "{path} {params:?}: {body}");
@@ -157,6 +162,43 @@ fn start_central(ns: &str, dir: &Path, procs: &mut Procs) {
         .arg("--web.enable-remote-write-receiver")
         .arg("--log.level=warn");
     procs.spawn_logged("central prometheus", cmd, &dir.join("central.log"));
+}
+
+/// deploy/prometheus/federation.yml, filled in: federating from the
+/// central Prometheus (which holds both sites, as a site's would hold its
+/// own), 1 s intervals, the rules by absolute path.
+fn start_global(ns: &str, dir: &Path, procs: &mut Procs) {
+    let shipped = std::fs::read_to_string(repo().join("deploy/prometheus/federation.yml")).unwrap();
+    let mut config = fill(&shipped, "scrape_interval: 30s", "scrape_interval: 1s");
+    config = fill(
+        &config,
+        "evaluation_interval: 30s",
+        "evaluation_interval: 1s",
+    );
+    config = fill(
+        &config,
+        "- rules/*.rules.yml",
+        &format!(
+            "- {}/*.rules.yml",
+            repo().join("deploy/prometheus/rules").display()
+        ),
+    );
+    config = fill(
+        &config,
+        "- prometheus.eu-1.example.internal:9090\n          - prometheus.us-2.example.internal:9090",
+        &format!("- 127.0.0.1:{CENTRAL_PORT}"),
+    );
+    let path = dir.join("federation.yml");
+    std::fs::write(&path, config).unwrap();
+    let mut cmd = ns_cmd(ns, &["prometheus"]);
+    cmd.arg(format!("--config.file={}", path.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("global-data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{GLOBAL_PORT}"))
+        .arg("--log.level=warn");
+    procs.spawn_logged("global prometheus", cmd, &dir.join("global.log"));
 }
 
 /// Joins the host's server namespace to the central one.
@@ -385,8 +427,8 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 #[test]
-fn fleet_remote_write_sums_both_agents() {
-    let test = "fleet_remote_write_sums_both_agents";
+fn fleet_remote_write_and_federation_sum_both_agents() {
+    let test = "fleet_remote_write_and_federation_sum_both_agents";
     let tools = ["ip", "ss", "nginx", "openssl", "curl", "prometheus"];
     if common::skip_unless(test, &[Need::Root, Need::Tools(&tools), Need::Netns]) {
         return;
@@ -412,19 +454,25 @@ fn fleet_remote_write_sums_both_agents() {
     ];
     let mut procs = Procs::default();
     start_central(&central.name, &hosts[0].topo.dir, &mut procs);
+    start_global(&central.name, &hosts[0].topo.dir, &mut procs);
     for (i, h) in hosts.iter().enumerate() {
         link(&central.name, h, i);
         start_host(h, &mut procs);
     }
-    let prom = Central { ns: &central.name };
-    wait_for("the central Prometheus", Duration::from_secs(30), || {
-        get(
-            &central.name,
-            &format!("http://127.0.0.1:{CENTRAL_PORT}/-/ready"),
-            &[],
-        )
-        .is_ok()
-    });
+    let prom = Central {
+        ns: &central.name,
+        port: CENTRAL_PORT,
+    };
+    for port in [CENTRAL_PORT, GLOBAL_PORT] {
+        wait_for("the central Prometheus", Duration::from_secs(30), || {
+            get(
+                &central.name,
+                &format!("http://127.0.0.1:{port}/-/ready"),
+                &[],
+            )
+            .is_ok()
+        });
+    }
     for h in &hosts {
         h.topo.wait_listening(PORT, &mut procs);
         wait_for("the agent's /metrics", Duration::from_secs(20), || {
@@ -449,11 +497,40 @@ fn fleet_remote_write_sums_both_agents() {
         }
         make_traffic(&hosts, round);
     }
+    let dashboards = load_dashboards();
+    check_store(
+        &prom,
+        "remote-write receiver",
+        &hosts,
+        &dashboards,
+        traffic_start,
+    );
+    procs.check_alive();
+    // Federation (deploy/prometheus/federation.yml): the global Prometheus
+    // pulls from the central one's /federate as it would from a site's.
+    let global = Central {
+        ns: &central.name,
+        port: GLOBAL_PORT,
+    };
+    check_store(&global, "federation", &hosts, &dashboards, traffic_start);
+    procs.check_alive();
+    eprintln!("{test}: {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// The checks on one Prometheus holding both hosts' series (`what`: the
+/// central one, or the global one federating from it).
+fn check_store(
+    prom: &Central,
+    what: &str,
+    hosts: &[Host],
+    dashboards: &[(String, Value)],
+    traffic_start: f64,
+) {
     let want: f64 = hosts.iter().map(|h| 2.0 * h.runs as f64).sum();
     // The recording rules evaluate what has arrived when they run: wait
     // for their output from both hosts' completed handshakes too.
     wait_for(
-        "every handshake at the centre, and recorded",
+        &format!("every handshake at the {what}, and recorded"),
         Duration::from_secs(30),
         || {
             prom.scalar("sum(tls_handshakes_total)") == want
@@ -467,11 +544,9 @@ fn fleet_remote_write_sums_both_agents() {
     // deadline), so that they see the same data.
     let at = now();
     std::thread::sleep(Duration::from_secs(2));
-    procs.check_alive();
     eprintln!(
-        "{test}: {want} handshakes at the centre {:.1}s after the traffic began; {:.1}s since the start",
+        "{what}: {want} handshakes {:.1}s after the traffic began",
         now() - traffic_start,
-        started.elapsed().as_secs_f64()
     );
 
     // Each agent's share, under its own instance and site label, is what
@@ -481,7 +556,7 @@ fn fleet_remote_write_sums_both_agents() {
         Some(at),
     );
     assert_eq!(shares.len(), hosts.len(), "{shares:?}");
-    for h in &hosts {
+    for h in hosts {
         let key: BTreeMap<String, String> =
             [("job", "tlsrum"), ("instance", h.name), ("site", h.site)]
                 .iter()
@@ -493,7 +568,6 @@ fn fleet_remote_write_sums_both_agents() {
     }
 
     // The dashboards' Agent list.
-    let dashboards = load_dashboards();
     let instances: BTreeSet<String> = prom
         .api(
             "/api/v1/label/instance/values",
@@ -513,13 +587,13 @@ fn fleet_remote_write_sums_both_agents() {
     // Every panel: All = host-a + host-b.
     let window = format!("{}s", (now() - traffic_start).ceil() as u64 + 10);
     let (mut summed, mut other, mut recorded) = (0, 0, 0);
-    for (file, d) in &dashboards {
+    for (file, d) in dashboards {
         for (title, expr) in panel_queries(d) {
             let fleet_q = substitute(&expr, ".*", &window);
             let fleet = prom.query(&fleet_q, Some(at));
             let ctx = |rows: &Rows| format!("{file}: \"{title}\": {fleet_q}\n=> {rows:?}");
             if expr.contains(':') {
-                // A recording rule's output: the rules ran at the centre.
+                // A recording rule's output: the rules ran here.
                 assert!(!fleet.is_empty(), "no data: {}", ctx(&fleet));
                 recorded += 1;
             }
@@ -528,7 +602,7 @@ fn fleet_remote_write_sums_both_agents() {
                 continue;
             }
             let mut parts: Rows = BTreeMap::new();
-            for h in &hosts {
+            for h in hosts {
                 let rows = prom.query(&substitute(&expr, h.name, &window), Some(at));
                 for (l, v) in rows {
                     *parts.entry(l).or_default() += v;
@@ -569,8 +643,6 @@ fn fleet_remote_write_sums_both_agents() {
         "{completed:?}"
     );
     eprintln!(
-        "{test}: {summed} panel queries with data equal the sum of both hosts', {other} ratios or quantiles, {recorded} from recording rules (window {window}); {:.1}s",
-        started.elapsed().as_secs_f64()
+        "{what}: {summed} panel queries with data equal the sum of both hosts', {other} ratios or quantiles, {recorded} from recording rules (window {window})"
     );
-    procs.check_alive();
 }
