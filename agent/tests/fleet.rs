@@ -422,8 +422,16 @@ fn make_traffic(hosts: &[Host], round: usize) {
     }
 }
 
+/// Equal but for the order of float additions (Prometheus sums series in
+/// no fixed order).
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn same(a: &Rows, b: &Rows) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| close(*v, *w)))
 }
 
 #[test]
@@ -488,15 +496,17 @@ fn fleet_remote_write_and_federation_sum_both_agents() {
     );
     procs.check_alive();
 
-    // Two rounds two scrapes apart: a counter's series appears at its first
-    // increment, and rate() needs it to move again.
+    // Two rounds: a counter's series appears at its first increment, and
+    // rate() needs it to move again after a scrape has seen it.
     let traffic_start = now();
-    for round in 0..2 {
-        if round > 0 {
-            std::thread::sleep(Duration::from_millis(2500));
-        }
-        make_traffic(&hosts, round);
-    }
+    make_traffic(&hosts, 0);
+    let first = 2.0 * hosts.len() as f64;
+    wait_for(
+        "the first round at the centre",
+        Duration::from_secs(30),
+        || prom.scalar("sum(tls_handshakes_total)") == first,
+    );
+    make_traffic(&hosts, 1);
     let dashboards = load_dashboards();
     check_store(
         &prom,
@@ -586,7 +596,7 @@ fn check_store(
 
     // Every panel: All = host-a + host-b.
     let window = format!("{}s", (now() - traffic_start).ceil() as u64 + 10);
-    let (mut summed, mut other, mut recorded) = (0, 0, 0);
+    let (mut summed, mut other, mut recorded, mut retries) = (0, 0, 0, 0);
     for (file, d) in dashboards {
         for (title, expr) in panel_queries(d) {
             let fleet_q = substitute(&expr, ".*", &window);
@@ -601,13 +611,26 @@ fn check_store(
                 other += 1;
                 continue;
             }
-            let mut parts: Rows = BTreeMap::new();
-            for h in hosts {
-                let rows = prom.query(&substitute(&expr, h.name, &window), Some(at));
-                for (l, v) in rows {
-                    *parts.entry(l).or_default() += v;
+            // All three queries must see the same data: if a late batch
+            // (or federation scrape) added samples up to `at` meanwhile,
+            // the fleet query changes; then ask again.
+            let mut tries = 0;
+            let (fleet, parts) = loop {
+                let fleet = prom.query(&fleet_q, Some(at));
+                let mut parts = Rows::new();
+                for h in hosts {
+                    let rows = prom.query(&substitute(&expr, h.name, &window), Some(at));
+                    for (l, v) in rows {
+                        *parts.entry(l).or_default() += v;
+                    }
                 }
-            }
+                if same(&prom.query(&fleet_q, Some(at)), &fleet) || tries == 5 {
+                    break (fleet, parts);
+                }
+                tries += 1;
+                retries += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            };
             let keys: BTreeSet<_> = fleet.keys().chain(parts.keys()).collect();
             for k in keys {
                 let (f, p) = (
@@ -643,6 +666,6 @@ fn check_store(
         "{completed:?}"
     );
     eprintln!(
-        "{what}: {summed} panel queries with data equal the sum of both hosts', {other} ratios or quantiles, {recorded} from recording rules (window {window})"
+        "{what}: {summed} panel queries with data equal the sum of both hosts', {other} ratios or quantiles, {recorded} from recording rules (window {window}; {retries} asked again)"
     );
 }
