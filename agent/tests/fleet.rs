@@ -21,7 +21,10 @@
 //!   returns, per label set, the sum of the same query for each host alone
 //!   (ratios and quantiles, which do not add, must return data), and the
 //!   panels reading recording rules return data (the rules ran on the
-//!   remote-written series).
+//!   remote-written series);
+//! - every shipped rule is loaded and evaluates without error, no alert is
+//!   pending or firing on this healthy traffic, and the agent alerts'
+//!   `up{job=~"tlsrum.*"}` holds exactly the two agents, up.
 //!
 //! The shipped configs are filled in by text replacement, each of which
 //! must match, so that they and this test cannot drift apart. Needs root,
@@ -576,6 +579,46 @@ fn check_store(
         assert_eq!(share, Some(2.0 * h.runs as f64), "{}: {shares:?}", h.name);
         assert_eq!(share, Some(agent_handshakes(h)), "{}: its /metrics", h.name);
     }
+
+    // The agent alerts' `up{job=~"tlsrum.*"}`: the two agents, up (the
+    // federating job's own `up` is not among them).
+    let ups = prom.query(r#"up{job=~"tlsrum.*"}"#, Some(at));
+    assert_eq!(
+        ups.iter()
+            .map(|(l, v)| (l["instance"].clone(), *v))
+            .collect::<BTreeMap<_, _>>(),
+        hosts.iter().map(|h| (h.name.to_string(), 1.0)).collect(),
+        "{what}: {ups:?}"
+    );
+    // Every rule evaluates without error on these series, and healthy
+    // traffic raises no alert.
+    let mut rules = 0;
+    for g in prom.api("/api/v1/rules", &[])["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            assert_eq!(
+                r["health"], "ok",
+                "{what}: {}: {}",
+                r["name"], r["lastError"]
+            );
+            if r["type"] == "alerting" {
+                assert_eq!(
+                    r["state"], "inactive",
+                    "{what}: {}: {}",
+                    r["name"], r["alerts"]
+                );
+            }
+            rules += 1;
+        }
+    }
+    let shipped: usize = ["recording", "alerts"]
+        .iter()
+        .map(|f| {
+            let path = repo().join(format!("deploy/prometheus/rules/{f}.rules.yml"));
+            let text = std::fs::read_to_string(path).unwrap();
+            text.matches("- record:").count() + text.matches("- alert:").count()
+        })
+        .sum();
+    assert_eq!(rules, shipped, "{what}: rules loaded");
 
     // The dashboards' Agent list.
     let instances: BTreeSet<String> = prom
