@@ -1682,6 +1682,17 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
             }
         }
     }
+    // The shipped rules (recording and alerting) evaluate without error on
+    // this traffic.
+    for g in prom.api("/api/v1/rules", &[])["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            assert_eq!(
+                r["health"], "ok",
+                "{backend}: rule {}: {}",
+                r["name"], r["lastError"]
+            );
+        }
+    }
     eprintln!(
         "{backend}: {queries} panel queries returned data in range (window {window}); {:.1}s",
         started.elapsed().as_secs_f64()
