@@ -11,9 +11,10 @@ APT_PACKAGES=(
   # a load balancer sending the PROXY protocol (agent/tests/proxy_protocol.rs),
   # and terminating TLS with TLS to an origin (agent/tests/proxy_haproxy.rs)
   haproxy
-  # a TLS proxy that pre-warms origin connections (agent/tests/proxy_ats.rs,
-  # scripts/experiment/atslab.py)
-  trafficserver
+  # building Apache Traffic Server from Debian's source with the pre-warm fix
+  # (scripts/ats/build.sh, for agent/tests/proxy_ats.rs and atslab.py)
+  dpkg-dev autoconf automake libtool libpcre3-dev libcap-dev libhwloc-dev libunwind-dev
+  libyaml-cpp-dev zlib1g-dev libncurses-dev
   # the ways in (agent/tests/ways_in.rs): NFLOG rules (nft), compressed
   # captures, GRE and ERSPAN mirror sessions from Open vSwitch's userspace
   # datapath (this kernel has no GRE), offloads off on its veths (ethtool)
@@ -48,10 +49,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # The Debian nginx package starts a server on port 80, the prometheus
-  # package one on port 9090, trafficserver one on 8080, and
+  # package one on port 9090, and
   # openvswitch-switch its daemons; tlsrum's
   # tests run their own.
-  for svc in nginx prometheus openvswitch-switch trafficserver; do
+  for svc in nginx prometheus openvswitch-switch; do
     if command -v systemctl >/dev/null && systemctl is-active -q "$svc" 2>/dev/null; then
       systemctl stop "$svc" || true
     fi
@@ -108,5 +109,9 @@ fi
 if [ ! -d "$here/tests/dashboards/node_modules/@grafana/schema" ] || [ ! -d "$here/tests/dashboards/node_modules/typescript" ]; then
   (cd "$here/tests/dashboards" && npm ci --no-audit --no-fund --silent)
 fi
+
+# Apache Traffic Server with working pre-warm pools (Debian's binary package
+# aborts with one): built once into /opt/tlsrum-ats, a few minutes.
+bash "$here/scripts/ats/build.sh"
 
 echo "install-deps: all dependencies present"

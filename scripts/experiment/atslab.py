@@ -17,12 +17,14 @@ origin connection, with ATS's source port). tlsrum live (eBPF) watches both
 of the proxy's interfaces; a tcpdump capture there is replayed with
 `--local` for the role.
 
-Pre-warming on does not run with Debian 12's traffic_server 9.2.9: it aborts
-(`Fatal: P_UnixEThread.h:209: failed assertion this == this_ethread()` from
-PreWarmManager::reconfigure_prewarming_on_threads) whenever a pool is
-configured, and traffic_manager relaunches it in a loop. The mode is then
-recorded with the crash (the Fatal line and the crash log's frames) as its
-error, and the exit status is 2.
+The Traffic Server is Debian 12's source of trafficserver built with the
+upstream pre-warm fix Debian's binary package lacks (scripts/ats/build.sh,
+run by scripts/install-deps.sh into /opt/tlsrum-ats; ATS_PREFIX names
+another build). The package's traffic_server aborts whenever a pre-warm pool
+is configured (`Fatal: P_UnixEThread.h:209: failed assertion this ==
+this_ethread()`); should a build still do so, the mode is recorded with the
+crash (the Fatal line and the crash log's frames) as its error, and the exit
+status is 2.
 
 Python 3 standard library only; needs root. Writes one JSON document:
 
@@ -81,6 +83,10 @@ CONFIG proxy.config.body_factory.template_sets_dir STRING {dir}/body_factory
 SNI = """sni:
 - fqdn: {host}
   partial_blind_route: {origin}:{oport}
+  # ATS answers the client's ALPN itself (http/1.1 from curl): a request
+  # takes a pooled connection only from the pool of its negotiated protocol,
+  # and without this line the only pool is the one for "no ALPN".
+  tunnel_alpn: [http/1.1]
   tunnel_prewarm: {prewarm}
   tunnel_prewarm_connect_timeout: 10
   tunnel_prewarm_inactive_timeout: 150
@@ -89,22 +95,18 @@ SNI = """sni:
 """
 
 
-# A Traffic Server built elsewhere than Debian's package (its --prefix: bin/,
-# lib/, libexec/trafficserver/), e.g. Debian's source with the pre-warm fix of
-# apache/trafficserver#9692; unset: the package's binaries on PATH.
-ATS_PREFIX = os.environ.get("ATS_PREFIX")
+# The Traffic Server built by scripts/ats/build.sh (its --prefix: bin/, lib/,
+# libexec/trafficserver/, etc/trafficserver/ with the default configuration).
+ATS_PREFIX = Path(os.environ.get("ATS_PREFIX") or "/opt/tlsrum-ats")
+ATS_ETC = ATS_PREFIX / "etc" / "trafficserver"
 
 
 def ats_tool(name):
-    return str(Path(ATS_PREFIX) / "bin" / name) if ATS_PREFIX else name
+    return str(ATS_PREFIX / "bin" / name)
 
 
 def ats_layout():
-    if not ATS_PREFIX:
-        return {"exec_prefix": "/usr", "bindir": "/usr/bin", "sbindir": "/usr/sbin",
-                "includedir": "/usr/include", "libdir": "/usr/lib/trafficserver",
-                "libexecdir": "/usr/lib/trafficserver/modules"}
-    p = Path(ATS_PREFIX)
+    p = ATS_PREFIX
     return {"exec_prefix": p, "bindir": p / "bin", "sbindir": p / "bin", "includedir": p / "include",
             "libdir": p / "lib", "libexecdir": p / "libexec" / "trafficserver"}
 
@@ -122,8 +124,8 @@ class AtsLab(wanlab.Lab):
 
     def _up(self):
         for tool in [ats_tool("traffic_manager"), ats_tool("traffic_server"), ats_tool("traffic_ctl"), "ethtool"]:
-            if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-                raise LabError(f"missing: {tool} (scripts/install-deps.sh)")
+            if not os.access(tool, os.X_OK) and subprocess.run(["which", tool], capture_output=True).returncode:
+                raise LabError(f"missing: {tool} (scripts/install-deps.sh builds it: scripts/ats/build.sh)")
         for ns in (self.ns_p, self.ns_u):
             if Path(f"/run/netns/{ns}").exists():
                 raise LabError(f"namespace {ns} exists (left over? ip netns del {ns})")
@@ -179,11 +181,11 @@ class AtsLab(wanlab.Lab):
             "sysconfdir": etc, "datadir": d / "cache",
             "localstatedir": d / "var", "runtimedir": d / "run", "logdir": d / "log",
             "cachedir": d / "cache"}.items()))
-        subprocess.run(["cp", "-r", "/etc/trafficserver/body_factory", etc], check=True)
+        subprocess.run(["cp", "-r", ATS_ETC / "body_factory", etc], check=True)
         for f in ("cache.config", "hosting.config", "ip_allow.yaml", "logging.yaml", "parent.config",
                   "plugin.config", "remap.config", "socks.config", "splitdns.config", "strategies.yaml",
                   "volume.config"):
-            subprocess.run(["cp", f"/etc/trafficserver/{f}", etc], check=True)
+            subprocess.run(["cp", ATS_ETC / f, etc], check=True)
         subprocess.run(["cp", self.crt, etc / "cert.pem"], check=True)
         subprocess.run(["cp", self.key, etc / "key.pem"], check=True)
         (etc / "storage.config").write_text(f"{d / 'cache'} 64M\n")
