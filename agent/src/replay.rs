@@ -46,6 +46,9 @@ pub struct ReplayArgs {
     /// Records do not name their capture, even when several are read.
     #[arg(long)]
     no_filename: bool,
+    /// Read this many packets at most, over all captures, as `tcpdump -c`.
+    #[arg(short = 'c', long, value_name = "COUNT")]
+    count: Option<u64>,
     /// Accepted and ignored, as typed out of tcpdump habit (`-nr x.pcap`):
     /// tlsrum never resolves names.
     #[arg(short = 'n')]
@@ -319,9 +322,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     // Inputs that could not be opened, and those read with an error.
     let (mut unread, mut damaged) = (0, 0);
     let mut total = Stats::default();
+    // Packets left to read (-c).
+    let mut left = args.count;
     for file in &files {
+        if left == Some(0) {
+            break;
+        }
         let name = file.name();
-        let source = match file.open(args.filter.as_deref()) {
+        let mut source = match file.open(args.filter.as_deref()) {
             Ok(s) => s,
             Err(e) => {
                 unread += 1;
@@ -333,7 +341,11 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         let mut analyzer = Analyzer::new(cfg.clone());
         analyzer.set_local(local.clone());
         analyzer.set_capture(with_filename.then(|| name.clone()));
-        let res = replay_file(source, &mut analyzer, &mut sink, progress);
+        if let Some(n) = left {
+            source.limit(n);
+        }
+        let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+        left = left.map(|n| n.saturating_sub(packets));
         pipeline::finish(&mut analyzer, &mut sink)?;
         // Never silent: QUIC of versions tlsrum does not decode is named,
         // like a short snap length, once per capture.
@@ -388,13 +400,13 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
 }
 
 /// Reads one capture into the analyzer, records written out after each
-/// batch of packets; a spinner on a terminal.
+/// batch of packets; a spinner on a terminal. Returns the packets read.
 fn replay_file(
     mut source: PcapFile,
     analyzer: &mut Analyzer,
     sink: &mut dyn RecordSink,
     progress: bool,
-) -> Result<()> {
+) -> (u64, Result<()>) {
     let bar = progress.then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
         pb.set_style(
@@ -426,5 +438,5 @@ fn replay_file(
     if let Some(note) = source.snaplen_note() {
         eprintln!("tlsrum: {note}");
     }
-    result
+    (source.packets(), result)
 }

@@ -4,6 +4,7 @@
 //!   positional paths, `-` and `-r -` (standard input, from a real
 //!   `tcpdump -w -` and from gzip and zstd), `-nr`, all the same records;
 //!   standard input named twice is a usage error.
+//! - `count_stops_after_n_packets_over_all_inputs`: `-c N`, as tcpdump.
 //! - `a_bad_filter_is_one_usage_error_before_anything_is_read`: replay and
 //!   live alike: exit 2, one message, nothing on stdout.
 //! - `exit_status_follows_the_table`: 0, 1 (partial results printed), 2
@@ -193,6 +194,53 @@ fn reading_by_flag_stdin_or_path_gives_the_same_records() {
     let none = tlsrum(&["replay"], None);
     assert_eq!(none.status.code(), Some(2));
     assert!(none.stdout.is_empty());
+}
+
+/// Packets read, from `--stats` (top-level `packets`).
+fn packets_read(args: &[&str], stdin: Option<&[u8]>) -> u64 {
+    let out = tlsrum(args, stdin);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    stderr(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("  \"packets\": "))
+        .and_then(|n| n.trim_end_matches(',').parse().ok())
+        .unwrap_or_else(|| panic!("no packets in {}", stderr(&out)))
+}
+
+#[test]
+fn count_stops_after_n_packets_over_all_inputs() {
+    if skip_unless(
+        "count_stops_after_n_packets_over_all_inputs",
+        &[Need::Tools(TOOLS)],
+    ) {
+        return;
+    }
+    let (a, b) = (psk(), cache());
+    let all_a = packets_read(&["replay", "--stats", s(&a)], None);
+    let all_b = packets_read(&["replay", "--stats", s(&b)], None);
+    assert!(all_a > 10 && all_b > 10);
+    assert_eq!(
+        packets_read(&["replay", "--stats", "-c", "10", s(&a)], None),
+        10
+    );
+    // Across captures: all of the first, then what is left of the second.
+    let n = (all_a + 5).to_string();
+    assert_eq!(
+        packets_read(&["replay", "--stats", "-c", &n, s(&a), s(&b)], None),
+        all_a + 5
+    );
+    // More than there are: everything, exit 0.
+    let n = (all_a + all_b + 100).to_string();
+    assert_eq!(
+        packets_read(&["replay", "--stats", "-c", &n, s(&a), s(&b)], None),
+        all_a + all_b
+    );
+    // A compressed stream on standard input, stopped early, is no error.
+    let gz = sh(&format!("gzip -c {}", s(&b)));
+    assert_eq!(
+        packets_read(&["replay", "--stats", "-c", "7", "-"], Some(&gz)),
+        7
+    );
 }
 
 #[test]

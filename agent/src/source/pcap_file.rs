@@ -206,6 +206,8 @@ pub struct PcapFile {
     /// The thread feeding libpcap a decompressed (or unseekable) file,
     /// and what the file is.
     feeder: Option<(Feeder, Compression)>,
+    /// Packets to read at most (`replay -c`); the rest are left unread.
+    limit: Option<u64>,
 }
 
 impl PcapFile {
@@ -282,7 +284,13 @@ impl PcapFile {
             cut: 0,
             cut_at: 0,
             feeder,
+            limit: None,
         })
+    }
+
+    /// Reads no more than `n` packets: the file ends there (`replay -c`).
+    pub fn limit(&mut self, n: u64) {
+        self.limit = Some(n);
     }
 
     /// The file's name as given.
@@ -358,6 +366,11 @@ impl Source for PcapFile {
             return Ok(Status::Ended);
         };
         loop {
+            if self.limit.is_some_and(|n| self.packets >= n) {
+                self.close()?;
+                self.unknown_link_error()?;
+                return Ok(Status::Ended);
+            }
             match cap.next_packet() {
                 Ok(pkt) => {
                     self.packets += 1;
