@@ -23,6 +23,18 @@ impl From<RecordAt> for analyzer::RecordAt {
     }
 }
 
+/// `-f/--filter`: a BPF expression (as tcpdump's), compiled once here so
+/// that a bad one is one usage error before anything is read. Compiled for
+/// Ethernet: an expression only some link types accept (`ether host` on a
+/// Linux cooked capture) fails later, on the capture that cannot take it.
+pub fn parse_bpf_filter(s: &str) -> Result<String, String> {
+    let dead = pcap::Capture::dead(pcap::Linktype::ETHERNET)
+        .map_err(|e| format!("libpcap cannot compile filters here: {e}"))?;
+    dead.compile(s, true)
+        .map_err(|e| format!("bad --filter expression (BPF, as tcpdump takes): {e}"))?;
+    Ok(s.to_string())
+}
+
 /// A size in bytes: a number with an optional binary suffix (`K`, `M`,
 /// `G`, optionally followed by `iB` or `B`), as `--max-memory 256M`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
@@ -45,7 +57,14 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_bpf_filter, parse_size};
+
+    #[test]
+    fn bpf_filters() {
+        assert!(parse_bpf_filter("tcp port 443 and host 10.0.0.1").is_ok());
+        let bad = parse_bpf_filter("tcp prot 443").unwrap_err();
+        assert!(bad.contains("bad --filter expression"), "{bad}");
+    }
 
     #[test]
     fn sizes() {

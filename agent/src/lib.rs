@@ -4,13 +4,14 @@
 //!
 //! Modules, each using only those listed before it:
 //! - [`cli`]: argument value parsers;
+//! - [`exit`]: the exit status table;
 //! - [`ebpf`]: the kernel side's loader, ABI mirror and events;
 //! - [`source`]: the `Source` trait and the capture sources (pcap file,
 //!   libpcap live, eBPF);
 //! - [`sink`]: the `RecordSink` trait and the output formats (NDJSON,
 //!   CSV, table, HTML);
 //! - [`metrics`]: Prometheus, a record sink too, and the agent's health;
-//! - [`pcap_out`] writes `--write-pcap`;
+//! - [`pcap_out`] writes `--write-pcap` (`-w`);
 //! - [`pipeline`]: source -> analyzer -> sinks, for both commands;
 //! - [`replay`], [`live`]: the commands.
 //!
@@ -40,6 +41,7 @@
 
 pub mod cli;
 pub mod ebpf;
+pub mod exit;
 pub mod host_addrs;
 pub mod live;
 pub mod metrics;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use analyzer::client_names::ClientNames;
 use analyzer::counters::Counter;
 use analyzer::{Analyzer, Config, Stats};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use crate::ebpf::{
@@ -41,8 +41,8 @@ pub enum Backend {
 
 #[derive(Args, Clone)]
 pub struct LiveArgs {
-    /// Interface to watch (repeatable).
-    #[arg(long = "iface", required = true)]
+    /// Interface to watch, as `tcpdump -i` (repeatable).
+    #[arg(short = 'i', long = "iface", required = true)]
     pub ifaces: Vec<String>,
     #[arg(long, value_enum, default_value = "ebpf")]
     pub backend: Backend,
@@ -65,9 +65,14 @@ pub struct LiveArgs {
     /// Write connection records as NDJSON to FILE (or - for stdout).
     #[arg(long)]
     pub events: Option<String>,
-    /// Write the captured handshake packets as pcapng (readable by `tlsrum replay`).
-    #[arg(long)]
+    /// Write the packets it analysed as pcapng, as `tcpdump -w` (readable
+    /// by `tlsrum replay`, tcpdump and Wireshark).
+    #[arg(short = 'w', long, value_name = "FILE")]
     pub write_pcap: Option<PathBuf>,
+    /// Only packets matching this BPF expression too, as tcpdump's (with
+    /// `--backend pcap`; checked before anything is opened).
+    #[arg(short = 'f', long, value_parser = crate::cli::parse_bpf_filter)]
+    pub filter: Option<String>,
     /// Distinct server_name label values before the rest become "other".
     #[arg(long, default_value_t = 20)]
     pub top_server_names: usize,
@@ -133,6 +138,7 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
             &args.ifaces,
             &args.ports,
             args.all_ports,
+            args.filter.as_deref(),
         )?)),
         Backend::Ebpf => Ok(Box::new(EbpfSource::open(EbpfOptions {
             ifaces: args.ifaces.clone(),
@@ -187,6 +193,10 @@ fn return_freed_memory_promptly() {
 }
 
 pub fn run(args: LiveArgs) -> Result<ExitCode> {
+    // The kernel side filters by --port only: a BPF expression needs libpcap.
+    if args.filter.is_some() && args.backend == Backend::Ebpf {
+        bail!("--filter (-f) needs --backend pcap: the eBPF backend selects packets by --port in the kernel");
+    }
     // A bad names file stops the agent before it attaches anything.
     let client_names = match &args.ja4_names {
         Some(path) => Some(Arc::new(ClientNames::load(path)?)),

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tlsrum::exit::{Exit, TABLE as EXIT_TABLE};
 use tlsrum::{live, replay};
 
 // Per-connection state is many small allocations; mimalloc makes them cheap.
@@ -14,7 +15,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "tlsrum",
     version,
-    about = "Passive TLS handshake analyzer: which handshakes are full, resumed or 0-RTT, and what they cost"
+    about = "Passive TLS handshake analyzer: which handshakes are full, resumed or 0-RTT, and what they cost",
+    after_help = EXIT_TABLE
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,8 +26,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Analyze pcap/pcapng captures offline.
+    #[command(after_help = EXIT_TABLE)]
     Replay(replay::ReplayArgs),
     /// Watch live traffic (eBPF in the kernel, or libpcap) and serve Prometheus metrics.
+    #[command(after_help = EXIT_TABLE)]
     Live(live::LiveArgs),
 }
 
@@ -40,7 +44,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // The whole cause chain, as ripgrep does.
             eprintln!("tlsrum: {e:#}");
-            ExitCode::from(2)
+            Exit::Fatal.into()
         }
     }
 }

@@ -10,6 +10,7 @@ use analyzer::{Analyzer, Config, Stats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use crate::exit::Exit;
 use crate::pipeline::{self, deliver, pump};
 use std::sync::Arc;
 
@@ -23,15 +24,35 @@ use crate::source::pcap_file::{self, PcapFile};
 use crate::source::Status;
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("input").args(["paths", "read"]).required(true).multiple(true)))]
 pub struct ReplayArgs {
-    /// Capture files (pcap, pcapng; plain, gzip or zstd) or directories to
-    /// search for them.
-    #[arg(required = true)]
+    /// Capture files (pcap, pcapng; plain, gzip or zstd, told by their
+    /// first bytes), directories to search for them, or - for standard input.
+    #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
+    /// Read this capture, as `tcpdump -r` (repeatable; - for standard
+    /// input); read before the PATHs.
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    read: Vec<PathBuf>,
     /// Output: a summary table per server name, or one record per
-    /// connection; with --by or --window, the aggregates by group (and window).
-    #[arg(long, value_enum, default_value = "table")]
-    format: Format,
+    /// connection; with --by or --window, the aggregates by group (and
+    /// window) [default: table].
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Each record names its capture (`capture`, the path as given; a last
+    /// CSV column), as `grep -H`; the default when several captures are read.
+    #[arg(short = 'H', long, conflicts_with = "no_filename")]
+    with_filename: bool,
+    /// Records do not name their capture, even when several are read.
+    #[arg(long)]
+    no_filename: bool,
+    /// Read this many packets at most, over all captures, as `tcpdump -c`.
+    #[arg(short = 'c', long, value_name = "COUNT")]
+    count: Option<u64>,
+    /// Accepted and ignored, as typed out of tcpdump habit (`-nr x.pcap`):
+    /// tlsrum never resolves names.
+    #[arg(short = 'n')]
+    numeric: bool,
     /// Aggregate by these dimensions (comma-separated, repeatable): sni,
     /// ja4, client (= ja4_stable), family, version, alpn, transport, server,
     /// role.
@@ -54,8 +75,9 @@ pub struct ReplayArgs {
     /// bytes after the handshake filled).
     #[arg(long, value_enum, default_value = "handshake")]
     record_at: crate::cli::RecordAt,
-    /// Only packets matching this BPF expression (as tcpdump).
-    #[arg(long)]
+    /// Only packets matching this BPF expression (as tcpdump's; checked
+    /// before anything is read).
+    #[arg(short = 'f', long, value_parser = crate::cli::parse_bpf_filter)]
     filter: Option<String>,
     /// Server ports to treat as TLS (repeatable); by default TLS is recognised by content on any port.
     #[arg(long = "port")]
@@ -82,7 +104,8 @@ pub struct ReplayArgs {
     /// accepted and which ALPN protocol the server chose.
     #[arg(long, value_name = "FILE")]
     keylog: Option<PathBuf>,
-    /// Also write a self-contained HTML report (charts and tables) to FILE.
+    /// Also write a self-contained HTML report (charts and tables) to FILE;
+    /// `-`: to standard output, instead of the table.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
@@ -105,28 +128,119 @@ fn parse_dim(s: &str) -> Result<Dim, String> {
     })
 }
 
-/// Expands directories (recursively, sorted) into capture files.
-fn capture_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in paths {
-        let meta = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
-        if meta.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading directory {}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .collect();
-            entries.sort();
-            let (dirs, files): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.is_dir());
-            out.extend(files.into_iter().filter(|f| pcap_file::is_capture_name(f)));
-            out.extend(capture_files(&dirs)?);
+/// One input named on the command line or found in a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Input {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Input {
+    fn new(path: &Path) -> Self {
+        if path == Path::new("-") {
+            Input::Stdin
         } else {
-            out.push(p.clone());
+            Input::File(path.to_path_buf())
         }
+    }
+
+    /// As given on the command line (or found): messages and `capture`.
+    fn name(&self) -> String {
+        match self {
+            Input::Stdin => pcap_file::STDIN_NAME.to_string(),
+            Input::File(p) => p.display().to_string(),
+        }
+    }
+
+    fn open(&self, filter: Option<&str>) -> Result<PcapFile> {
+        match self {
+            Input::Stdin => PcapFile::open_stdin(filter),
+            Input::File(p) => PcapFile::open(p, filter),
+        }
+    }
+}
+
+/// The inputs: `-r` files, then the paths, directories expanded
+/// (recursively, sorted). A directory's file is taken when its name says
+/// capture (any case) or its first bytes do; the others are reported on
+/// stderr, with why, never skipped silently. A path that is no directory
+/// is taken as it is: if it cannot be read, reading it says why.
+fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
+    let mut out = Vec::new();
+    for p in read.iter().chain(paths) {
+        if std::fs::metadata(p).is_ok_and(|m| m.is_dir()) {
+            scan_dir(p, &mut out)?;
+        } else {
+            out.push(Input::new(p));
+        }
+    }
+    if out.iter().filter(|i| **i == Input::Stdin).count() > 1 {
+        bail!("standard input (-) can be read once only");
     }
     Ok(out)
 }
 
+/// Skipped files named per reason in one line, up to this many.
+const SKIPPED_NAMED: usize = 3;
+
+fn scan_dir(dir: &Path, out: &mut Vec<Input>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    let (dirs, files): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.is_dir());
+    // Reason -> files skipped for it, in order.
+    let mut skipped: Vec<(String, Vec<String>)> = Vec::new();
+    for f in files {
+        let why = if pcap_file::is_capture_name(&f) {
+            Ok(())
+        } else {
+            pcap_file::sniff(&f)
+        };
+        match why {
+            Ok(()) => out.push(Input::File(f)),
+            Err(why) => {
+                let name = f
+                    .file_name()
+                    .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into());
+                match skipped.iter_mut().find(|(w, _)| *w == why) {
+                    Some((_, names)) => names.push(name),
+                    None => skipped.push((why, vec![name])),
+                }
+            }
+        }
+    }
+    for (why, names) in skipped {
+        let shown = names[..names.len().min(SKIPPED_NAMED)].join(", ");
+        let more = match names.len().saturating_sub(SKIPPED_NAMED) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        eprintln!(
+            "tlsrum: {}: skipped {} file{}, {why}: {shown}{more}",
+            dir.display(),
+            names.len(),
+            if names.len() == 1 { "" } else { "s" }
+        );
+    }
+    for d in dirs {
+        scan_dir(&d, out)?;
+    }
+    Ok(())
+}
+
 pub fn run(args: ReplayArgs) -> Result<ExitCode> {
+    // tcpdump's -n: nothing to turn off (see its help).
+    let _ = args.numeric;
+    // Only one thing can go to standard output.
+    let html_to_stdout = args.html.as_deref() == Some(Path::new("-"));
+    if let (true, Some(f)) = (html_to_stdout, args.format) {
+        bail!(
+            "--html - and --format {} both write to standard output: give --html a file",
+            f.name()
+        );
+    }
     // A bad names file stops the run before anything is read.
     let names = match &args.ja4_names {
         Some(path) => Some(Arc::new(ClientNames::load(path)?)),
@@ -138,7 +252,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             dims.push(*d);
         }
     }
-    let files = capture_files(&args.paths)?;
+    let files = inputs(&args.read, &args.paths)?;
     if files.is_empty() {
         bail!(
             "no capture files ({}) under {:?}",
@@ -146,6 +260,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             args.paths
         );
     }
+    let with_filename = args.with_filename || (files.len() > 1 && !args.no_filename);
     let cfg = Config {
         max_flows: args.max_flows,
         max_flow_buffer: args.max_flow_buffer,
@@ -184,12 +299,15 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         Some(secs) => Windows::Fixed(secs),
         None => Windows::None,
     };
-    if dims.is_empty() && args.window.is_none() {
-        sink.push(args.format.stdout_sink(args.top, names.clone())?);
+    let format = args.format.unwrap_or(Format::Table);
+    if html_to_stdout {
+        // The report is standard output's: no table besides it.
+    } else if dims.is_empty() && args.window.is_none() {
+        sink.push(format.stdout_sink(args.top, names.clone(), with_filename)?);
     } else {
         sink.push(Box::new(SliceSink::new(
             Slicer::new(dims.clone(), windows),
-            args.format,
+            format,
             names.clone(),
         )));
     }
@@ -201,43 +319,65 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         )));
     }
     let progress = !args.quiet && io::stderr().is_terminal();
-    let mut failures = 0;
+    // Inputs that could not be opened, and those read with an error.
+    let (mut unread, mut damaged) = (0, 0);
     let mut total = Stats::default();
+    // Packets left to read (-c).
+    let mut left = args.count;
     for file in &files {
+        if left == Some(0) {
+            break;
+        }
+        let name = file.name();
+        let mut source = match file.open(args.filter.as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                unread += 1;
+                eprintln!("tlsrum: {e:#}");
+                continue;
+            }
+        };
         // Each file is its own trace: session IDs seen in one do not count in another.
         let mut analyzer = Analyzer::new(cfg.clone());
         analyzer.set_local(local.clone());
-        let res = replay_file(
-            file,
-            &mut analyzer,
-            &mut sink,
-            args.filter.as_deref(),
-            progress,
-        );
+        analyzer.set_capture(with_filename.then(|| name.clone()));
+        if let Some(n) = left {
+            source.limit(n);
+        }
+        let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+        left = left.map(|n| n.saturating_sub(packets));
         pipeline::finish(&mut analyzer, &mut sink)?;
         // Never silent: QUIC of versions tlsrum does not decode is named,
         // like a short snap length, once per capture.
         let undecoded = &analyzer.stats().quic.undecoded_versions;
         if !undecoded.is_empty() {
             eprintln!(
-                "tlsrum: {}: QUIC packets of versions tlsrum does not decode (no record): {}",
-                file.display(),
+                "tlsrum: {name}: QUIC packets of versions tlsrum does not decode (no record): {}",
                 undecoded.describe()
             );
         }
         total.merge(analyzer.stats());
         if let Err(e) = res {
-            failures += 1;
+            damaged += 1;
             eprintln!("tlsrum: {e:#}");
         }
     }
+    if unread == files.len() {
+        // Nothing was read: no empty table, no report.
+        bail!(
+            "nothing could be read ({} input{})",
+            unread,
+            if unread == 1 { "" } else { "s" }
+        );
+    }
     let title = match files.as_slice() {
-        [one] => one.display().to_string(),
+        [one] => one.name(),
         many => format!(
             "{} captures under {}",
             many.len(),
-            args.paths
+            args.read
                 .iter()
+                .chain(&args.paths)
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -245,29 +385,28 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     };
     sink.finish(&RunEnd {
         stats: &total,
-        captures: files.len(),
+        captures: files.len() - unread,
         title: &title,
     })?;
     if args.stats {
         eprintln!("{}", serde_json::to_string_pretty(&total)?);
     }
-    Ok(if failures > 0 {
-        ExitCode::from(1)
+    Ok(if unread + damaged > 0 {
+        Exit::Damaged
     } else {
-        ExitCode::SUCCESS
-    })
+        Exit::Ok
+    }
+    .into())
 }
 
 /// Reads one capture into the analyzer, records written out after each
-/// batch of packets; a spinner on a terminal.
+/// batch of packets; a spinner on a terminal. Returns the packets read.
 fn replay_file(
-    path: &Path,
+    mut source: PcapFile,
     analyzer: &mut Analyzer,
     sink: &mut dyn RecordSink,
-    filter: Option<&str>,
     progress: bool,
-) -> Result<()> {
-    let mut source = PcapFile::open(path, filter)?;
+) -> (u64, Result<()>) {
     let bar = progress.then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
         pb.set_style(
@@ -299,5 +438,5 @@ fn replay_file(
     if let Some(note) = source.snaplen_note() {
         eprintln!("tlsrum: {note}");
     }
-    result
+    (source.packets(), result)
 }

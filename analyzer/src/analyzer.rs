@@ -151,6 +151,8 @@ pub struct Analyzer {
     quic: crate::quic::QuicTracker,
     /// This host's addresses, for each record's `role`; None: unknown.
     local: Option<LocalNets>,
+    /// The capture each record names (`capture`); None: records name none.
+    capture: Option<String>,
 }
 
 impl Analyzer {
@@ -168,6 +170,7 @@ impl Analyzer {
             stats: Stats::default(),
             last_sweep: f64::MIN,
             local: None,
+            capture: None,
             quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
                 .with_keylog(cfg.keylog.clone()),
             cfg,
@@ -196,7 +199,18 @@ impl Analyzer {
                 r.role = local.role_of(&r.client, &r.server);
             }
         }
+        if let Some(capture) = &self.capture {
+            for r in &mut out {
+                r.capture = Some(capture.clone());
+            }
+        }
         out
+    }
+
+    /// The capture records taken from now on name in their `capture`
+    /// (replay of several captures); None: they name none.
+    pub fn set_capture(&mut self, capture: Option<String>) {
+        self.capture = capture;
     }
 
     /// This host's addresses (replay: `--local`; live: its interfaces,

@@ -86,5 +86,6 @@ impl HeapSize for crate::record::ConnectionRecord {
             + s(&self.ja4s)
             + s(&self.alpn_negotiated)
             + s(&self.proxied_client)
+            + s(&self.capture)
     }
 }

@@ -304,6 +304,11 @@ pub struct ConnectionRecord {
     /// `ip:port` of the original client named by a PROXY protocol header
     /// in front of the ClientHello (a load balancer's backend), else None.
     pub proxied_client: Option<String>,
+    /// The capture the connection came from, as named on the command line
+    /// (replay of several captures, or `--with-filename`); absent otherwise,
+    /// so that one capture's records stay as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<String>,
 }
 
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port` (RFC 5952 via
@@ -367,6 +372,7 @@ impl ConnectionRecord {
             failure: None,
             notes: vec![],
             proxied_client: None,
+            capture: None,
             ja4: None,
             ja4_stable: None,
             ja4s: None,

@@ -930,6 +930,7 @@ mod tests {
             family,
             role: None,
             proxied_client: None,
+            capture: None,
         }
     }
 

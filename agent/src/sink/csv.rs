@@ -8,25 +8,45 @@ use anyhow::Result;
 
 use super::{RecordSink, RunEnd};
 
-pub struct CsvSink<W: Write>(CsvWriter<W>);
+/// The header row is written with the first record (or at the end): a
+/// run that fails before reading anything leaves standard output empty.
+pub struct CsvSink<W: Write> {
+    pending: Option<(W, bool)>,
+    writer: Option<CsvWriter<W>>,
+}
 
 impl<W: Write> CsvSink<W> {
-    /// Writes the header row first.
-    pub fn new(w: W) -> Result<Self> {
-        Ok(CsvSink(CsvWriter::new(w)?))
+    /// `with_capture`: a last column naming each record's capture.
+    pub fn new(w: W, with_capture: bool) -> Self {
+        CsvSink {
+            pending: Some((w, with_capture)),
+            writer: None,
+        }
+    }
+
+    fn writer(&mut self) -> Result<&mut CsvWriter<W>> {
+        if let Some((w, with_capture)) = self.pending.take() {
+            self.writer = Some(CsvWriter::new(w, with_capture)?);
+        }
+        self.writer
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("the CSV writer failed earlier"))
     }
 }
 
 impl<W: Write> RecordSink for CsvSink<W> {
     fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
-        Ok(self.0.write(r)?)
+        Ok(self.writer()?.write(r)?)
     }
 
     fn flush(&mut self) -> Result<()> {
-        Ok(self.0.flush()?)
+        match &mut self.writer {
+            Some(w) => Ok(w.flush()?),
+            None => Ok(()),
+        }
     }
 
     fn finish(&mut self, _end: &RunEnd<'_>) -> Result<()> {
-        self.flush()
+        Ok(self.writer()?.flush()?)
     }
 }

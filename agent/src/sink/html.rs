@@ -77,10 +77,14 @@ impl RecordSink for HtmlSink {
             by: s.by.as_ref(),
             series: s.series.iter().collect(),
         };
-        std::fs::write(
-            &self.path,
-            analyzer::output::html::render(&self.summary, end.title, self.top, &extras),
-        )
-        .with_context(|| format!("writing {}", self.path.display()))
+        let html = analyzer::output::html::render(&self.summary, end.title, self.top, &extras);
+        // `--html -`: standard output, as `--events -`.
+        if self.path.as_os_str() == "-" {
+            let mut out = std::io::stdout().lock();
+            return std::io::Write::write_all(&mut out, html.as_bytes())
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .context("writing the HTML report to standard output");
+        }
+        std::fs::write(&self.path, html).with_context(|| format!("writing {}", self.path.display()))
     }
 }

@@ -85,17 +85,28 @@ pub enum Format {
 impl Format {
     /// The sink writing this format to standard output; `top` is the
     /// number of server names the table shows, `names` the client names
-    /// its never-resume section uses.
+    /// its never-resume section uses; `with_capture`: a CSV column naming
+    /// each record's capture (NDJSON writes `capture` whenever it is set).
     pub fn stdout_sink(
         self,
         top: usize,
         names: Option<std::sync::Arc<analyzer::client_names::ClientNames>>,
+        with_capture: bool,
     ) -> Result<Box<dyn RecordSink>> {
         let stdout = || BufWriter::with_capacity(1 << 16, io::stdout());
         Ok(match self {
             Format::Table => Box::new(table::TableSink::new(top, names)),
             Format::Ndjson => Box::new(ndjson::NdjsonSink::new(stdout())),
-            Format::Csv => Box::new(csv::CsvSink::new(stdout())?),
+            Format::Csv => Box::new(csv::CsvSink::new(stdout(), with_capture)),
         })
+    }
+
+    /// As written on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Ndjson => "ndjson",
+            Format::Csv => "csv",
+        }
     }
 }

@@ -8,8 +8,8 @@
 //! on a plain file, and nothing is held in memory or written to disk.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, Write};
-use std::os::fd::{IntoRawFd, OwnedFd};
+use std::io::{self, BufReader, IsTerminal, Read, Seek, Write};
+use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,6 +53,39 @@ pub fn capture_names() -> String {
         CAPTURE_EXTENSIONS.join(", ."),
         COMPRESSED_EXTENSIONS.join(", .")
     )
+}
+
+/// The name standard input goes by in messages and records (`-` on the
+/// command line), as grep names it.
+pub const STDIN_NAME: &str = "(standard input)";
+
+/// Whether a file a directory scan found, whatever its name, holds a
+/// capture (pcap or pcapng, plain, gzip or zstd), by its first bytes;
+/// if not, why it is skipped.
+pub fn sniff(path: &Path) -> std::result::Result<(), String> {
+    let not_capture = || "not pcap or pcapng (plain, gzip or zstd)".to_string();
+    let mut file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut head = [0u8; 6];
+    let n = read_head(&mut file, &mut head).map_err(|e| format!("cannot read: {e}"))?;
+    let kind = compression("", &head[..n]).map_err(|e| {
+        let e = e.to_string();
+        e.trim_start_matches(": ").to_string()
+    })?;
+    let stream = io::Cursor::new(head).take(n as u64).chain(file);
+    let mut inner: Box<dyn Read> = match kind {
+        Compression::None => Box::new(stream),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(stream)),
+        Compression::Zstd => {
+            Box::new(zstd::stream::read::Decoder::new(stream).map_err(|_| not_capture())?)
+        }
+    };
+    let mut magic = [0u8; 4];
+    let n = read_head(&mut inner, &mut magic).map_err(|_| not_capture())?;
+    if is_capture_magic(&magic[..n]) {
+        Ok(())
+    } else {
+        Err(not_capture())
+    }
 }
 
 /// How a file is compressed, by its first bytes.
@@ -173,6 +206,8 @@ pub struct PcapFile {
     /// The thread feeding libpcap a decompressed (or unseekable) file,
     /// and what the file is.
     feeder: Option<(Feeder, Compression)>,
+    /// Packets to read at most (`replay -c`); the rest are left unread.
+    limit: Option<u64>,
 }
 
 impl PcapFile {
@@ -181,7 +216,26 @@ impl PcapFile {
     /// The file is opened once, so a named pipe or `<(zcat x.gz)` works too.
     pub fn open(path: &Path, filter: Option<&str>) -> Result<Self> {
         let name = path.display().to_string();
-        let mut file = File::open(path).with_context(|| format!("{name}: cannot open"))?;
+        let file = File::open(path).with_context(|| format!("{name}: cannot open"))?;
+        Self::from_file(name, file, filter)
+    }
+
+    /// Reads a capture from standard input (`-`), as a pipe from
+    /// `tcpdump -w -` or a redirected file, plain or compressed.
+    pub fn open_stdin(filter: Option<&str>) -> Result<Self> {
+        let name = STDIN_NAME.to_string();
+        let stdin = io::stdin();
+        if stdin.is_terminal() {
+            bail!("{name} is a terminal: pipe a capture into it (e.g. `tcpdump -w - | tlsrum replay -`)");
+        }
+        let fd = stdin
+            .as_fd()
+            .try_clone_to_owned()
+            .with_context(|| format!("{name}: cannot open"))?;
+        Self::from_file(name, File::from(fd), filter)
+    }
+
+    fn from_file(name: String, mut file: File, filter: Option<&str>) -> Result<Self> {
         let mut head = [0u8; 6];
         let n = read_head(&mut file, &mut head).with_context(|| format!("{name}: cannot read"))?;
         let kind = compression(&name, &head[..n])?;
@@ -230,7 +284,13 @@ impl PcapFile {
             cut: 0,
             cut_at: 0,
             feeder,
+            limit: None,
         })
+    }
+
+    /// Reads no more than `n` packets: the file ends there (`replay -c`).
+    pub fn limit(&mut self, n: u64) {
+        self.limit = Some(n);
     }
 
     /// The file's name as given.
@@ -306,6 +366,11 @@ impl Source for PcapFile {
             return Ok(Status::Ended);
         };
         loop {
+            if self.limit.is_some_and(|n| self.packets >= n) {
+                self.close()?;
+                self.unknown_link_error()?;
+                return Ok(Status::Ended);
+            }
             match cap.next_packet() {
                 Ok(pkt) => {
                     self.packets += 1;

@@ -99,8 +99,18 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
 }
 
 impl PcapLive {
-    pub fn open(names: &[String], ports: &[u16], all_ports: bool) -> Result<Self> {
-        let filter = bpf_filter(ports, all_ports);
+    /// Captures on each interface; `user_filter` (`-f`, a BPF expression)
+    /// narrows the port filter further.
+    pub fn open(
+        names: &[String],
+        ports: &[u16],
+        all_ports: bool,
+        user_filter: Option<&str>,
+    ) -> Result<Self> {
+        let filter = match user_filter {
+            Some(f) => format!("({}) and ({f})", bpf_filter(ports, all_ports)),
+            None => bpf_filter(ports, all_ports),
+        };
         let mut ifaces = Vec::new();
         for name in names {
             let (cap, link) = open_iface(name, &filter)?;

@@ -126,6 +126,7 @@ impl Handshake {
             family: Family::of(view.client.0),
             role: None,
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
+            capture: None,
         }
     }
 }

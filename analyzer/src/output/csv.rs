@@ -58,6 +58,8 @@ pub fn header() -> Vec<String> {
 
 pub struct CsvWriter<W: Write> {
     w: csv::Writer<W>,
+    /// A last `capture` column (several captures, or `--with-filename`).
+    with_capture: bool,
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
@@ -65,10 +67,16 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 }
 
 impl<W: Write> CsvWriter<W> {
-    pub fn new(w: W) -> csv::Result<Self> {
+    /// Writes the header row; `with_capture` adds a last column naming
+    /// each record's capture.
+    pub fn new(w: W, with_capture: bool) -> csv::Result<Self> {
         let mut w = csv::Writer::from_writer(w);
-        w.write_record(header())?;
-        Ok(CsvWriter { w })
+        let mut h = header();
+        if with_capture {
+            h.push("capture".into());
+        }
+        w.write_record(h)?;
+        Ok(CsvWriter { w, with_capture })
     }
 
     pub fn write(&mut self, r: &ConnectionRecord) -> csv::Result<()> {
@@ -121,6 +129,9 @@ impl<W: Write> CsvWriter<W> {
             opt(&r.role.map(|r| r.as_str())),
             opt(&r.proxied_client),
         ]);
+        if self.with_capture {
+            row.push(opt(&r.capture));
+        }
         self.w.write_record(row)
     }
 

@@ -248,6 +248,12 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     out.push(b',');
     key(out, "proxied_client");
     opt_str(out, r.proxied_client.as_deref());
+    // Present only when set (several captures, or --with-filename).
+    if let Some(c) = &r.capture {
+        out.push(b',');
+        key(out, "capture");
+        str_(out, c);
+    }
     out.push(b'}');
 }
 
@@ -353,6 +359,7 @@ mod tests {
             proxied_client: n
                 .is_multiple_of(3)
                 .then(|| format!("[2001:db8::{n}]:{text}")),
+            capture: (n % 5 == 2).then(|| format!("dir/{text}.pcap")),
         }
     }
 
