@@ -186,6 +186,10 @@ fn check_daemonset(docs: &[Value], what: &str) -> Vec<String> {
     assert_eq!(sc["privileged"], false, "{what}");
     assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
     assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert!(
+        sc["seccompProfile"]["type"].is_string(),
+        "{what}: a seccomp profile"
+    );
     for kind in ["requests", "limits"] {
         for r in ["cpu", "memory"] {
             assert!(
@@ -288,6 +292,8 @@ fn chart_values_reach_the_command_line() {
         "extraArgs={--all-ports}",
         "metrics.port=9100",
         "image.tag=test",
+        "seccompProfile.type=Localhost",
+        "seccompProfile.localhostProfile=tlsrum.json",
     ]);
     assert_eq!(
         validate(&yaml, "values"),
@@ -311,4 +317,9 @@ fn chart_values_reach_the_command_line() {
         .as_str()
         .unwrap();
     assert_eq!(image, "localhost/tlsrum:test");
+    let sc = &docs[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(
+        sc["seccompProfile"],
+        serde_json::json!({"type": "Localhost", "localhostProfile": "tlsrum.json"})
+    );
 }
