@@ -14,6 +14,8 @@ ctr=$(buildah from scratch)
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 mnt=$(buildah mount "$ctr")
 install -D -m 0755 "$bin" "$mnt/usr/bin/tlsrum"
+# Without the debug information the release profile keeps for profiling.
+objcopy --strip-debug "$mnt/usr/bin/tlsrum"
 # Each library at the path the dynamic loader looks for it, the loader too.
 libs=$(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 [ -n "$libs" ] || { echo "image.sh: ldd found no libraries in $bin" >&2; exit 1; }

@@ -267,7 +267,14 @@ fn raw_daemonset_is_the_chart_rendered_and_valid() {
         validate(&raw, "raw"),
         ["apps/v1 DaemonSet monitoring/tlsrum"]
     );
-    let args = check_daemonset(&documents(&raw), "raw");
+    let docs = documents(&raw);
+    let args = check_daemonset(&docs, "raw");
+    // The chart's appVersion is the agent's version: `make image` tags it so.
+    let image = &docs[0]["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert_eq!(
+        image,
+        &format!("localhost/tlsrum:{}", env!("CARGO_PKG_VERSION"))
+    );
     for want in [
         "--backend=ebpf",
         "--iface=eth0",
