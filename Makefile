@@ -1,19 +1,32 @@
 # tlsrum — every target installs what is missing first (scripts/install-deps.sh).
 SHELL := /bin/bash
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PATH := $(HOME)/.cargo/bin:$(HOME)/go/bin:$(PATH)
 CARGO ?= cargo
 TLSRUM := target/release/tlsrum
 # Seconds of fuzzing per target: `make fuzz`, and the smoke in `make test`.
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 20
 
-.PHONY: deps build demo test baselines pcaps bench clean experiment experiment-ats fuzz fuzz-smoke docs-charts
+.PHONY: deps build deb image k8s-manifest demo test baselines pcaps bench clean experiment experiment-ats fuzz fuzz-smoke docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
 
 build: deps
 	$(CARGO) build --release --locked -p tlsrum
+
+# The Debian package, target/release/tlsrum_VERSION-1_ARCH.deb (cargo-deb;
+# binary, systemd unit, /etc/default/tlsrum, man pages, completions).
+deb: build
+	bash scripts/deb.sh release
+
+# The container image localhost/tlsrum:VERSION, from scratch (buildah; root).
+image: build
+	bash scripts/image.sh $(TLSRUM)
+
+# deploy/kubernetes/tlsrum.yaml: the Helm chart rendered with its defaults.
+k8s-manifest: deps
+	bash scripts/k8s-manifest.sh
 
 # The main job on the bundled captures: a table per server name.
 demo: build

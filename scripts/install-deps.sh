@@ -30,6 +30,11 @@ APT_PACKAGES=(
   prometheus systemd strace python3-yaml
   # ping for the delay line's precision checks (tools/delayline, scripts/experiment)
   iputils-ping
+  # shipping it: the container image (buildah from scratch, run by podman:
+  # agent/tests/image.rs; runc where crun refuses hybrid cgroups) and the
+  # clean Debian 12 the package is installed on (mmdebstrap:
+  # scripts/deb-check.sh)
+  podman buildah runc mmdebstrap
 )
 
 missing=()
@@ -94,6 +99,19 @@ if ! python3 -c "import matplotlib" >/dev/null 2>&1; then
   python3 -m pip install --quiet -r "$req_exp" 2>/dev/null \
     || python3 -m pip install --quiet --break-system-packages -r "$req_exp"
 fi
+
+# The Debian package's builder (`make deb`), pinned.
+if ! cargo deb --version 2>/dev/null | grep -q '^3\.8\.0'; then
+  cargo install cargo-deb --version 3.8.0 --locked --quiet
+fi
+# helm and the offline Kubernetes validator (tools/k8s-validate) for the
+# chart's checks (agent/tests/deploy_k8s.rs), through the Go module proxy,
+# into $(go env GOPATH)/bin.
+gobin="$(go env GOPATH)/bin"
+if ! "$gobin/helm" version --short 2>/dev/null | grep -q '^v3\.17'; then
+  go install helm.sh/helm/v3/cmd/helm@v3.17.3
+fi
+(cd "$(dirname "$0")/../tools/k8s-validate" && go install .)
 
 # Node.js for the browser test (Debian's if none is installed), then its
 # npm packages from the lock file.

@@ -5,6 +5,7 @@
 //! Modules, each using only those listed before it:
 //! - [`cli`]: argument value parsers;
 //! - [`exit`]: the exit status table;
+//! - [`generate`]: man pages and shell completions from the command line;
 //! - [`ebpf`]: the kernel side's loader, ABI mirror and events;
 //! - [`source`]: the `Source` trait and the capture sources (pcap file,
 //!   libpcap live, eBPF);
@@ -42,6 +43,7 @@
 pub mod cli;
 pub mod ebpf;
 pub mod exit;
+pub mod generate;
 pub mod host_addrs;
 pub mod live;
 pub mod metrics;

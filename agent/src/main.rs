@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tlsrum::exit::{Exit, TABLE as EXIT_TABLE};
-use tlsrum::{live, replay};
+use tlsrum::{generate, live, replay};
 
 // Per-connection state is many small allocations; mimalloc makes them cheap.
 #[global_allocator]
@@ -31,6 +31,12 @@ enum Command {
     /// Watch live traffic (eBPF in the kernel, or libpcap) and serve Prometheus metrics.
     #[command(after_help = EXIT_TABLE)]
     Live(live::LiveArgs),
+    /// Write the man pages (tlsrum.1, tlsrum-replay.1, tlsrum-live.1) into DIR.
+    #[command(hide = true)]
+    Manpages { dir: std::path::PathBuf },
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(hide = true)]
+    Completions { shell: generate::Shell },
 }
 
 fn main() -> ExitCode {
@@ -38,6 +44,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
         Command::Live(args) => live::run(args),
+        Command::Manpages { dir } => {
+            generate::manpages(Cli::command(), &dir).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            generate::completions(Cli::command(), shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

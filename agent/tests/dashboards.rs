@@ -2034,7 +2034,10 @@ fn deploy_files_hold_what_they_promise() {
     let unit_copy = dir.join("tlsrum.service");
     std::fs::write(
         &unit_copy,
-        unit_text.replace("/usr/local/bin/tlsrum", env!("CARGO_BIN_EXE_tlsrum")),
+        unit_text.replace(
+            "ExecStart=tlsrum ",
+            &format!("ExecStart={} ", env!("CARGO_BIN_EXE_tlsrum")),
+        ),
     )
     .unwrap();
     let out = Command::new("systemd-analyze")
