@@ -65,17 +65,21 @@ impl Bar {
 }
 
 /// Characters of a bar label that fit left of the plot (11 px type, about
-/// 6.2 px a character, in 212 px); longer labels are cut with an ellipsis
-/// and carry the whole text as a tooltip.
+/// 6.2 px a character, in 212 px); longer labels are cut in the middle
+/// (keeping the domain and the transport at the end) and carry the whole
+/// text as a tooltip.
 const LABEL_CHARS: usize = 32;
 
 /// A y-axis category label: at most [`LABEL_CHARS`], the whole text in
 /// its `<title>` when cut.
 fn category_label(x: f64, y: f64, label: &str) -> String {
-    let cut = label.chars().count() > LABEL_CHARS;
-    let shown: String = if cut {
-        let mut t: String = label.chars().take(LABEL_CHARS - 1).collect();
+    let chars: Vec<char> = label.chars().collect();
+    let shown: String = if chars.len() > LABEL_CHARS {
+        let head = (LABEL_CHARS - 1) / 2;
+        let tail = LABEL_CHARS - 1 - head;
+        let mut t: String = chars[..head].iter().collect();
         t.push('…');
+        t.extend(&chars[chars.len() - tail..]);
         t
     } else {
         label.to_string()
@@ -306,7 +310,11 @@ fn summary_row(r: &SummaryRow<'_>) -> String {
     let a: &Aggregate = &r.agg;
     let key = row_key(r);
     let k = |m: &str| format!("{key}/{m}");
-    let mut row = format!("<tr>{}<td>{}</td>", name_cell(r.name), esc(r.transport));
+    let mut row = format!(
+        "<tr>{}<td class=\"transport\">{}</td>",
+        name_cell(r.name),
+        esc(r.transport)
+    );
     let early = a.early_data();
     for (m, v) in [
         ("connections", a.connections),
@@ -465,7 +473,7 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3
 th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
 .chart{max-width:100%;height:auto;background:#fff}.label{font-size:11px;fill:#444}.value{font-size:11px;fill:#222}
 .legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.axis{stroke:#999}.note{color:#666;font-size:12px}
-#summary{font-size:12px}#summary td,#summary th{padding:3px 5px}.scroll{overflow-x:auto}
+#summary{font-size:12px}#summary td,#summary th{padding:3px 4px}#summary thead th{font-size:11px}td.transport{text-align:left}.scroll{overflow-x:auto}
 th.name{min-width:14ch;max-width:30ch;overflow-wrap:anywhere;white-space:normal}caption{font-weight:600;text-align:left;margin-bottom:4px}";
 
 /// Renders the whole report.
@@ -649,7 +657,7 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         let (key, a) = (row_key(r), &r.agg);
         let _ = write!(
             h,
-            "<tr>{}<td>{}</td>{}{}{}</tr>",
+            "<tr>{}<td class=\"transport\">{}</td>{}{}{}</tr>",
             name_cell(r.name),
             esc(r.transport),
             cell(
@@ -679,7 +687,7 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         let (key, a) = (row_key(r), &r.agg);
         let _ = write!(
             h,
-            "<tr>{}<td>{}</td>{}{}{}</tr>",
+            "<tr>{}<td class=\"transport\">{}</td>{}{}{}</tr>",
             name_cell(r.name),
             esc(r.transport),
             cell(

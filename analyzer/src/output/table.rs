@@ -291,6 +291,30 @@ mod tests {
         assert!(text.contains("srv_think and cli_think"), "{text}");
     }
 
+    /// Issue 17: "tried" counts every 0-RTT offer, rejected ones included
+    /// (the table said 5 tried of 6, the HTML report 3).
+    #[test]
+    fn zero_rtt_tried_counts_every_outcome() {
+        let mut s = Summary::default();
+        for e in [
+            EarlyData::Accepted,
+            EarlyData::Rejected,
+            EarlyData::Attempted,
+            EarlyData::Attempted,
+            EarlyData::None,
+        ] {
+            let mut r = tcp("a.test", HandshakeKind::Resumed, Timing::default());
+            r.early_data = Some(e);
+            s.add(&r);
+        }
+        let mut out = Vec::new();
+        write_table(&mut out, &s, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows = rows(&text);
+        let row = rows.iter().find(|r| r["server_name"] == "a.test").unwrap();
+        assert_eq!(row["0rtt:try/ok/rej"], "4/1/1", "{text}");
+    }
+
     /// Issue 16: without roles the output has no role section; with them,
     /// a section per role with the pool view: the median idle before use,
     /// the share used within 10 ms (on demand), the median lifetime.
