@@ -1,6 +1,7 @@
 //! `tlsrum replay --html FILE`: one self-contained page (inline CSS and SVG,
-//! no scripts, no fetches) with the summary table, resumption and 0-RTT by
-//! server name, curl-style timing by kind, where the handshake time goes
+//! no scripts, no fetches) with the summary table (the rows and numbers of
+//! `replay`'s table: [`Summary::rows`]), resumption and 0-RTT by server
+//! name and transport, curl-style timing by kind, where the handshake time goes
 //! (network, server, client) by kind, time distributions, round trips,
 //! avoidable latency, and the busiest and slowest servers. Every number
 //! carries a `data-metric` attribute so tests can read it back.
