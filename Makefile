@@ -56,10 +56,13 @@ baselines: deps
 
 # docs/timeseries.png (README, "Slicing"): the HTML report's "Over time"
 # section for the bundled capture that spans an nginx reload, shot in headless
-# Chromium by scripts/report-chart.mjs.
+# Chromium by scripts/report-chart.mjs; docs/report.png (README, "HTML
+# report"): the whole report of the bundled captures, by tests/html/inspect.mjs.
 docs-charts: build
 	$(TLSRUM) replay --window 5s --html target/timeseries.html pcaps/curl-nginx-upgrade.pcapng >/dev/null
 	node scripts/report-chart.mjs target/timeseries.html docs/timeseries.png
+	$(TLSRUM) replay --html target/report.html pcaps >/dev/null
+	node tests/html/inspect.mjs target/report.html docs/report.png >/dev/null
 
 # Regenerate pcaps/ from real servers and clients (needs root for loopback capture).
 pcaps: deps

@@ -155,6 +155,17 @@ pub struct Aggregate {
     pub lifetime_ms: Histogram,
 }
 
+/// 0-RTT by outcome. `tried`: the client offered early data (any
+/// `early_data` but `none`), = `accepted` + `rejected` + `unseen`
+/// (`attempted`: the outcome is encrypted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EarlyDataCounts {
+    pub tried: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub unseen: u64,
+}
+
 /// A connection whose client used it within this long (ms) of the
 /// handshake's end was opened on demand; later, it waited in a pool or was
 /// pre-warmed. 10 ms: far above a client's own delay between its Finished
@@ -240,6 +251,17 @@ impl Aggregate {
     pub fn on_demand_rate(&self) -> Option<f64> {
         let n = self.idle_before_use_ms.count();
         (n > 0).then(|| self.used_on_demand as f64 / n as f64)
+    }
+
+    /// The 0-RTT counts every output shows (table, HTML): one place, so
+    /// that "tried" means the same everywhere.
+    pub fn early_data(&self) -> EarlyDataCounts {
+        EarlyDataCounts {
+            tried: self.early_attempted + self.early_accepted + self.early_rejected,
+            accepted: self.early_accepted,
+            rejected: self.early_rejected,
+            unseen: self.early_attempted,
+        }
     }
 
     pub fn resumed(&self) -> u64 {
@@ -379,6 +401,56 @@ impl Summary {
     /// The `n` names with most connections (ties by name), then the rest folded.
     pub fn top(&self, n: usize) -> TopNames<'_> {
         top_of(&self.by_name, n)
+    }
+}
+
+/// One row of the summary, as the table and the HTML report both show it.
+pub struct SummaryRow<'a> {
+    /// A server name, [`OTHER`] or `TOTAL`.
+    pub name: &'a str,
+    /// `tcp`, `quic`; `all` for [`OTHER`] (pairs of both folded) and the total.
+    pub transport: &'static str,
+    pub total: bool,
+    pub agg: std::borrow::Cow<'a, Aggregate>,
+}
+
+impl Summary {
+    /// The summary's rows: the `top` busiest (server name, transport)
+    /// pairs, the rest folded into [`OTHER`], then a total per transport
+    /// when there are several, and the total.
+    pub fn rows(&self, top: usize) -> Vec<SummaryRow<'_>> {
+        use std::borrow::Cow;
+        let (names, rest) = self.top_by_transport(top);
+        let mut rows: Vec<SummaryRow<'_>> = names
+            .into_iter()
+            .map(|(name, t, a)| SummaryRow {
+                name,
+                transport: t.as_str(),
+                total: false,
+                agg: Cow::Borrowed(a),
+            })
+            .collect();
+        rows.extend(rest.map(|a| SummaryRow {
+            name: OTHER,
+            transport: "all",
+            total: false,
+            agg: Cow::Owned(a),
+        }));
+        if self.by_transport.len() > 1 {
+            rows.extend(self.by_transport.iter().map(|(t, a)| SummaryRow {
+                name: "TOTAL",
+                transport: t.as_str(),
+                total: true,
+                agg: Cow::Borrowed(a),
+            }));
+        }
+        rows.push(SummaryRow {
+            name: "TOTAL",
+            transport: "all",
+            total: true,
+            agg: Cow::Borrowed(&self.total),
+        });
+        rows
     }
 }
 

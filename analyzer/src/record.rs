@@ -10,6 +10,16 @@ pub enum Transport {
     Quic,
 }
 
+impl Transport {
+    /// As the records spell it (`tcp`, `quic`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Quic => "quic",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum HandshakeKind {

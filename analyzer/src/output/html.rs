@@ -1,14 +1,16 @@
 //! `tlsrum replay --html FILE`: one self-contained page (inline CSS and SVG,
-//! no scripts, no fetches) with the summary table, resumption and 0-RTT by
-//! server name, curl-style timing by kind, where the handshake time goes
+//! no scripts, no fetches) with the summary table (the rows and numbers of
+//! `replay`'s table: [`Summary::rows`]), resumption and 0-RTT by server
+//! name and transport, curl-style timing by kind, where the handshake time goes
 //! (network, server, client) by kind, time distributions, round trips,
 //! avoidable latency, and the busiest and slowest servers. Every number
 //! carries a `data-metric` attribute so tests can read it back.
 
 use std::fmt::Write;
 
-use crate::aggregate::{Aggregate, Histogram, Split, Summary};
+use crate::aggregate::{Aggregate, Histogram, Split, Summary, SummaryRow};
 use crate::client_names::ClientNames;
+use crate::record::Transport;
 use crate::slice::Slicer;
 
 /// What the report shows besides the summary: client names, the `--by`
@@ -40,39 +42,107 @@ pub(crate) fn cell(metric: &str, value: &str) -> String {
     format!("<td data-metric=\"{}\">{}</td>", esc(metric), esc(value))
 }
 
-/// Horizontal stacked bars: one row per label, one segment per series.
-fn stacked_bars(
-    id: &str,
-    title: &str,
-    series: &[&str],
-    rows: &[(String, Vec<f64>)],
-    unit: &str,
-) -> String {
+/// One bar of [`stacked_bars`]: its label, a value per series, and the
+/// `data-metric` its total carries, if any.
+struct Bar {
+    label: String,
+    values: Vec<f64>,
+    metric: Option<String>,
+}
+
+impl Bar {
+    fn new(label: impl Into<String>, values: Vec<f64>) -> Self {
+        Bar {
+            label: label.into(),
+            values,
+            metric: None,
+        }
+    }
+
+    fn metric(mut self, m: impl Into<String>) -> Self {
+        self.metric = Some(m.into());
+        self
+    }
+}
+
+/// Characters of a bar label that fit left of the plot (11 px type, about
+/// 6.2 px a character, in 212 px); longer labels are cut in the middle
+/// (keeping the domain and the transport at the end) and carry the whole
+/// text as a tooltip.
+const LABEL_CHARS: usize = 32;
+
+/// A y-axis category label: at most [`LABEL_CHARS`], the whole text in
+/// its `<title>` when cut.
+fn category_label(x: f64, y: f64, label: &str) -> String {
+    let chars: Vec<char> = label.chars().collect();
+    let shown: String = if chars.len() > LABEL_CHARS {
+        let head = (LABEL_CHARS - 1) / 2;
+        let tail = LABEL_CHARS - 1 - head;
+        let mut t: String = chars[..head].iter().collect();
+        t.push('…');
+        t.extend(&chars[chars.len() - tail..]);
+        t
+    } else {
+        label.to_string()
+    };
+    format!(
+        "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"end\" class=\"label y-tick\" data-full=\"{}\"><title>{}</title>{}</text>",
+        esc(label),
+        esc(label),
+        esc(&shown)
+    )
+}
+
+/// Horizontal stacked bars: one row per label (the y axis), one segment
+/// per series, the total at the bar's end; an x axis in `unit`.
+fn stacked_bars(id: &str, title: &str, series: &[&str], rows: &[Bar], unit: &str) -> String {
     let row_h = 22.0;
     let left = 220.0;
     let width = 900.0;
     let plot_w = width - left - 80.0;
-    let height = 40.0 + row_h * rows.len().max(1) as f64 + 30.0;
-    let max = rows
+    let top = 30.0;
+    let plot_h = row_h * rows.len().max(1) as f64;
+    let height = top + plot_h + 40.0;
+    let sum = rows
         .iter()
-        .map(|(_, v)| v.iter().sum::<f64>())
-        .fold(0.0, f64::max)
-        .max(1e-9);
+        .map(|b| b.values.iter().sum::<f64>())
+        .fold(0.0, f64::max);
+    let step = super::html_slices::nice_step(if sum > 0.0 { sum } else { 1.0 });
+    let max = step * (sum / step).ceil().max(1.0);
     let mut svg = format!(
         "<figure><figcaption>{}</figcaption><svg id=\"{id}\" class=\"chart\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" role=\"img\">",
         esc(title)
     );
-    for (i, (label, values)) in rows.iter().enumerate() {
-        let y = 30.0 + i as f64 * row_h;
+    // The x axis: round ticks in the unit, a grid line each.
+    let base = top + plot_h;
+    for i in 0..=(max / step).round() as usize {
+        let v = step * i as f64;
+        let x = left + v / max * plot_w;
         let _ = write!(
             svg,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"label\">{}</text>",
-            left - 8.0,
-            y + 14.0,
-            esc(label)
+            "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{:.1}\" class=\"grid\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"label x-tick\">{}</text>",
+            base + 4.0,
+            base + 16.0,
+            trim(v)
         );
+    }
+    let _ = write!(
+        svg,
+        "<line x1=\"{left}\" y1=\"{base}\" x2=\"{:.1}\" y2=\"{base}\" class=\"axis x-axis\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"label\">{}</text>",
+        left + plot_w,
+        left + plot_w / 2.0,
+        height - 6.0,
+        esc(unit)
+    );
+    let _ = write!(
+        svg,
+        "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{base}\" class=\"axis y-axis\"/>"
+    );
+    for (i, bar) in rows.iter().enumerate() {
+        let y = top + 3.0 + i as f64 * row_h;
+        svg.push_str(&category_label(left - 8.0, y + 14.0, &bar.label));
         let mut x = left;
-        for (j, v) in values.iter().enumerate() {
+        for (j, v) in bar.values.iter().enumerate() {
             let w = v / max * plot_w;
             if w > 0.0 {
                 let _ = write!(
@@ -82,15 +152,20 @@ fn stacked_bars(
                     COLORS[j % COLORS.len()],
                     esc(series.get(j).copied().unwrap_or("")),
                     v,
-                    unit
+                    esc(unit)
                 );
             }
             x += w;
         }
-        let total: f64 = values.iter().sum();
+        let total: f64 = bar.values.iter().sum();
+        let metric = bar
+            .metric
+            .as_ref()
+            .map(|m| format!(" data-metric=\"{}\"", esc(m)))
+            .unwrap_or_default();
         let _ = write!(
             svg,
-            "<text x=\"{:.1}\" y=\"{}\" class=\"value\">{}</text>",
+            "<text x=\"{:.1}\" y=\"{}\" class=\"value\"{metric}>{}</text>",
             x + 4.0,
             y + 14.0,
             trim(total)
@@ -121,7 +196,7 @@ fn trim(v: f64) -> String {
 
 /// Cumulative distribution lines of histograms (log-scaled milliseconds).
 fn cdf(id: &str, title: &str, lines: &[(&str, &Histogram)]) -> String {
-    let (width, height, left, bottom) = (900.0, 300.0, 60.0, 40.0);
+    let (width, height, left, bottom) = (900.0, 300.0, 64.0, 40.0);
     let lo = lines
         .iter()
         .filter_map(|(_, h)| h.buckets().next().map(|b| b.0))
@@ -139,6 +214,23 @@ fn cdf(id: &str, title: &str, lines: &[(&str, &Histogram)]) -> String {
         svg,
         "<rect x=\"{left}\" y=\"20\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/>"
     );
+    // The y axis: the cumulative share, 0 to 100%.
+    let _ = write!(
+        svg,
+        "<line x1=\"{left}\" y1=\"20\" x2=\"{left}\" y2=\"{}\" class=\"axis y-axis\"/><text transform=\"translate(14 {:.1}) rotate(-90)\" text-anchor=\"middle\" class=\"label\">share of connections</text>",
+        20.0 + plot_h,
+        20.0 + plot_h / 2.0
+    );
+    for pct in [0, 25, 50, 75, 100] {
+        let y = 20.0 + plot_h * (1.0 - f64::from(pct) / 100.0);
+        let _ = write!(
+            svg,
+            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label y-tick\">{pct}%</text>",
+            left + plot_w,
+            left - 4.0,
+            y + 4.0
+        );
+    }
     if hi <= 0.0 || lo == f64::MAX {
         let _ = write!(
             svg,
@@ -199,9 +291,32 @@ fn cdf(id: &str, title: &str, lines: &[(&str, &Histogram)]) -> String {
     svg
 }
 
-fn summary_row(name: &str, a: &Aggregate) -> String {
-    let k = |m: &str| format!("{name}/{m}");
-    let mut row = format!("<tr><th>{}</th>", esc(name));
+/// The `data-metric` prefix of a summary row: `NAME/TRANSPORT`.
+fn row_key(r: &SummaryRow<'_>) -> String {
+    format!("{}/{}", r.name, r.transport)
+}
+
+/// A row's label in the charts: the name, and its transport.
+fn row_label(r: &SummaryRow<'_>) -> String {
+    format!("{} ({})", r.name, r.transport)
+}
+
+/// A server-name header cell: wraps rather than overflows (names can be
+/// 253 characters), the whole name also as its tooltip.
+fn name_cell(name: &str) -> String {
+    format!("<th class=\"name\" title=\"{0}\">{0}</th>", esc(name))
+}
+
+fn summary_row(r: &SummaryRow<'_>) -> String {
+    let a: &Aggregate = &r.agg;
+    let key = row_key(r);
+    let k = |m: &str| format!("{key}/{m}");
+    let mut row = format!(
+        "<tr>{}<td class=\"transport\">{}</td>",
+        name_cell(r.name),
+        esc(r.transport)
+    );
+    let early = a.early_data();
     for (m, v) in [
         ("connections", a.connections),
         ("full", a.full),
@@ -209,9 +324,9 @@ fn summary_row(name: &str, a: &Aggregate) -> String {
         ("resumed_ticket", a.resumed_ticket),
         ("resumed_psk", a.resumed_psk),
         ("declined", a.declined),
-        ("early_attempted", a.early_attempted),
-        ("early_accepted", a.early_accepted),
-        ("early_rejected", a.early_rejected),
+        ("early_tried", early.tried),
+        ("early_accepted", early.accepted),
+        ("early_rejected", early.rejected),
         ("failed", a.failed),
         ("incomplete", a.incomplete),
     ] {
@@ -316,12 +431,12 @@ fn time_split(t: &Aggregate) -> String {
             ("client", &s.client_ms),
         ]
     }
-    let bars: Vec<(String, Vec<f64>)> = kinds
+    let bars: Vec<Bar> = kinds
         .iter()
         .filter(|(_, s)| s.network_ms.count() > 0)
         .map(|(kind, s)| {
             let medians = parts(s).map(|(_, h)| h.quantile(0.5).unwrap_or(0.0));
-            (kind.to_string(), medians.to_vec())
+            Bar::new(*kind, medians.to_vec())
         })
         .collect();
     let mut h = stacked_bars(
@@ -331,7 +446,7 @@ fn time_split(t: &Aggregate) -> String {
         &bars,
         "ms",
     );
-    h.push_str("<table id=\"time-split-table\"><thead><tr><th>kind</th><th>handshakes</th><th>network p50</th><th>server p50</th><th>client p50</th></tr></thead><tbody>");
+    h.push_str("<table id=\"time-split-table\"><caption>Where the handshake time goes, by kind (ms)</caption><thead><tr><th>kind</th><th>handshakes</th><th>network p50</th><th>server p50</th><th>client p50</th></tr></thead><tbody>");
     for (kind, s) in kinds {
         let _ = write!(
             h,
@@ -359,19 +474,17 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums}td,th{padding:3
 th:first-child{text-align:left}thead th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
 .chart{max-width:100%;height:auto;background:#fff}.label{font-size:11px;fill:#444}.value{font-size:11px;fill:#222}
 .legend{font-size:11px;fill:#222}.frame{fill:none;stroke:#bbb}.grid{stroke:#eee}.axis{stroke:#999}.note{color:#666;font-size:12px}
-#summary{font-size:12px}#summary td,#summary th{padding:3px 5px}.scroll{overflow-x:auto}";
+#summary{font-size:12px}#summary td,#summary th{padding:3px 4px}#summary thead th{font-size:11px}td.transport{text-align:left}.scroll{overflow-x:auto}
+th.name{min-width:14ch;max-width:30ch;overflow-wrap:anywhere;white-space:normal}caption{font-weight:600;text-align:left;margin-bottom:4px}";
 
 /// Renders the whole report.
 pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -> String {
-    let (names, rest) = summary.top(top);
-    let mut rows: Vec<(String, &Aggregate)> =
-        names.iter().map(|(n, a)| (n.to_string(), *a)).collect();
-    let rest_holder;
-    if let Some(r) = rest {
-        rest_holder = r;
-        rows.push((crate::aggregate::OTHER.to_string(), &rest_holder));
-    }
+    // The table's rows ([`Summary::rows`]): by server name and transport,
+    // TLS over TCP and QUIC apart, then the totals.
+    let all = summary.rows(top);
+    let rows: Vec<&SummaryRow<'_>> = all.iter().filter(|r| !r.total).collect();
     let t = &summary.total;
+    let transport = |tr: Transport| summary.by_transport.get(&tr).map_or(0, |a| a.connections);
     let mut h = String::with_capacity(64 * 1024);
     let _ = write!(
         h,
@@ -381,18 +494,19 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
     let _ = write!(h, "<h1>tlsrum report: {}</h1>", esc(title));
     let _ = write!(
         h,
-        "<p><span data-metric=\"total/connections\">{}</span> TLS connections; resumption rate <span data-metric=\"total/resumption_rate\">{}</span>; <span data-metric=\"total/avoidable_ms\">{:.1}</span> ms of avoidable handshake latency.</p>",
+        "<p><span data-metric=\"total/connections\">{}</span> connections (<span data-metric=\"headline/tcp_connections\">{}</span> TLS over TCP, <span data-metric=\"headline/quic_connections\">{}</span> QUIC); resumption rate <span data-metric=\"total/resumption_rate\">{}</span>; <span data-metric=\"total/avoidable_ms\">{:.1}</span> ms of avoidable handshake latency.</p>",
         t.connections,
+        transport(Transport::Tcp),
+        transport(Transport::Quic),
         t.resumption_rate().map(|r| format!("{:.1}%", r * 100.0)).unwrap_or("-".into()),
         t.avoidable_ms
     );
 
-    h.push_str("<h2>Summary by server name</h2><div class=\"scroll\"><table id=\"summary\"><thead><tr><th>server name</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>CH delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th></tr></thead><tbody>");
-    for (n, a) in &rows {
-        h.push_str(&summary_row(n, a));
+    h.push_str("<h2>Summary by server name and transport</h2><div class=\"scroll\"><table id=\"summary\"><thead><tr><th>server name</th><th>transport</th><th>conns</th><th>full</th><th>res: id</th><th>res: ticket</th><th>res: psk</th><th>declined</th><th>0-RTT tried</th><th>0-RTT ok</th><th>0-RTT rejected</th><th>failed</th><th>incomplete</th><th>resumed</th><th>hs full p50</th><th>hs resumed p50</th><th>ttfb p50</th><th>CH delay p50</th><th>server think p50</th><th>client think p50</th><th>avoidable ms</th></tr></thead><tbody>");
+    for r in &all {
+        h.push_str(&summary_row(r));
     }
-    h.push_str(&summary_row("TOTAL", t));
-    h.push_str("</tbody></table></div><p class=\"note\">Times in ms (medians within 0.5%, from 1%-wide histogram buckets). Declined: full handshakes whose client offered resumption. CH delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
+    h.push_str("</tbody></table></div><p class=\"note\">Rows as in <code>tlsrum replay</code>'s table: TLS over TCP and QUIC apart, the rest folded into (other), totals per transport. Times in ms (medians within 0.5%, from 1%-wide histogram buckets). Declined: full handshakes whose client offered resumption. 0-RTT tried: the client offered early data, whatever came of it (accepted, rejected, or not visible without keys). CH delay: TCP handshake's end to the ClientHello (TLS over TCP). Server and client think: each side's own time in the handshake, the round trips taken out (QUIC shows the server's only).</p>");
 
     h.push_str(&role_section(summary, top));
 
@@ -408,11 +522,12 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
     }
 
     h.push_str("<h2>Handshakes and resumption by server name</h2>");
-    let kinds: Vec<(String, Vec<f64>)> = rows
+    let kinds: Vec<Bar> = rows
         .iter()
-        .map(|(n, a)| {
-            (
-                n.clone(),
+        .map(|r| {
+            let a = &r.agg;
+            Bar::new(
+                row_label(r),
                 vec![
                     a.full as f64,
                     a.resumed_session_id as f64,
@@ -438,9 +553,14 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         &kinds,
         "connections",
     ));
-    let offers: Vec<(String, Vec<f64>)> = rows
+    let offers: Vec<Bar> = rows
         .iter()
-        .map(|(n, a)| (n.clone(), vec![a.resumed() as f64, a.declined as f64]))
+        .map(|r| {
+            Bar::new(
+                row_label(r),
+                vec![r.agg.resumed() as f64, r.agg.declined as f64],
+            )
+        })
         .collect();
     h.push_str(&stacked_bars(
         "offers",
@@ -449,29 +569,27 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         &offers,
         "offers",
     ));
-    let early: Vec<(String, Vec<f64>)> = rows
+    let early: Vec<Bar> = rows
         .iter()
-        .map(|(n, a)| {
-            (
-                n.clone(),
-                vec![
-                    a.early_attempted as f64,
-                    a.early_accepted as f64,
-                    a.early_rejected as f64,
-                ],
+        .map(|r| {
+            let e = r.agg.early_data();
+            Bar::new(
+                row_label(r),
+                vec![e.accepted as f64, e.rejected as f64, e.unseen as f64],
             )
+            .metric(format!("early/{}/tried", row_key(r)))
         })
         .collect();
     h.push_str(&stacked_bars(
         "early-data",
-        "0-RTT: attempted (outcome encrypted), accepted, rejected",
-        &["attempted", "accepted", "rejected"],
+        "0-RTT tried, by outcome: accepted, rejected, not visible (encrypted, no keys)",
+        &["accepted", "rejected", "not visible"],
         &early,
         "connections",
     ));
 
     h.push_str("<h2>What handshakes cost</h2>");
-    let waterfall: Vec<(String, Vec<f64>)> = [
+    let waterfall: Vec<Bar> = [
         ("full", &t.handshake_full_ms, &t.ttfb_full_ms),
         ("resumed", &t.handshake_resumed_ms, &t.ttfb_resumed_ms),
     ]
@@ -480,7 +598,7 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         let rtt = t.tcp_rtt_ms.quantile(0.5).unwrap_or(0.0);
         let hs50 = hs.quantile(0.5).unwrap_or(0.0);
         let tt50 = ttfb.quantile(0.5).unwrap_or(0.0);
-        (kind.to_string(), vec![rtt, hs50, (tt50 - hs50).max(0.0)])
+        Bar::new(*kind, vec![rtt, hs50, (tt50 - hs50).max(0.0)])
     })
     .collect();
     h.push_str(&stacked_bars(
@@ -504,10 +622,14 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         "Time to first byte, cumulative share of connections",
         &[("full", &t.ttfb_full_ms), ("resumed", &t.ttfb_resumed_ms)],
     ));
-    let rt: Vec<(String, Vec<f64>)> = ["0", "1", "2", "3", "4+"]
+    let rt: Vec<Bar> = ["0", "1", "2", "3", "4+"]
         .iter()
         .zip(t.round_trips)
-        .map(|(l, c)| (format!("{l} round trips"), vec![c as f64]))
+        .enumerate()
+        .map(|(i, (l, c))| {
+            Bar::new(format!("{l} round trips"), vec![c as f64])
+                .metric(format!("total/round_trips_{i}"))
+        })
         .collect();
     h.push_str(&stacked_bars(
         "round-trips",
@@ -516,17 +638,12 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         &rt,
         "connections",
     ));
-    h.push_str("<table id=\"round-trips-table\"><tr>");
-    for (i, c) in t.round_trips.iter().enumerate() {
-        h.push_str(&cell(&format!("total/round_trips_{i}"), &c.to_string()));
-    }
-    h.push_str("</tr></table>");
 
     h.push_str("<h2>Avoidable latency</h2><p>Full handshakes whose client offered resumption: the round trips a resumed handshake would have saved, times the measured RTT.</p>");
-    let avoid: Vec<(String, Vec<f64>)> = rows
+    let avoid: Vec<Bar> = rows
         .iter()
-        .filter(|(_, a)| a.avoidable_ms > 0.0)
-        .map(|(n, a)| (n.clone(), vec![a.avoidable_ms]))
+        .filter(|r| r.agg.avoidable_ms > 0.0)
+        .map(|r| Bar::new(row_label(r), vec![r.agg.avoidable_ms]))
         .collect();
     h.push_str(&stacked_bars(
         "avoidable",
@@ -536,49 +653,54 @@ pub fn render(summary: &Summary, title: &str, top: usize, extras: &Extras<'_>) -
         "ms",
     ));
 
-    h.push_str("<h2>Busiest servers</h2><table id=\"busiest\"><thead><tr><th>server name</th><th>conns</th><th>resumed</th><th>hs full p50</th></tr></thead><tbody>");
-    for (n, a) in rows.iter().take(10) {
+    h.push_str("<h2>Busiest servers</h2><table id=\"busiest\"><thead><tr><th>server name</th><th>transport</th><th>conns</th><th>resumed</th><th>hs full p50</th></tr></thead><tbody>");
+    for r in rows.iter().take(10) {
+        let (key, a) = (row_key(r), &r.agg);
         let _ = write!(
             h,
-            "<tr><th>{}</th>{}{}{}</tr>",
-            esc(n),
+            "<tr>{}<td class=\"transport\">{}</td>{}{}{}</tr>",
+            name_cell(r.name),
+            esc(r.transport),
             cell(
-                &format!("busiest/{n}/connections"),
+                &format!("busiest/{key}/connections"),
                 &a.connections.to_string()
             ),
-            cell(&format!("busiest/{n}/resumed"), &a.resumed().to_string()),
+            cell(&format!("busiest/{key}/resumed"), &a.resumed().to_string()),
             cell(
-                &format!("busiest/{n}/handshake_full_p50_ms"),
+                &format!("busiest/{key}/handshake_full_p50_ms"),
                 &ms(a.handshake_full_ms.quantile(0.5))
             )
         );
     }
-    h.push_str("</tbody></table><h2>Slowest servers (median full handshake)</h2><table id=\"slowest\"><thead><tr><th>server name</th><th>hs full p50</th><th>hs full p90</th><th>conns</th></tr></thead><tbody>");
-    let mut slow: Vec<&(String, &Aggregate)> = rows
+    h.push_str("</tbody></table><h2>Slowest servers (median full handshake)</h2><table id=\"slowest\"><thead><tr><th>server name</th><th>transport</th><th>hs full p50</th><th>hs full p90</th><th>conns</th></tr></thead><tbody>");
+    let mut slow: Vec<&&SummaryRow<'_>> = rows
         .iter()
-        .filter(|(_, a)| a.handshake_full_ms.count() > 0)
+        .filter(|r| r.agg.handshake_full_ms.count() > 0)
         .collect();
     slow.sort_by(|a, b| {
-        b.1.handshake_full_ms
+        b.agg
+            .handshake_full_ms
             .quantile(0.5)
-            .partial_cmp(&a.1.handshake_full_ms.quantile(0.5))
+            .partial_cmp(&a.agg.handshake_full_ms.quantile(0.5))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    for (n, a) in slow.iter().take(10) {
+    for r in slow.iter().take(10) {
+        let (key, a) = (row_key(r), &r.agg);
         let _ = write!(
             h,
-            "<tr><th>{}</th>{}{}{}</tr>",
-            esc(n),
+            "<tr>{}<td class=\"transport\">{}</td>{}{}{}</tr>",
+            name_cell(r.name),
+            esc(r.transport),
             cell(
-                &format!("slowest/{n}/handshake_full_p50_ms"),
+                &format!("slowest/{key}/handshake_full_p50_ms"),
                 &ms(a.handshake_full_ms.quantile(0.5))
             ),
             cell(
-                &format!("slowest/{n}/handshake_full_p90_ms"),
+                &format!("slowest/{key}/handshake_full_p90_ms"),
                 &ms(a.handshake_full_ms.quantile(0.9))
             ),
             cell(
-                &format!("slowest/{n}/connections"),
+                &format!("slowest/{key}/connections"),
                 &a.connections.to_string()
             )
         );

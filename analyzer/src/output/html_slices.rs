@@ -100,7 +100,7 @@ struct Line {
 
 /// A round tick step for an axis from 0 to `max` with about four ticks:
 /// 1, 2, 2.5 or 5 times a power of ten, so labels read 0, 5, 10, 15, 20.
-fn nice_step(max: f64) -> f64 {
+pub(crate) fn nice_step(max: f64) -> f64 {
     let raw = max / 4.0;
     let mag = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 2.5, 5.0, 10.0]
@@ -152,7 +152,8 @@ fn line_chart(
     );
     let _ = write!(
         svg,
-        "<rect x=\"{left}\" y=\"{top}\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/>"
+        "<rect x=\"{left}\" y=\"{top}\" width=\"{plot_w}\" height=\"{plot_h}\" class=\"frame\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" class=\"axis y-axis\"/>",
+        top + plot_h
     );
     let y_step = nice_step(if y_max > 0.0 { y_max } else { 1.0 });
     let y_ticks = (y_max / y_step).ceil().max(1.0);
@@ -165,7 +166,7 @@ fn line_chart(
         let y = yp(v);
         let _ = write!(
             svg,
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label\">{v:.prec$}{unit}</text>",
+            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" class=\"label y-tick\">{v:.prec$}{unit}</text>",
             left + plot_w,
             left - 4.0,
             y + 4.0,

@@ -5,7 +5,6 @@ use std::io::{self, Write};
 use crate::aggregate::{Aggregate, Summary};
 use crate::client_names::ClientNames;
 use crate::never_resume::ByClient;
-use crate::record::Transport;
 
 fn ms(v: Option<f64>) -> String {
     v.map(|v| {
@@ -24,6 +23,7 @@ fn pct(v: Option<f64>) -> String {
 }
 
 fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
+    let early = a.early_data();
     vec![
         name.to_string(),
         transport.to_string(),
@@ -33,12 +33,7 @@ fn row(name: &str, transport: &str, a: &Aggregate) -> Vec<String> {
         a.resumed_ticket.to_string(),
         a.resumed_psk.to_string(),
         a.declined.to_string(),
-        format!(
-            "{}/{}/{}",
-            a.early_attempted + a.early_accepted,
-            a.early_accepted,
-            a.early_rejected
-        ),
+        format!("{}/{}/{}", early.tried, early.accepted, early.rejected),
         a.failed.to_string(),
         a.incomplete.to_string(),
         pct(a.resumption_rate()),
@@ -74,43 +69,24 @@ const HEAD: [&str; 19] = [
     "avoidable_ms",
 ];
 
-fn transport_name(t: Transport) -> &'static str {
-    match t {
-        Transport::Tcp => "tcp",
-        Transport::Quic => "quic",
-    }
-}
-
-/// Writes the table: the `top` busiest (name, transport) rows, the rest
-/// folded, a total per transport when there are several, and a total.
+/// Writes the table: [`Summary::rows`] (the `top` busiest (name,
+/// transport) rows, the rest folded, totals per transport and overall).
 pub fn write_table(
     w: &mut impl Write,
     s: &Summary,
     top: usize,
     names: Option<&ClientNames>,
 ) -> io::Result<()> {
-    let (top_rows, rest) = s.top_by_transport(top);
     let mut rows: Vec<Vec<String>> = vec![HEAD.iter().map(|h| h.to_string()).collect()];
     let mut body = Vec::new();
-    rows.extend(
-        top_rows
-            .iter()
-            .map(|(n, t, a)| row(n, transport_name(*t), a)),
-    );
-    if let Some(rest) = &rest {
-        rows.push(row(crate::aggregate::OTHER, "", rest));
+    for r in s.rows(top) {
+        if r.total && body.is_empty() {
+            body.push(rows.len());
+        }
+        rows.push(row(r.name, r.transport, &r.agg));
     }
-    body.push(rows.len());
-    if s.by_transport.len() > 1 {
-        rows.extend(
-            s.by_transport
-                .iter()
-                .map(|(t, a)| row("TOTAL", transport_name(*t), a)),
-        );
-    }
-    rows.push(row("TOTAL", "all", &s.total));
     print_rows(w, &rows, &body)?;
-    writeln!(w, "(medians in ms of handshake, ttfb, ch_delay = TCP handshake end to ClientHello, srv_think and cli_think = each side's own time in the handshake; 0rtt: attempted incl. accepted / accepted / rejected; declined = full handshakes whose client offered resumption)")?;
+    writeln!(w, "(medians in ms of handshake, ttfb, ch_delay = TCP handshake end to ClientHello, srv_think and cli_think = each side's own time in the handshake; 0rtt: tried (offered, whatever the outcome) / accepted / rejected; declined = full handshakes whose client offered resumption)")?;
     write_roles(w, s, top)?;
     write_never_resume(w, &s.clients, names)
 }
@@ -313,6 +289,30 @@ mod tests {
             assert_eq!(b[c], "-", "{c}:\n{text}");
         }
         assert!(text.contains("srv_think and cli_think"), "{text}");
+    }
+
+    /// Issue 17: "tried" counts every 0-RTT offer, rejected ones included
+    /// (the table said 5 tried of 6, the HTML report 3).
+    #[test]
+    fn zero_rtt_tried_counts_every_outcome() {
+        let mut s = Summary::default();
+        for e in [
+            EarlyData::Accepted,
+            EarlyData::Rejected,
+            EarlyData::Attempted,
+            EarlyData::Attempted,
+            EarlyData::None,
+        ] {
+            let mut r = tcp("a.test", HandshakeKind::Resumed, Timing::default());
+            r.early_data = Some(e);
+            s.add(&r);
+        }
+        let mut out = Vec::new();
+        write_table(&mut out, &s, 10, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows = rows(&text);
+        let row = rows.iter().find(|r| r["server_name"] == "a.test").unwrap();
+        assert_eq!(row["0rtt:try/ok/rej"], "4/1/1", "{text}");
     }
 
     /// Issue 16: without roles the output has no role section; with them,
