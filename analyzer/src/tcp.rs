@@ -372,6 +372,9 @@ impl TcpFlow {
         // And a client that has not used the connection yet may still do
         // so (`idle_before_use`), unless the capture does not show it.
         let seen = self.seen;
+        if let Some(a) = self.active.as_mut() {
+            a.up.hs.set_to_client(self.tcp.vantage().to_client);
+        }
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
             let opened = a.server_flight.as_ref().is_none_or(|f| f.done);
             let waits = a.hs.awaits_use() && a.client.is_some_and(|c| seen[c]);

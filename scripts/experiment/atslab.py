@@ -53,6 +53,9 @@ ORIGIN_IP = wanlab.SERVER_IP
 USER_IP, PROXY_IN_IP = "198.18.1.1", "198.18.1.2"     # client <-> proxy
 PROXY_OUT_IP, ROUTER_IN_IP = "198.18.2.1", "198.18.2.2"  # proxy <-> router
 METRICS = "127.0.0.1:9854"
+# Longer than a pooled connection waits here: a flow idle this long is
+# finished, and a pooled connection used later would count as never used.
+LIVE_IDLE_TIMEOUT = 60
 CURL_W = "%{local_port} %{time_connect} %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}\\n"
 
 RECORDS = """CONFIG proxy.config.admin.user_id STRING #-1
@@ -72,6 +75,9 @@ CONFIG proxy.config.ssl.origin_session_cache.size INT 0
 CONFIG proxy.config.tunnel.prewarm INT {prewarm}
 CONFIG proxy.config.tunnel.prewarm.event_period INT 1000
 CONFIG proxy.config.log.logging_enabled INT 0
+# Statistics reach traffic_ctl within a second (default: up to 10 s late).
+CONFIG proxy.config.raw_stat_sync_interval_ms INT 500
+CONFIG proxy.config.remote_sync_interval_ms INT 500
 CONFIG proxy.config.diags.debug.enabled INT {debug}
 CONFIG proxy.config.diags.debug.tags STRING ssl_sni|prewarm|sni|ssl|http_tunnel|tunnel
 CONFIG proxy.config.hostdb.host_file.path STRING {dir}/hosts
@@ -142,7 +148,7 @@ class AtsLab(wanlab.Lab):
         self.live_proc = self.procs.spawn(self.nsexec(self.ns_p, [
             tlsrum, "live", "--backend", "ebpf", "--iface", "dn0", "--iface", "up0",
             "--port", PROXY_PORT, "--port", ORIGIN_PORT, "--events", self.dir / "live.ndjson",
-            "--metrics", METRICS, "--idle-timeout", "5"]), out=self.dir / "live.log")
+            "--metrics", METRICS, "--idle-timeout", str(LIVE_IDLE_TIMEOUT)]), out=self.dir / "live.log")
         wait_for(lambda: self._scrape_proxy() is not None, "tlsrum live /metrics", proc=self.live_proc)
         self._start_ats()
 

@@ -147,6 +147,9 @@ pub struct Handshake {
     pub(super) server_finished_end: Option<u32>,
     /// When the client first acknowledged the server's Finished.
     pub(super) client_acked_finished: Option<f64>,
+    /// TCP: the observer's round trip to the client (SYN-ACK -> its ACK),
+    /// set by the flow ([`set_to_client`](Self::set_to_client)).
+    pub(super) to_client: Option<f64>,
     server_ccs_seen: bool,
     pub(super) records: [Vec<RecordInfo>; 2],
     pub(super) records_overflowed: bool,
@@ -242,6 +245,7 @@ impl Handshake {
             false_start: false,
             server_finished_end: None,
             client_acked_finished: None,
+            to_client: None,
             server_ccs_seen: false,
             records: [Vec::new(), Vec::new()],
             records_overflowed: false,

@@ -63,14 +63,42 @@ impl Handshake {
             return self.completed_at;
         }
         // The client's first application data, or — for a client that sends
-        // none — its acknowledgement of the server's Finished, whichever came first.
+        // none right away (a pooled connection, a client waiting for its
+        // user) — when the server's Finished reached it.
         let data = self.records[Dir::Client as usize]
             .iter()
             .find(is_data)
             .map(|r| r.ts);
         match (data, self.client_acked_finished) {
-            (Some(d), Some(a)) => Some(d.min(a)),
-            (d, a) => d.or(a),
+            (Some(d), Some(a)) if d <= a => Some(d),
+            (_, Some(a)) => Some(self.server_finished_reached(a)),
+            (d, None) => d,
+        }
+    }
+
+    /// When the server's Finished reached the client, as the observer would
+    /// see the client's immediate answer: the Finished plus the observer's
+    /// round trip to the client. The client's ACK of it (`acked`) may be
+    /// delayed (Linux: 40 ms or more), so it only bounds this from above;
+    /// without the server's side or the round trip, it stands in.
+    fn server_finished_reached(&self, acked: f64) -> f64 {
+        let finished = self.server_finished_end.and_then(|end| {
+            self.records[Dir::Server as usize]
+                .iter()
+                .find(|r| Seq(r.end) >= Seq(end))
+                .map(|r| r.ts)
+        });
+        match finished.zip(self.to_client) {
+            Some((fin, rt)) => acked.min(fin + rt),
+            None => acked,
+        }
+    }
+
+    /// The observer's round trip to the client, from TCP's handshake
+    /// ([`Vantage::to_client`]), for [`handshake_end`](Self::handshake_end).
+    pub fn set_to_client(&mut self, rt: Option<f64>) {
+        if rt.is_some() {
+            self.to_client = rt;
         }
     }
 
