@@ -1,10 +1,8 @@
 //! `tlsrum live`: analyse live traffic from eBPF (default) or libpcap and
 //! serve Prometheus metrics; optionally write records and handshake packets.
 
-use std::fs::File;
 use std::io::{self, BufWriter};
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,10 +19,12 @@ use crate::ebpf::{
 };
 use crate::host_addrs::HostAddrs;
 use crate::metrics::clients::ClientFingerprints;
+use crate::metrics::http::Liveness;
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
 use crate::pipeline::{deliver, pump};
+use crate::sink::events_file::EventsFile;
 use crate::sink::ndjson::NdjsonSink;
 use crate::sink::{FanOut, RecordSink, RunEnd};
 use crate::source::ebpf::EbpfSource;
@@ -59,18 +59,28 @@ pub struct LiveArgs {
     /// addresses of every interface, kept current as they change.
     #[arg(long, value_name = "ADDR|CIDR", value_parser = parse_local)]
     pub local: Vec<String>,
-    /// Where to serve /metrics.
-    #[arg(long, default_value = "127.0.0.1:9853")]
-    pub metrics: SocketAddr,
-    /// Write connection records as NDJSON to FILE (or - for stdout).
+    /// Where to serve /metrics, /healthz and /: HOST:PORT, [IPV6]:PORT,
+    /// localhost:PORT, or :PORT (or PORT) for every address of the host.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9853", value_parser = metrics::http::parse_listen)]
+    pub metrics: metrics::http::Listen,
+    /// Append connection records as NDJSON to FILE (or - for stdout);
+    /// SIGHUP reopens FILE (logrotate: move it, then HUP the agent).
     #[arg(long)]
     pub events: Option<String>,
     /// Write the captured handshake packets as pcapng (readable by `tlsrum replay`).
     #[arg(long)]
     pub write_pcap: Option<PathBuf>,
-    /// Distinct server_name label values before the rest become "other".
-    #[arg(long, default_value_t = 20)]
-    pub top_server_names: usize,
+    /// Server names with a `server_name` label value of their own besides
+    /// --server-names-file's: the N busiest, kept by a heavy-hitters sketch
+    /// (the rest "other"; docs/running.md has the series budget)
+    /// [default: 20, or 0 with --server-names-file].
+    #[arg(long, value_name = "N")]
+    pub top_server_names: Option<usize>,
+    /// Server names (one a line, `#` comments) that always have a
+    /// `server_name` value of their own: with the same file and the default
+    /// --top-server-names 0, every host folds the same names into "other".
+    #[arg(long, value_name = "FILE")]
+    pub server_names_file: Option<PathBuf>,
     /// Client fingerprints (ja4_stable) with a `ja4_stable` label value of their own: the
     /// busiest N, admitted by a heavy-hitters sketch; the rest "other".
     #[arg(long, default_value_t = 20)]
@@ -146,6 +156,22 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
     }
 }
 
+/// The `server_name` bound: --server-names-file and --top-server-names.
+fn server_names(args: &LiveArgs) -> Result<ServerNames> {
+    let allowed = match &args.server_names_file {
+        Some(path) => ServerNames::load_allowed(path)?,
+        None => Vec::new(),
+    };
+    let top = args
+        .top_server_names
+        .unwrap_or(if args.server_names_file.is_some() {
+            0
+        } else {
+            20
+        });
+    Ok(ServerNames::new(top, args.hash_server_names.clone()).with_allowed(allowed))
+}
+
 /// The counters whose series /metrics shows from the start: the
 /// analyzer's, the kernel's whatever the backend (dashboards query the
 /// ring-buffer metrics on every host: zero without eBPF), the source's.
@@ -157,16 +183,20 @@ fn known_counters(source: &mut dyn Source) -> Vec<Counter> {
 }
 
 /// Where records go: the metrics, and NDJSON to `--events`.
-fn sinks(args: &LiveArgs, metrics: &Arc<Mutex<Metrics>>) -> Result<FanOut> {
+fn sinks(
+    args: &LiveArgs,
+    metrics: &Arc<Mutex<Metrics>>,
+    reopen: &Arc<AtomicBool>,
+) -> Result<FanOut> {
     let mut sinks = FanOut::default();
     sinks.push(Box::new(MetricsSink(Arc::clone(metrics))));
     match args.events.as_deref() {
         None => {}
         Some("-") => sinks.push(Box::new(NdjsonSink::new(BufWriter::new(io::stdout())))),
-        Some(path) => {
-            let file = File::create(path).with_context(|| format!("creating {path}"))?;
-            sinks.push(Box::new(NdjsonSink::new(BufWriter::new(file))));
-        }
+        Some(path) => sinks.push(Box::new(EventsFile::open(
+            Path::new(path),
+            Arc::clone(reopen),
+        )?)),
     }
     Ok(sinks)
 }
@@ -192,22 +222,38 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         Some(path) => Some(Arc::new(ClientNames::load(path)?)),
         None => None,
     };
+    let names = server_names(&args)?;
     return_freed_memory_promptly();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
+    // SIGHUP reopens --events (and no longer ends the agent).
+    let reopen = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reopen))
+        .context("installing signal handlers")?;
     let mut host = HostAddrs::new(&args.local)?;
     let mut source = open_source(&args)?;
-    let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
     let metrics = Arc::new(Mutex::new(Metrics::new(
         names,
         ClientFingerprints::new(args.top_clients).with_names(client_names),
         &known_counters(&mut *source),
     )));
-    metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;
-    let mut sink = sinks(&args, &metrics)?;
+    if let Ok(mut m) = metrics.lock() {
+        m.set_backend(match args.backend {
+            Backend::Ebpf => "ebpf",
+            Backend::Pcap => "pcap",
+        });
+    }
+    let liveness = Arc::new(Liveness::default());
+    let bound = metrics::http::serve(
+        &args.metrics,
+        Arc::clone(&metrics),
+        Arc::clone(&liveness),
+        Arc::clone(&stop),
+    )?;
+    let mut sink = sinks(&args, &metrics, &reopen)?;
     let mut pcap_out = match &args.write_pcap {
         Some(path) => Some(PacketWriter::create(path, &source.link_types())?),
         None => None,
@@ -230,7 +276,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         "tlsrum: watching {} with the {:?} backend; metrics on http://{}/metrics",
         args.ifaces.join(", "),
         args.backend,
-        args.metrics
+        bound
     );
     let started = Instant::now();
     let mut last_tick = Instant::now();
@@ -261,6 +307,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
             analyzer.set_local(Some(nets.clone()));
         }
         deliver(&mut analyzer, &mut *source, &mut sink)?;
+        liveness.tick();
         if last_tick.elapsed() >= Duration::from_secs(1) {
             last_tick = Instant::now();
             analyzer.tick(wall_clock());
@@ -275,11 +322,14 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
                 m.counters(&counters);
             }
             sink.flush()?;
-            if let Err(e) = source.check_interfaces() {
-                eprintln!("tlsrum: {e:#}");
+            let problem = source.check_interfaces().err().map(|e| format!("{e:#}"));
+            if let Some(p) = &problem {
+                eprintln!("tlsrum: {p}");
             }
+            liveness.beat(problem);
         }
     }
+    liveness.stopped();
     // Flush: connections still open are reported as they stand.
     while !analyzer.finish_some(4096) {
         deliver(&mut analyzer, &mut *source, &mut sink)?;

@@ -6,6 +6,7 @@
 //! own option, as `--html`).
 
 pub mod csv;
+pub mod events_file;
 pub mod html;
 pub mod ndjson;
 pub mod slices;
