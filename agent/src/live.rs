@@ -1,9 +1,11 @@
 //! `tlsrum live`: analyse live traffic from eBPF (default) or libpcap and
 //! serve Prometheus metrics; optionally write records and handshake packets.
 
-use std::io::{self, BufWriter};
+use std::cell::RefCell;
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,6 +28,7 @@ use crate::pcap_out::PacketWriter;
 use crate::pipeline::{deliver, pump};
 use crate::sink::events_file::EventsFile;
 use crate::sink::ndjson::NdjsonSink;
+use crate::sink::top::{self, TopSink, Window};
 use crate::sink::{FanOut, RecordSink, RunEnd};
 use crate::source::ebpf::EbpfSource;
 use crate::source::pcap_live::PcapLive;
@@ -67,6 +70,17 @@ pub struct LiveArgs {
     /// SIGHUP reopens FILE (logrotate: move it, then HUP the agent).
     #[arg(long)]
     pub events: Option<String>,
+    /// A table of the busiest server names on standard output, refreshed
+    /// in place like top(1): handshakes/s, resumed %, 0-RTT offers, p50/p95
+    /// handshake ms and declined offers over the last interval (plain
+    /// tables one after another when standard output is not a terminal).
+    #[arg(long)]
+    pub top: bool,
+    /// Seconds between --top's refreshes (default 2), or between one-line
+    /// summaries on standard error (default 10 when it is a terminal,
+    /// none otherwise; 0: none).
+    #[arg(long, value_name = "SECS")]
+    pub summary_interval: Option<f64>,
     /// Write the captured handshake packets as pcapng (readable by `tlsrum replay`).
     #[arg(long)]
     pub write_pcap: Option<PathBuf>,
@@ -201,6 +215,69 @@ fn sinks(
     Ok(sinks)
 }
 
+/// How often the terminal gets a summary line or a --top table, if at all.
+fn show_every(args: &LiveArgs) -> Option<Duration> {
+    let default = if args.top {
+        Some(2.0)
+    } else if io::stderr().is_terminal() {
+        Some(10.0)
+    } else {
+        None
+    };
+    args.summary_interval
+        .or(default)
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Rows of the terminal on standard output (24 if it does not say).
+fn terminal_rows() -> usize {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ fills the winsize it is given, nothing else.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    if ok && size.ws_row > 0 {
+        usize::from(size.ws_row)
+    } else {
+        24
+    }
+}
+
+/// Shows the interval that just ended: --top's table, or the summary line.
+fn show(args: &LiveArgs, window: &RefCell<Window>, secs: f64, flows: usize) -> Result<()> {
+    let (rows, total) = window.borrow_mut().take();
+    if !args.top {
+        eprintln!("{}", top::summary_line(&total, rows.len(), secs, flows));
+        return Ok(());
+    }
+    let mut out = io::stdout().lock();
+    let title = format!(
+        "tlsrum live on {} ({:?}), {flows} flows",
+        args.ifaces.join(", "),
+        args.backend
+    );
+    if out.is_terminal() {
+        // Home and clear, then the table cut to the screen.
+        let table = top::table(
+            &title,
+            &rows,
+            &total,
+            secs,
+            terminal_rows().saturating_sub(4).max(1),
+        );
+        write!(out, "\x1b[H\x1b[2J{table}")?;
+    } else {
+        let table = top::table(&title, &rows, &total, secs, usize::MAX);
+        writeln!(out, "{table}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// mimalloc's `mi_option_purge_delay` (mimalloc.h's `mi_option_e`; the
 /// Rust bindings name no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
@@ -253,7 +330,16 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         Arc::clone(&liveness),
         Arc::clone(&stop),
     )?;
+    if args.top && args.events.as_deref() == Some("-") {
+        anyhow::bail!("--top and --events - both write to standard output: give --events a file");
+    }
     let mut sink = sinks(&args, &metrics, &reopen)?;
+    let show_every = show_every(&args);
+    let window = Rc::new(RefCell::new(Window::default()));
+    if show_every.is_some() {
+        sink.push(Box::new(TopSink(Rc::clone(&window))));
+    }
+    let mut last_show = Instant::now();
     let mut pcap_out = match &args.write_pcap {
         Some(path) => Some(PacketWriter::create(path, &source.link_types())?),
         None => None,
@@ -327,6 +413,11 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
                 eprintln!("tlsrum: {p}");
             }
             liveness.beat(problem);
+            if show_every.is_some_and(|every| last_show.elapsed() >= every) {
+                let secs = last_show.elapsed().as_secs_f64();
+                last_show = Instant::now();
+                show(&args, &window, secs, analyzer.active_flows())?;
+            }
         }
     }
     liveness.stopped();

@@ -11,6 +11,7 @@ pub mod html;
 pub mod ndjson;
 pub mod slices;
 pub mod table;
+pub mod top;
 
 use std::io::{self, BufWriter};
 
