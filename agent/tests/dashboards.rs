@@ -1694,10 +1694,14 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
     }
     assert_eq!(
         zero_panels,
-        ["0-RTT by outcome", "0-RTT by server name and outcome", "0-RTT offers"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        [
+            "0-RTT by outcome",
+            "0-RTT by server name and outcome",
+            "0-RTT offers"
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         "the panels of early data"
     );
     eprintln!(

@@ -84,6 +84,16 @@ impl Owners {
             }));
     }
 
+    /// Creates the series of `labels` in `family` (at 0), noted under its name.
+    fn create<S, M>(&mut self, family: &Family<S, M>, labels: &S)
+    where
+        S: Named + Clone + Hash + Eq + Send + Sync + 'static,
+        M: Clone + Default + Send + Sync + 'static,
+    {
+        self.note(family, labels);
+        family.get_or_create_owned(labels);
+    }
+
     /// The series of `labels` in `family`, noted under its name.
     fn get<'f, S, M>(&mut self, family: &'f Family<S, M>, labels: &S) -> impl Deref<Target = M> + 'f
     where
@@ -423,7 +433,7 @@ impl Metrics {
             return;
         }
         for e in EARLY_OUTCOMES {
-            self.owners.note(
+            self.owners.create(
                 &self.early_data,
                 &EarlyDataLabels {
                     outcome: e.as_str().into(),
@@ -432,7 +442,7 @@ impl Metrics {
                 },
             );
         }
-        self.owners.note(
+        self.owners.create(
             &self.hrr,
             &NameTransportLabels {
                 transport: transport.into(),
@@ -446,7 +456,7 @@ impl Metrics {
         };
         for m in methods {
             for outcome in OFFER_OUTCOMES {
-                self.owners.note(
+                self.owners.create(
                     &self.offers,
                     &OfferLabels {
                         outcome: outcome.into(),
@@ -1385,6 +1395,52 @@ mod tests {
         assert!(
             !text.contains("tls_connection_lifetime_seconds_count{role=\"inbound\",transport=\"tcp\",server_name"),
             "lifetime carries no server_name"
+        );
+    }
+
+    /// Issue 17: a name displaced from the top N keeps its series,
+    /// unchanged, for one more scrape (which reads their last values), then
+    /// they go, zero series included; the name's later handshakes count
+    /// under `other`, and the displacing name has its own.
+    #[test]
+    fn a_displaced_name_is_scraped_once_more_then_removed() {
+        let mut m = Metrics::new(ServerNames::new(1, None), ClientFingerprints::new(5), &[]);
+        let rec = |sni: &str| {
+            let mut r = record(Some("t13d_x"), HandshakeKind::Full, Family::Ipv4, 5.0);
+            r.sni = Some(sni.into());
+            r
+        };
+        m.record(&rec("light.test"));
+        for _ in 0..10 {
+            m.record(&rec("heavy.test"));
+        }
+        let by_name = |text: &str| -> BTreeMap<String, f64> {
+            samples(text, "tls_handshakes_total")
+                .into_iter()
+                .map(|(l, v)| (l["server_name"].clone(), v))
+                .collect()
+        };
+        let first = m.encode();
+        assert_eq!(
+            by_name(&first),
+            [("light.test", 1.0), ("other", 1.0), ("heavy.test", 9.0)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            "{first}"
+        );
+        assert!(first.contains(
+            r#"tls_early_data_total{outcome="rejected",transport="tcp",server_name="light.test"} 0"#
+        ));
+        m.record(&rec("light.test"));
+        let second = m.encode();
+        assert!(!second.contains("light.test"), "{second}");
+        assert_eq!(
+            by_name(&second),
+            [("other", 2.0), ("heavy.test", 9.0)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect()
         );
     }
 
