@@ -10,7 +10,8 @@
 //!   name without 0-RTT; and `--top` (not a terminal: plain tables) showing
 //!   the server names of real traffic.
 //! - `metrics_address_forms`: `--metrics :PORT`, `PORT`, `localhost:PORT`
-//!   and `[::]:PORT` serve where they say.
+//!   and `[::]:PORT` serve where they say; `--summary-interval` writes its
+//!   line to standard error.
 //!
 //! Needs root, network namespaces, `ip`, `openssl`, `curl`; skipped
 //! locally without them, a failure under CI=true. A few seconds each.
@@ -319,12 +320,24 @@ fn metrics_address_forms() {
                 addr,
             ],
         );
+        if i == 0 {
+            // The one-line summary, asked for where stderr is no terminal.
+            agent.args(["--summary-interval", "1"]);
+        }
         agent
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).unwrap());
         procs.spawn("agent", agent);
         wait_for_text(&log, "tlsrum: watching", 20, &mut procs);
+        if i == 0 {
+            wait_for_text(
+                &log,
+                "tlsrum: last 1 s: 0 handshakes (0.0/s) for 0 names",
+                10,
+                &mut procs,
+            );
+        }
         for url in *good {
             let (code, body) = get(&ns.name, url);
             assert_eq!(code, 200, "--metrics {addr}: {url}: {body}");
