@@ -333,7 +333,7 @@ fn metrics_address_forms() {
         if i == 0 {
             wait_for_text(
                 &log,
-                "tlsrum: last 1 s: 0 handshakes (0.0/s) for 0 names",
+                " s: 0 handshakes (0.0/s) for 0 names, - resumed",
                 10,
                 &mut procs,
             );
