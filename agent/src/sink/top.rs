@@ -208,8 +208,10 @@ mod tests {
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let mut t = Tally::default();
-        t.durations_ms = (1..=100).map(f64::from).collect();
+        let t = Tally {
+            durations_ms: (1..=100).map(f64::from).collect(),
+            ..Tally::default()
+        };
         assert_eq!(t.percentile(50.0), Some(50.0));
         assert_eq!(t.percentile(95.0), Some(95.0));
         assert_eq!(Tally::default().percentile(50.0), None);
