@@ -408,9 +408,16 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
                 m.counters(&counters);
             }
             sink.flush()?;
-            let problem = source.check_interfaces().err().map(|e| format!("{e:#}"));
+            let mut problem = source.check_interfaces().err().map(|e| format!("{e:#}"));
             if let Some(p) = &problem {
                 eprintln!("tlsrum: {p}");
+            }
+            let missing = source.missing_interfaces();
+            if problem.is_none() && !missing.is_empty() {
+                problem = Some(format!(
+                    "not capturing on {} (gone; re-attached when back)",
+                    missing.join(", ")
+                ));
             }
             liveness.beat(problem);
             if show_every.is_some_and(|every| last_show.elapsed() >= every) {
