@@ -227,7 +227,7 @@ fn show_every(args: &LiveArgs) -> Option<Duration> {
     args.summary_interval
         .or(default)
         .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// Rows of the terminal on standard output (24 if it does not say).
