@@ -12,6 +12,7 @@ use std::process::Command;
 const SOURCES: &[&str] = &["tlsrum.bpf.c", "tlsrum.h"];
 
 fn main() {
+    git_commit();
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("..").join("bpf");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("tlsrum.bpf.o");
@@ -83,4 +84,33 @@ fn write_header_constants(header: &std::path::Path, out: &std::path::Path) {
         }
     }
     std::fs::write(out, rust).unwrap_or_else(|e| panic!("tlsrum: writing {}: {e}", out.display()));
+}
+
+/// `TLSRUM_COMMIT` for `tlsrum_build_info{commit}` and `--version`: the
+/// environment's (a package build from a tarball sets it), else `git
+/// rev-parse` of this tree, else "unknown" (not a git tree, or no git).
+fn git_commit() {
+    println!("cargo:rerun-if-env-changed=TLSRUM_COMMIT");
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    let commit = env::var("TLSRUM_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_owned());
+    // A new commit or checkout moves HEAD or the branch it points at.
+    for path in ["HEAD", "packed-refs"] {
+        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    if let Some(p) =
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]))
+    {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    println!("cargo:rustc-env=TLSRUM_COMMIT={commit}");
 }

@@ -410,7 +410,7 @@ const health = [
   [
     timeseries(
       'Drops by reason',
-      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget, header errors, fragments, load and flow-map errors) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete. Kernel bookkeeping (tlsrum_kernel_packets_total) and lost bytes (tlsrum_kernel_bytes_lost_total) are separate metrics.',
+      'Data that never reached the analyzer, by reason: kernel side (ring buffer full, payload cut, byte budget, header errors, fragments, load and flow-map errors) and user side (reassembly gap, record limit). Anything above zero means some handshakes are missing or incomplete. Kernel bookkeeping (tlsrum_kernel_packets_total) and lost bytes (tlsrum_kernel_lost_bytes_total) are separate metrics.',
       [
         target(
           `sum by (instance, reason) (rate(tlsrum_drops_total{instance=~"$instance"}[${RI}]))`,

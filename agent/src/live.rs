@@ -1,11 +1,11 @@
 //! `tlsrum live`: analyse live traffic from eBPF (default) or libpcap and
 //! serve Prometheus metrics; optionally write records and handshake packets.
 
-use std::fs::File;
-use std::io::{self, BufWriter};
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::cell::RefCell;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,11 +21,14 @@ use crate::ebpf::{
 };
 use crate::host_addrs::HostAddrs;
 use crate::metrics::clients::ClientFingerprints;
+use crate::metrics::http::Liveness;
 use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
 use crate::pipeline::{deliver, pump};
+use crate::sink::events_file::EventsFile;
 use crate::sink::ndjson::NdjsonSink;
+use crate::sink::top::{self, TopSink, Window};
 use crate::sink::{FanOut, RecordSink, RunEnd};
 use crate::source::ebpf::EbpfSource;
 use crate::source::pcap_live::PcapLive;
@@ -59,12 +62,25 @@ pub struct LiveArgs {
     /// addresses of every interface, kept current as they change.
     #[arg(long, value_name = "ADDR|CIDR", value_parser = parse_local)]
     pub local: Vec<String>,
-    /// Where to serve /metrics.
-    #[arg(long, default_value = "127.0.0.1:9853")]
-    pub metrics: SocketAddr,
-    /// Write connection records as NDJSON to FILE (or - for stdout).
+    /// Where to serve /metrics, /healthz and /: HOST:PORT, [IPV6]:PORT,
+    /// localhost:PORT, or :PORT (or PORT) for every address of the host.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9853", value_parser = metrics::http::parse_listen)]
+    pub metrics: metrics::http::Listen,
+    /// Append connection records as NDJSON to FILE (or - for stdout);
+    /// SIGHUP reopens FILE (logrotate: move it, then HUP the agent).
     #[arg(long)]
     pub events: Option<String>,
+    /// A table of the busiest server names on standard output, refreshed
+    /// in place like top(1): handshakes/s, resumed %, 0-RTT offers, p50/p95
+    /// handshake ms and declined offers over the last interval (plain
+    /// tables one after another when standard output is not a terminal).
+    #[arg(long)]
+    pub top: bool,
+    /// Seconds between --top's refreshes (default 2), or between one-line
+    /// summaries on standard error (default 10 when it is a terminal,
+    /// none otherwise; 0: none).
+    #[arg(long, value_name = "SECS")]
+    pub summary_interval: Option<f64>,
     /// Write the packets it analysed as pcapng, as `tcpdump -w` (readable
     /// by `tlsrum replay`, tcpdump and Wireshark).
     #[arg(short = 'w', long, value_name = "FILE")]
@@ -73,9 +89,17 @@ pub struct LiveArgs {
     /// `--backend pcap`; checked before anything is opened).
     #[arg(short = 'f', long, value_parser = crate::cli::parse_bpf_filter)]
     pub filter: Option<String>,
-    /// Distinct server_name label values before the rest become "other".
-    #[arg(long, default_value_t = 20)]
-    pub top_server_names: usize,
+    /// Server names with a `server_name` label value of their own besides
+    /// --server-names-file's: the N busiest, kept by a heavy-hitters sketch
+    /// (the rest "other"; docs/running.md has the series budget)
+    /// [default: 20, or 0 with --server-names-file].
+    #[arg(long, value_name = "N")]
+    pub top_server_names: Option<usize>,
+    /// Server names (one a line, `#` comments) that always have a
+    /// `server_name` value of their own: with the same file and the default
+    /// --top-server-names 0, every host folds the same names into "other".
+    #[arg(long, value_name = "FILE")]
+    pub server_names_file: Option<PathBuf>,
     /// Client fingerprints (ja4_stable) with a `ja4_stable` label value of their own: the
     /// busiest N, admitted by a heavy-hitters sketch; the rest "other".
     #[arg(long, default_value_t = 20)]
@@ -152,6 +176,22 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
     }
 }
 
+/// The `server_name` bound: --server-names-file and --top-server-names.
+fn server_names(args: &LiveArgs) -> Result<ServerNames> {
+    let allowed = match &args.server_names_file {
+        Some(path) => ServerNames::load_allowed(path)?,
+        None => Vec::new(),
+    };
+    let top = args
+        .top_server_names
+        .unwrap_or(if args.server_names_file.is_some() {
+            0
+        } else {
+            20
+        });
+    Ok(ServerNames::new(top, args.hash_server_names.clone()).with_allowed(allowed))
+}
+
 /// The counters whose series /metrics shows from the start: the
 /// analyzer's, the kernel's whatever the backend (dashboards query the
 /// ring-buffer metrics on every host: zero without eBPF), the source's.
@@ -163,18 +203,85 @@ fn known_counters(source: &mut dyn Source) -> Vec<Counter> {
 }
 
 /// Where records go: the metrics, and NDJSON to `--events`.
-fn sinks(args: &LiveArgs, metrics: &Arc<Mutex<Metrics>>) -> Result<FanOut> {
+fn sinks(
+    args: &LiveArgs,
+    metrics: &Arc<Mutex<Metrics>>,
+    reopen: &Arc<AtomicBool>,
+) -> Result<FanOut> {
     let mut sinks = FanOut::default();
     sinks.push(Box::new(MetricsSink(Arc::clone(metrics))));
     match args.events.as_deref() {
         None => {}
         Some("-") => sinks.push(Box::new(NdjsonSink::new(BufWriter::new(io::stdout())))),
-        Some(path) => {
-            let file = File::create(path).with_context(|| format!("creating {path}"))?;
-            sinks.push(Box::new(NdjsonSink::new(BufWriter::new(file))));
-        }
+        Some(path) => sinks.push(Box::new(EventsFile::open(
+            Path::new(path),
+            Arc::clone(reopen),
+        )?)),
     }
     Ok(sinks)
+}
+
+/// How often the terminal gets a summary line or a --top table, if at all.
+fn show_every(args: &LiveArgs) -> Option<Duration> {
+    let default = if args.top {
+        Some(2.0)
+    } else if io::stderr().is_terminal() {
+        Some(10.0)
+    } else {
+        None
+    };
+    args.summary_interval
+        .or(default)
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+}
+
+/// Rows of the terminal on standard output (24 if it does not say).
+fn terminal_rows() -> usize {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ fills the winsize it is given, nothing else.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    if ok && size.ws_row > 0 {
+        usize::from(size.ws_row)
+    } else {
+        24
+    }
+}
+
+/// Shows the interval that just ended: --top's table, or the summary line.
+fn show(args: &LiveArgs, window: &RefCell<Window>, secs: f64, flows: usize) -> Result<()> {
+    let (rows, total) = window.borrow_mut().take();
+    if !args.top {
+        eprintln!("{}", top::summary_line(&total, rows.len(), secs, flows));
+        return Ok(());
+    }
+    let mut out = io::stdout().lock();
+    let title = format!(
+        "tlsrum live on {} ({:?}), {flows} flows",
+        args.ifaces.join(", "),
+        args.backend
+    );
+    if out.is_terminal() {
+        // Home and clear, then the table cut to the screen.
+        let table = top::table(
+            &title,
+            &rows,
+            &total,
+            secs,
+            terminal_rows().saturating_sub(4).max(1),
+        );
+        write!(out, "\x1b[H\x1b[2J{table}")?;
+    } else {
+        let table = top::table(&title, &rows, &total, secs, usize::MAX);
+        writeln!(out, "{table}")?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// mimalloc's `mi_option_purge_delay` (mimalloc.h's `mi_option_e`; the
@@ -202,22 +309,47 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         Some(path) => Some(Arc::new(ClientNames::load(path)?)),
         None => None,
     };
+    let names = server_names(&args)?;
     return_freed_memory_promptly();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
+    // SIGHUP reopens --events (and no longer ends the agent).
+    let reopen = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reopen))
+        .context("installing signal handlers")?;
     let mut host = HostAddrs::new(&args.local)?;
     let mut source = open_source(&args)?;
-    let names = ServerNames::new(args.top_server_names, args.hash_server_names.clone());
     let metrics = Arc::new(Mutex::new(Metrics::new(
         names,
         ClientFingerprints::new(args.top_clients).with_names(client_names),
         &known_counters(&mut *source),
     )));
-    metrics::http::serve(args.metrics, Arc::clone(&metrics), Arc::clone(&stop))?;
-    let mut sink = sinks(&args, &metrics)?;
+    if let Ok(mut m) = metrics.lock() {
+        m.set_backend(match args.backend {
+            Backend::Ebpf => "ebpf",
+            Backend::Pcap => "pcap",
+        });
+    }
+    let liveness = Arc::new(Liveness::default());
+    let bound = metrics::http::serve(
+        &args.metrics,
+        Arc::clone(&metrics),
+        Arc::clone(&liveness),
+        Arc::clone(&stop),
+    )?;
+    if args.top && args.events.as_deref() == Some("-") {
+        anyhow::bail!("--top and --events - both write to standard output: give --events a file");
+    }
+    let mut sink = sinks(&args, &metrics, &reopen)?;
+    let show_every = show_every(&args);
+    let window = Rc::new(RefCell::new(Window::default()));
+    if show_every.is_some() {
+        sink.push(Box::new(TopSink(Rc::clone(&window))));
+    }
+    let mut last_show = Instant::now();
     let mut pcap_out = match &args.write_pcap {
         Some(path) => Some(PacketWriter::create(path, &source.link_types())?),
         None => None,
@@ -240,7 +372,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         "tlsrum: watching {} with the {:?} backend; metrics on http://{}/metrics",
         args.ifaces.join(", "),
         args.backend,
-        args.metrics
+        bound
     );
     let started = Instant::now();
     let mut last_tick = Instant::now();
@@ -271,6 +403,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
             analyzer.set_local(Some(nets.clone()));
         }
         deliver(&mut analyzer, &mut *source, &mut sink)?;
+        liveness.tick();
         if last_tick.elapsed() >= Duration::from_secs(1) {
             last_tick = Instant::now();
             analyzer.tick(wall_clock());
@@ -285,11 +418,26 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
                 m.counters(&counters);
             }
             sink.flush()?;
-            if let Err(e) = source.check_interfaces() {
-                eprintln!("tlsrum: {e:#}");
+            let mut problem = source.check_interfaces().err().map(|e| format!("{e:#}"));
+            if let Some(p) = &problem {
+                eprintln!("tlsrum: {p}");
+            }
+            let missing = source.missing_interfaces();
+            if problem.is_none() && !missing.is_empty() {
+                problem = Some(format!(
+                    "not capturing on {} (gone; re-attached when back)",
+                    missing.join(", ")
+                ));
+            }
+            liveness.beat(problem);
+            if show_every.is_some_and(|every| last_show.elapsed() >= every) {
+                let secs = last_show.elapsed().as_secs_f64();
+                last_show = Instant::now();
+                show(&args, &window, secs, analyzer.active_flows())?;
             }
         }
     }
+    liveness.stopped();
     // Flush: connections still open are reported as they stand.
     while !analyzer.finish_some(4096) {
         deliver(&mut analyzer, &mut *source, &mut sink)?;

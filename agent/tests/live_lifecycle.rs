@@ -1,9 +1,10 @@
 //! `tlsrum live` over an interface's life: the agent survives its interface
 //! being deleted and created again (it re-attaches, or reopens the capture,
 //! and analyses the new traffic), and on SIGTERM it exits cleanly leaving no
-//! TC program of its own on the interface. Both backends.
+//! TC program of its own on the interface; its `/healthz` says 503 while
+//! the interface is gone, 200 before and after. Both backends.
 //!
-//! Needs root, BPF, `ip`, `bpftool`, `openssl`; skipped locally without
+//! Needs root, BPF, `ip`, `bpftool`, `openssl`, `curl`; skipped locally without
 //! them, a failure under CI=true.
 
 mod common;
@@ -11,16 +12,31 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{ns_cmd, run, skip, wait_for_text, Procs, Topology, SERVER_IP};
+use common::{ns_cmd, run, skip, wait_for, wait_for_text, Procs, Topology, SERVER_IP};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 const PORT: u16 = 4433;
 
-/// Deletes the veth pair and makes it again, same names and addresses.
-fn recreate_veth(t: &Topology) {
-    run(&["ip", "-n", &t.server_ns, "link", "del", &t.veth]);
-    std::thread::sleep(Duration::from_millis(2500));
-    t.create_veth();
+/// The agent's `/healthz` status code (0: no answer).
+fn health(t: &Topology) -> u16 {
+    let out = ns_cmd(
+        &t.server_ns,
+        &[
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "http://127.0.0.1:19871/healthz",
+        ],
+    )
+    .output()
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 fn handshake(t: &Topology) {
@@ -132,13 +148,20 @@ fn lifecycle(backend: &str, tag: &str) {
 
     // The interface goes away and comes back: the agent keeps running and
     // analyses the traffic on the new one.
-    recreate_veth(&t);
+    // Meanwhile /healthz says the capture lost its interface (issue 17),
+    // and is ok again once it is back.
+    assert_eq!(health(&t), 200);
+    run(&["ip", "-n", &t.server_ns, "link", "del", &t.veth]);
+    wait_for("/healthz 503", Duration::from_secs(5), || health(&t) == 503);
+    std::thread::sleep(Duration::from_millis(1000));
+    t.create_veth();
     let again = if backend == "ebpf" {
         "attached again"
     } else {
         "capturing on"
     };
     wait_for_text(&log, again, 20, &mut procs);
+    wait_for("/healthz 200", Duration::from_secs(5), || health(&t) == 200);
     std::thread::sleep(Duration::from_millis(300));
     procs.check_alive();
     handshake(&t);
@@ -165,7 +188,7 @@ fn lifecycle(backend: &str, tag: &str) {
 
 #[test]
 fn ebpf_agent_survives_its_interface_and_detaches_cleanly() {
-    if skip("live_lifecycle ebpf", &["ip", "bpftool", "openssl"]) {
+    if skip("live_lifecycle ebpf", &["ip", "bpftool", "openssl", "curl"]) {
         return;
     }
     lifecycle("ebpf", "e");
@@ -173,7 +196,7 @@ fn ebpf_agent_survives_its_interface_and_detaches_cleanly() {
 
 #[test]
 fn pcap_agent_survives_its_interface_and_exits_cleanly() {
-    if skip("live_lifecycle pcap", &["ip", "openssl"]) {
+    if skip("live_lifecycle pcap", &["ip", "openssl", "curl"]) {
         return;
     }
     lifecycle("pcap", "p");

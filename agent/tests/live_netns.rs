@@ -20,7 +20,7 @@
 //!    TLS connection sends a bounded number of ring-buffer events
 //!    (`tlsrum_ringbuf_events_total`), the rest stays in the kernel
 //!    (`tlsrum_kernel_packets_total{kind="done"}`), nothing is lost
-//!    (`tlsrum_drops_total`, `tlsrum_kernel_bytes_lost_total`);
+//!    (`tlsrum_drops_total`, `tlsrum_kernel_lost_bytes_total`);
 //! 5. `live_metrics_agree_with_the_records`: each agent's /metrics counters
 //!    agree with its records (labels family, version and ja4_stable included).
 //!
@@ -1176,7 +1176,7 @@ fn live_bulk_download_stays_in_the_kernel() {
         );
     }
     assert_eq!(
-        after.sum("tlsrum_kernel_bytes_lost_total", &[]),
+        after.sum("tlsrum_kernel_lost_bytes_total", &[]),
         0.0,
         "eBPF bytes lost"
     );
@@ -1381,7 +1381,7 @@ fn tcpreplay_case(
     for a in &agents {
         let m = a.scrape(&topo);
         assert_eq!(
-            m.sum("tlsrum_kernel_bytes_lost_total", &[]),
+            m.sum("tlsrum_kernel_lost_bytes_total", &[]),
             0.0,
             "{}: bytes lost",
             a.name

@@ -3,13 +3,10 @@
 //! hello) get series of their
 //! own only once a heavy-hitters sketch shows they are among the busiest.
 //!
-//! A Space-Saving sketch (Metwally, Agrawal, El Abbadi, "Efficient
-//! computation of frequent and top-k elements in data streams", 2005) with
-//! `K = SKETCH_PER_LABEL × N` counters sees every record's fingerprint.
-//! Each counter holds an estimate and its possible overcount (`error`);
-//! `estimate − error` is a count the fingerprint certainly reached since it
-//! took the counter. A fingerprint is admitted — its own label value, for
-//! good: series never vanish — when, with fewer than N admitted, that
+//! A Space-Saving sketch ([`super::heavy`]) with `K = SKETCH_PER_LABEL × N`
+//! counters sees every record's fingerprint. A fingerprint is admitted —
+//! its own label value, for
+//! good: series never vanish — when, with fewer than N admitted, its
 //! certain count is at least [`MIN_ADMIT`], exceeds `M / K` (M: the
 //! fingerprints seen so far, so the fingerprint made more than a 1/K share
 //! of them), and ranks among the N largest certain counts in the sketch.
@@ -21,37 +18,24 @@
 //! Handshakes a fingerprint made before its admission stay in `other`
 //! (counters do not move between series).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use analyzer::client_names::ClientNames;
+
+use super::heavy::SpaceSaving;
 
 /// Sketch counters per admitted label value (`K = SKETCH_PER_LABEL × N`).
 pub const SKETCH_PER_LABEL: usize = 4;
 /// Handshakes a fingerprint must certainly have made to be admitted.
 pub const MIN_ADMIT: u64 = 2;
 
-struct Slot {
-    key: String,
-    count: u64,
-    error: u64,
-}
-
-impl Slot {
-    fn certain(&self) -> u64 {
-        self.count - self.error
-    }
-}
-
 /// Bounds the `ja4_stable` label to the top N fingerprints by volume, plus
 /// `other` and `none`.
 pub struct ClientFingerprints {
     top: usize,
     admitted: HashSet<String>,
-    slots: Vec<Slot>,
-    index: HashMap<String, usize>,
-    /// Fingerprints the sketch has seen (M).
-    seen: u64,
+    sketch: SpaceSaving,
     /// `--ja4-names`: the `client` label beside an admitted `ja4_stable` (one
     /// name per fingerprint, so it adds no series).
     names: Option<Arc<ClientNames>>,
@@ -62,9 +46,7 @@ impl ClientFingerprints {
         ClientFingerprints {
             top,
             admitted: HashSet::new(),
-            slots: Vec::new(),
-            index: HashMap::new(),
-            seen: 0,
+            sketch: SpaceSaving::new(top * SKETCH_PER_LABEL),
             names: None,
         }
     }
@@ -83,10 +65,6 @@ impl ClientFingerprints {
             .to_string()
     }
 
-    fn capacity(&self) -> usize {
-        self.top * SKETCH_PER_LABEL
-    }
-
     /// The label value for a record's fingerprint.
     pub fn label(&mut self, ja4: Option<&str>) -> String {
         let Some(ja4) = ja4 else {
@@ -102,61 +80,16 @@ impl ClientFingerprints {
         }
         // The sketch sees the admitted too: ranks and shares are of all
         // handshakes with a fingerprint.
-        let i = self.count(ja4);
+        let certain = self.sketch.count(ja4).unwrap_or(0);
         if self.admitted.contains(ja4) {
             return ja4.to_string();
         }
-        if self.admits(i) {
+        if self.sketch.is_heavy(certain, MIN_ADMIT) && self.sketch.ranked_above(certain) < self.top
+        {
             self.admitted.insert(ja4.to_string());
             return ja4.to_string();
         }
         "other".into()
-    }
-
-    /// Space-Saving's update: the fingerprint's counter, or the smallest
-    /// one taken over (its count becomes the overcount). Returns its slot.
-    fn count(&mut self, ja4: &str) -> usize {
-        self.seen += 1;
-        if let Some(&i) = self.index.get(ja4) {
-            self.slots[i].count += 1;
-            return i;
-        }
-        if self.slots.len() < self.capacity() {
-            self.slots.push(Slot {
-                key: ja4.to_string(),
-                count: 1,
-                error: 0,
-            });
-            self.index.insert(ja4.to_string(), self.slots.len() - 1);
-            return self.slots.len() - 1;
-        }
-        let (i, min) = self
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i, s.count))
-            .min_by_key(|&(_, c)| c)
-            .expect("capacity > 0 when top > 0");
-        let old = std::mem::replace(
-            &mut self.slots[i],
-            Slot {
-                key: ja4.to_string(),
-                count: min + 1,
-                error: min,
-            },
-        );
-        self.index.remove(&old.key);
-        self.index.insert(ja4.to_string(), i);
-        i
-    }
-
-    fn admits(&self, i: usize) -> bool {
-        let certain = self.slots[i].certain();
-        if certain < MIN_ADMIT || certain * self.capacity() as u64 <= self.seen {
-            return false;
-        }
-        let above = self.slots.iter().filter(|s| s.certain() > certain).count();
-        above < self.top
     }
 }
 
@@ -188,7 +121,7 @@ mod tests {
         for i in 0..1000 {
             assert_eq!(c.label(Some(&format!("x{i}"))), "other");
         }
-        assert!(c.slots.iter().all(|s| s.certain() == 1));
+        assert!(c.sketch.all_certain().iter().all(|&n| n == 1));
         assert!(c.admitted.is_empty());
     }
 }

@@ -10,6 +10,8 @@ use prometheus_client::metrics::counter::Counter as PromCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use super::Shown;
+
 /// A family that several counters share, told apart by one label; these
 /// existed before every counter was exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +94,8 @@ pub fn series(c: &Counter) -> Series {
         ("analyzer", "record_limit_hits") => Series::In(Labelled::Drops, "record_limit"),
         ("kernel", "events_sent") => own("tlsrum_ringbuf_events"),
         ("kernel", "bytes_sent") => own("tlsrum_ringbuf_payload_bytes"),
-        ("kernel", "bytes_lost") => own("tlsrum_kernel_bytes_lost"),
+        // Renamed in issue 17 (unit at the end): tlsrum_kernel_bytes_lost_total.
+        ("kernel", "bytes_lost") => own("tlsrum_kernel_lost_bytes"),
         ("kernel", "filled") => own("tlsrum_kernel_filled_bytes"),
         (
             "kernel",
@@ -145,7 +148,7 @@ impl Health {
                 format!("{}: {}", f.intro(), members.join("; "))
             };
             let family = Family::<Labels, PromCounter>::default();
-            registry.register(f.name(), help, family.clone());
+            registry.register(f.name(), help, Shown(family.clone()));
             families.push(family);
         }
         let mut health = Health {
@@ -165,7 +168,7 @@ impl Health {
             let counter = match series(c) {
                 Series::Own(name) => {
                     let counter = PromCounter::default();
-                    registry.register(name, c.help.trim_end_matches('.'), counter.clone());
+                    registry.register(name, c.help.trim_end_matches('.'), Shown(counter.clone()));
                     counter
                 }
                 Series::In(f, value) => {

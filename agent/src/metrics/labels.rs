@@ -1,8 +1,11 @@
-//! Label sets of the traffic metrics, and the bound on `server_name`: the
-//! first N names seen (the rest `other`), optionally replaced by a salted
-//! hash.
+//! Label sets of the traffic metrics, and the bound on `server_name`
+//! ([`ServerNames`]): the names of an allow-list and the N busiest others
+//! (the rest `other`), optionally replaced by a salted hash.
 
 use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::{Context, Result};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use sha2::{Digest, Sha256};
@@ -115,11 +118,71 @@ pub struct RoleTransportLabels {
     pub transport: String,
 }
 
+/// The label sets that carry `server_name`: their series are removed
+/// when the name is retired ([`super::Owners`]).
+pub trait Named {
+    fn server_name(&self) -> &str;
+}
+
+macro_rules! named {
+    ($($t:ty),*) => {$(
+        impl Named for $t {
+            fn server_name(&self) -> &str {
+                &self.server_name
+            }
+        }
+    )*};
+}
+
+named!(
+    HandshakeLabels,
+    OfferLabels,
+    EarlyDataLabels,
+    KindLabels,
+    TimedLabels,
+    RoleTimedLabels,
+    NameTransportLabels,
+    RoleNameTransportLabels,
+    FirstUseLabels
+);
+
+/// Sketch counters per `--top-server-names` slot.
+pub const SKETCH_PER_NAME: usize = 4;
+/// Handshakes a name must certainly have made to be admitted.
+pub const MIN_ADMIT: u64 = 2;
+/// A name displaces the weakest admitted one only when it certainly made
+/// this many times as many handshakes as that one may have: two names of
+/// about the same volume do not take turns (each turn ends a series).
+pub const DISPLACE_FACTOR: u64 = 2;
+
 /// Bounds and optionally hashes the `server_name` label.
+///
+/// The names of `--server-names-file` always have their own value. Of the
+/// rest, the N busiest (`--top-server-names`) do. While fewer than N have
+/// a slot, a name gets one at its first handshake (a host with few names
+/// shows them all at once). A Space-Saving sketch ([`super::heavy`],
+/// 4 × N counters) counts every record's name; once the N slots are
+/// taken, a name that certainly made at least [`MIN_ADMIT`] handshakes,
+/// more than a 1/(4 × N) share of all, ranks among the sketch's top N,
+/// and certainly made [`DISPLACE_FACTOR`] times as many handshakes as the
+/// weakest admitted name may have takes that one's slot: the weakest is
+/// *retired*. A flood of one-off names may take the free slots first, but
+/// any steady name displaces them, and a one-off never displaces anything. Its series stay
+/// in /metrics, unchanged, until the next scrape has read their last
+/// values, and are then removed ([`ServerNames::take_retired`]); its
+/// handshakes from then on count under `other`. No series ever goes
+/// backwards while it exists; a name admitted again later starts new
+/// series at 0, which `rate()` and `increase()` read as a counter reset.
 pub struct ServerNames {
     top: usize,
     salt: Option<String>,
+    /// `--server-names-file`, lower-case (names are case-insensitive).
+    allowed: HashSet<String>,
+    sketch: super::heavy::SpaceSaving,
+    /// Names (before hashing) with their own label value, besides `allowed`.
     admitted: HashSet<String>,
+    /// Label values of names displaced since the last scrape.
+    retired: Vec<String>,
 }
 
 impl ServerNames {
@@ -127,33 +190,92 @@ impl ServerNames {
         ServerNames {
             top,
             salt,
+            allowed: HashSet::new(),
+            sketch: super::heavy::SpaceSaving::new(top * SKETCH_PER_NAME),
             admitted: HashSet::new(),
+            retired: Vec::new(),
+        }
+    }
+
+    /// `--server-names-file`: one name a line; blank lines and `#`
+    /// comments skipped.
+    pub fn with_allowed(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.allowed = names
+            .into_iter()
+            .map(|n| n.trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty() && !n.starts_with('#'))
+            .collect();
+        self
+    }
+
+    pub fn load_allowed(path: &Path) -> Result<Vec<String>> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(text.lines().map(str::to_string).collect())
+    }
+
+    /// The label value of a name: itself, or its salted hash.
+    fn value(&self, name: &str) -> String {
+        match &self.salt {
+            Some(salt) => {
+                let digest = Sha256::new()
+                    .chain_update(salt.as_bytes())
+                    .chain_update(name.as_bytes())
+                    .finalize();
+                digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+            }
+            None => name.to_string(),
         }
     }
 
     /// The label value for a record's server name.
     pub fn label(&mut self, sni: Option<&str>) -> String {
-        let name = match sni {
-            None => return "none".into(),
-            Some(n) => match &self.salt {
-                Some(salt) => {
-                    let digest = Sha256::new()
-                        .chain_update(salt.as_bytes())
-                        .chain_update(n.as_bytes())
-                        .finalize();
-                    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
-                }
-                None => n.to_string(),
-            },
+        let Some(name) = sni else {
+            return "none".into();
         };
-        if self.admitted.contains(&name) {
-            return name;
+        if self.allowed.contains(&name.to_ascii_lowercase()) {
+            return self.value(name);
+        }
+        let Some(certain) = self.sketch.count(name) else {
+            return "other".into(); // --top-server-names 0
+        };
+        if self.admitted.contains(name) {
+            return self.value(name);
         }
         if self.admitted.len() < self.top {
-            self.admitted.insert(name.clone());
-            return name;
+            self.admitted.insert(name.to_string());
+            let value = self.value(name);
+            self.retired.retain(|r| *r != value);
+            return value;
         }
-        "other".into()
+        if !self.sketch.is_heavy(certain, MIN_ADMIT)
+            || self.sketch.ranked_above(certain) >= self.top
+        {
+            return "other".into();
+        }
+        let weakest = self
+            .admitted
+            .iter()
+            .map(|a| (self.sketch.estimate(a), a.to_string()))
+            .min();
+        match weakest {
+            Some((may, a)) if certain >= may.saturating_mul(DISPLACE_FACTOR).max(1) => {
+                self.admitted.remove(&a);
+                let value = self.value(&a);
+                self.retired.push(value);
+            }
+            _ => return "other".into(),
+        }
+        self.admitted.insert(name.to_string());
+        let value = self.value(name);
+        self.retired.retain(|r| *r != value);
+        value
+    }
+
+    /// Label values of the names retired since the last call (whose series
+    /// the scrape that just ran has read for the last time).
+    pub fn take_retired(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.retired)
     }
 }
 
@@ -164,17 +286,62 @@ mod tests {
     #[test]
     fn server_names_are_bounded_and_hashable() {
         let mut n = ServerNames::new(2, None);
-        assert_eq!(n.label(Some("a")), "a");
-        assert_eq!(n.label(Some("b")), "b");
-        assert_eq!(n.label(Some("c")), "other");
+        // Free slots: a name has its own at its first handshake.
+        for _ in 0..5 {
+            assert_eq!(n.label(Some("a")), "a");
+            assert_eq!(n.label(Some("b")), "b");
+        }
+        // Taken: c is not busier than a and b.
+        for _ in 0..5 {
+            assert_eq!(n.label(Some("c")), "other");
+        }
         assert_eq!(n.label(Some("a")), "a");
         assert_eq!(n.label(None), "none");
-        let mut h = ServerNames::new(5, Some("pepper".into()));
-        let x = h.label(Some("example.com"));
+        assert!(n.take_retired().is_empty());
+        let x = ServerNames::new(5, Some("pepper".into())).label(Some("example.com"));
         assert_eq!(x.len(), 16);
         assert_ne!(
             x,
             ServerNames::new(5, Some("salt".into())).label(Some("example.com"))
         );
+    }
+
+    /// Issue 17: a skewed stream. Light names come first and take the
+    /// slots; a heavy name that appears late displaces the weakest of them
+    /// (retired once), never one of the heavy early ones, and one-off names
+    /// never get in. With an allow-list, its names are kept whatever their
+    /// volume, on top of the N busiest.
+    #[test]
+    fn a_late_heavy_name_displaces_a_light_one() {
+        let mut n = ServerNames::new(3, None);
+        for _ in 0..50 {
+            n.label(Some("big-early"));
+        }
+        for _ in 0..5 {
+            assert_eq!(n.label(Some("light-1")), "light-1");
+            assert_eq!(n.label(Some("light-2")), "light-2");
+        }
+        let mut late = Vec::new();
+        for i in 0..200 {
+            late.push(n.label(Some("late-heavy")));
+            n.label(Some(&format!("oneoff-{i}")));
+        }
+        assert_eq!(late[0], "other");
+        assert_eq!(late.last().unwrap(), "late-heavy");
+        assert_eq!(n.label(Some("big-early")), "big-early");
+        let retired = n.take_retired();
+        assert_eq!(retired.len(), 1, "{retired:?}");
+        assert!(retired[0].starts_with("light-"), "{retired:?}");
+        assert_eq!(n.label(Some(&retired[0])), "other");
+        assert!(n.take_retired().is_empty());
+        assert_eq!(n.admitted.len(), 3);
+        assert!(!n.admitted.iter().any(|a| a.starts_with("oneoff")));
+
+        let mut f =
+            ServerNames::new(0, None).with_allowed(["API.example".to_string(), "# c".into()]);
+        assert_eq!(f.label(Some("api.example")), "api.example");
+        for _ in 0..100 {
+            assert_eq!(f.label(Some("busy.example")), "other");
+        }
     }
 }

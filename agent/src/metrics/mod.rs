@@ -6,16 +6,22 @@
 
 pub mod clients;
 pub mod health;
+pub mod heavy;
 pub mod http;
 pub mod labels;
+pub mod process;
 
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use analyzer::counters::Counter as Count;
-use analyzer::record::{ConnectionRecord, HandshakeKind, Transport};
+use analyzer::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption, Transport};
 use analyzer::Stats;
 use anyhow::Result;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,10 +32,107 @@ use self::clients::ClientFingerprints;
 use self::health::Health;
 use self::labels::{
     ClientKindLabels, ClientLabels, EarlyDataLabels, FirstUseLabels, HandshakeLabels, KindLabels,
-    NameTransportLabels, OfferLabels, RoleNameTransportLabels, RoleTimedLabels,
+    NameTransportLabels, Named, OfferLabels, RoleNameTransportLabels, RoleTimedLabels,
     RoleTransportLabels, ServerNames, TimedLabels,
 };
 use crate::sink::{RecordSink, RunEnd};
+
+/// A metric as registered here: in /metrics from the start, HELP and TYPE
+/// included, even a family with no series yet (prometheus-client leaves
+/// an empty family out, and a dashboard would say "No data" where a
+/// family's series show 0 once they exist: see [`Metrics::precreate`]).
+#[derive(Debug)]
+pub struct Shown<M>(pub M);
+
+impl<M: EncodeMetric> EncodeMetric for Shown<M> {
+    fn encode(&self, encoder: MetricEncoder) -> std::fmt::Result {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// Which series each `server_name` value has, so that a retired name's
+/// go ([`labels::ServerNames`]): prometheus-client can remove a series by
+/// its label set, not list a family's.
+#[derive(Default)]
+struct Owners(HashMap<String, Vec<Box<dyn FnOnce() + Send>>>);
+
+impl Owners {
+    /// Notes the series of `labels` in `family` under its name.
+    fn note<S, M>(&mut self, family: &Family<S, M>, labels: &S)
+    where
+        S: Named + Clone + Hash + Eq + Send + Sync + 'static,
+        M: Send + Sync + 'static,
+    {
+        let name = labels.server_name();
+        if name == "other" || name == "none" || family.get(labels).is_some() {
+            return;
+        }
+        let (family, labels) = (family.clone(), labels.clone());
+        self.0
+            .entry(labels.server_name().to_string())
+            .or_default()
+            .push(Box::new(move || {
+                family.remove(&labels);
+            }));
+    }
+
+    /// Creates the series of `labels` in `family` (at 0), noted under its name.
+    fn create<S, M>(&mut self, family: &Family<S, M>, labels: &S)
+    where
+        S: Named + Clone + Hash + Eq + Send + Sync + 'static,
+        M: Clone + Default + Send + Sync + 'static,
+    {
+        self.note(family, labels);
+        family.get_or_create_owned(labels);
+    }
+
+    /// The series of `labels` in `family`, noted under its name.
+    fn get<'f, S, M>(&mut self, family: &'f Family<S, M>, labels: &S) -> impl Deref<Target = M> + 'f
+    where
+        S: Named + Clone + Hash + Eq + Send + Sync + 'static,
+        M: Send + Sync + 'static,
+    {
+        self.note(family, labels);
+        family.get_or_create(labels)
+    }
+
+    /// Removes every series of the name.
+    fn retire(&mut self, name: &str) {
+        for remove in self.0.remove(name).into_iter().flatten() {
+            remove();
+        }
+    }
+}
+
+/// `tlsrum_build_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    /// `git rev-parse --short=12 HEAD` at build time, or "unknown" (agent/build.rs).
+    pub commit: String,
+    /// ebpf or pcap (live); none where no capture runs.
+    pub backend: String,
+}
+
+/// The commit the agent was built from (agent/build.rs).
+pub const COMMIT: &str = env!("TLSRUM_COMMIT");
+
+/// The early-data outcomes a handshake can have, each with its series
+/// from a name's first handshake on.
+const EARLY_OUTCOMES: [EarlyData; 3] = [
+    EarlyData::Attempted,
+    EarlyData::Accepted,
+    EarlyData::Rejected,
+];
+const OFFER_OUTCOMES: [&str; 2] = ["accepted", "declined"];
 
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     [
@@ -96,6 +199,10 @@ pub struct Metrics {
     network_seconds: Family<NameTransportLabels, Histogram>,
     client_handshakes: Family<ClientKindLabels, Counter>,
     client_handshake_seconds: Family<ClientLabels, Histogram>,
+    owners: Owners,
+    /// (server_name, transport) pairs whose zero series exist.
+    precreated: HashSet<(String, String)>,
+    build_info: Family<BuildLabels, Gauge>,
     // agent health
     records: Counter,
     flows_active: Gauge,
@@ -109,24 +216,24 @@ impl Metrics {
     pub fn new(names: ServerNames, clients: ClientFingerprints, known: &[Count]) -> Self {
         let mut registry = Registry::default();
         let handshakes = Family::<HandshakeLabels, Counter>::default();
-        registry.register("tls_handshakes", "TLS handshakes by role (inbound, outbound, transit, unknown), kind (full, resumed, failed, incomplete), resumption method, version, address family and transport", handshakes.clone());
+        registry.register("tls_handshakes", "TLS handshakes by role (inbound, outbound, transit, unknown), kind (full, resumed, failed, incomplete), resumption method, version, address family and transport", Shown(handshakes.clone()));
         let offers = Family::<OfferLabels, Counter>::default();
         registry.register(
             "tls_resumption_offers",
             "Resumption offers by method and outcome (accepted, declined)",
-            offers.clone(),
+            Shown(offers.clone()),
         );
         let early_data = Family::<EarlyDataLabels, Counter>::default();
         registry.register(
             "tls_early_data",
             "0-RTT offers by outcome (attempted, accepted, rejected)",
-            early_data.clone(),
+            Shown(early_data.clone()),
         );
         let hrr = Family::<NameTransportLabels, Counter>::default();
         registry.register(
             "tls_hello_retry_requests",
             "Handshakes with a HelloRetryRequest",
-            hrr.clone(),
+            Shown(hrr.clone()),
         );
         let handshake_seconds = Family::<RoleTimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
@@ -134,7 +241,7 @@ impl Metrics {
         registry.register(
             "tls_handshake_duration_seconds",
             "ClientHello to the client's first application data, by role, kind, address family and version",
-            handshake_seconds.clone(),
+            Shown(handshake_seconds.clone()),
         );
         // Issue 16: proxies and pools.
         let idle_before_use_seconds =
@@ -144,13 +251,13 @@ impl Metrics {
         registry.register(
             "tls_idle_before_use_seconds",
             "The handshake's end to the client's first application data: near zero opened on demand, long pooled or pre-warmed",
-            idle_before_use_seconds.clone(),
+            Shown(idle_before_use_seconds.clone()),
         );
         let first_use = Family::<FirstUseLabels, Counter>::default();
         registry.register(
             "tls_connections_first_use",
             "Connections by first use: on_demand (application data within 10 ms of the handshake's end) or pooled (later: a pool or pre-warming hit)",
-            first_use.clone(),
+            Shown(first_use.clone()),
         );
         let lifetime_seconds =
             Family::<RoleTransportLabels, Histogram>::new_with_constructor(|| {
@@ -159,7 +266,7 @@ impl Metrics {
         registry.register(
             "tls_connection_lifetime_seconds",
             "A connection's first packet to its FIN or RST, for connections seen to end",
-            lifetime_seconds.clone(),
+            Shown(lifetime_seconds.clone()),
         );
         let ttfb_seconds = Family::<TimedLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(seconds_buckets())
@@ -167,7 +274,7 @@ impl Metrics {
         registry.register(
             "tls_time_to_first_byte_seconds",
             "ClientHello to the server's first application data, by kind, address family and version",
-            ttfb_seconds.clone(),
+            Shown(ttfb_seconds.clone()),
         );
         let tcp_rtt_seconds =
             Family::<NameTransportLabels, Histogram>::new_with_constructor(|| {
@@ -176,7 +283,7 @@ impl Metrics {
         registry.register(
             "tls_tcp_rtt_seconds",
             "TCP round-trip time from the three-way handshake",
-            tcp_rtt_seconds.clone(),
+            Shown(tcp_rtt_seconds.clone()),
         );
         let round_trips = Family::<KindLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0])
@@ -184,13 +291,13 @@ impl Metrics {
         registry.register(
             "tls_handshake_round_trips",
             "Handshake round trips before the client could send data",
-            round_trips.clone(),
+            Shown(round_trips.clone()),
         );
         let avoidable_seconds = Family::<NameTransportLabels, Counter<f64, AtomicU64>>::default();
         registry.register(
             "tls_avoidable_handshake_seconds",
             "Time full handshakes cost beyond a resumed one, where the client offered resumption",
-            avoidable_seconds.clone(),
+            Shown(avoidable_seconds.clone()),
         );
         // Issue 14: where the handshake time goes. Each family holds the
         // records that have its field; the network part only those whose
@@ -200,7 +307,7 @@ impl Metrics {
             let family = Family::<NameTransportLabels, Histogram>::new_with_constructor(|| {
                 Histogram::new(seconds_buckets())
             });
-            registry.register(name, help, family.clone());
+            registry.register(name, help, Shown(family.clone()));
             family
         };
         let client_hello_delay_seconds = seconds_by_name(
@@ -229,7 +336,7 @@ impl Metrics {
         registry.register(
             "tls_client_handshakes",
             "TLS handshakes by client fingerprint (JA4: the top N by volume, the rest other, none without one), kind and transport",
-            client_handshakes.clone(),
+            Shown(client_handshakes.clone()),
         );
         let client_handshake_seconds =
             Family::<ClientLabels, Histogram>::new_with_constructor(|| {
@@ -238,28 +345,35 @@ impl Metrics {
         registry.register(
             "tls_client_handshake_duration_seconds",
             "ClientHello to the client's first application data (as tls_handshake_duration_seconds), by client fingerprint",
-            client_handshake_seconds.clone(),
+            Shown(client_handshake_seconds.clone()),
         );
         let records = Counter::default();
         registry.register(
             "tlsrum_connection_records",
             "Connection records produced",
-            records.clone(),
+            Shown(records.clone()),
         );
         let flows_active = Gauge::default();
         registry.register(
             "tlsrum_flows_active",
             "Flows tracked now",
-            flows_active.clone(),
+            Shown(flows_active.clone()),
         );
         let flow_memory = Gauge::default();
         registry.register(
             "tlsrum_flow_memory_bytes",
             "Memory the flow state holds now, as counted against --max-memory",
-            flow_memory.clone(),
+            Shown(flow_memory.clone()),
         );
         let health = Health::new(&mut registry, known);
-        Metrics {
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "tlsrum_build_info",
+            "The agent's version, the commit it was built from and the capture backend; always 1",
+            Shown(build_info.clone()),
+        );
+        registry.register_collector(Box::new(process::ProcessCollector));
+        let mut metrics = Metrics {
             registry,
             names,
             clients,
@@ -285,6 +399,73 @@ impl Metrics {
             flows_active,
             flow_memory,
             health,
+            owners: Owners::default(),
+            precreated: HashSet::new(),
+            build_info,
+        };
+        metrics.set_backend("none");
+        metrics
+    }
+
+    /// `tlsrum_build_info{backend}`: the capture backend in use.
+    pub fn set_backend(&mut self, backend: &str) {
+        self.build_info.clear();
+        self.build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: COMMIT.into(),
+                backend: backend.into(),
+            })
+            .set(1);
+    }
+
+    /// A name's counters of rare events (0-RTT, HelloRetryRequest,
+    /// resumption offers) exist at 0 from its first handshake on, for each
+    /// value of their enumerated labels, so that a server without 0-RTT
+    /// shows 0 rather than "No data" (three panels of the resumption
+    /// dashboard did). Bounded: 10 series per name and transport (TCP), 5
+    /// (QUIC: PSK offers only).
+    fn precreate(&mut self, server_name: &str, transport: &str) {
+        if !self
+            .precreated
+            .insert((server_name.to_string(), transport.to_string()))
+        {
+            return;
+        }
+        for e in EARLY_OUTCOMES {
+            self.owners.create(
+                &self.early_data,
+                &EarlyDataLabels {
+                    outcome: e.as_str().into(),
+                    transport: transport.into(),
+                    server_name: server_name.into(),
+                },
+            );
+        }
+        self.owners.create(
+            &self.hrr,
+            &NameTransportLabels {
+                transport: transport.into(),
+                server_name: server_name.into(),
+            },
+        );
+        let methods: &[Resumption] = if transport == "quic" {
+            &[Resumption::Psk]
+        } else {
+            &[Resumption::SessionId, Resumption::Ticket, Resumption::Psk]
+        };
+        for m in methods {
+            for outcome in OFFER_OUTCOMES {
+                self.owners.create(
+                    &self.offers,
+                    &OfferLabels {
+                        outcome: outcome.into(),
+                        method: m.as_str().into(),
+                        transport: transport.into(),
+                        server_name: server_name.into(),
+                    },
+                );
+            }
         }
     }
 
@@ -302,17 +483,21 @@ impl Metrics {
         // A one-sided capture may not show the kind.
         let kind = r.handshake.map_or("unknown", |k| k.as_str()).to_string();
         let role = role_label(r);
+        self.precreate(&server_name, &transport);
         self.records.inc();
-        self.handshakes
-            .get_or_create(&HandshakeLabels {
-                role: role.clone(),
-                kind: kind.clone(),
-                method: r.resumption.map_or("none", |m| m.as_str()).into(),
-                version: version.clone(),
-                family: family.clone(),
-                transport: transport.clone(),
-                server_name: server_name.clone(),
-            })
+        self.owners
+            .get(
+                &self.handshakes,
+                &HandshakeLabels {
+                    role: role.clone(),
+                    kind: kind.clone(),
+                    method: r.resumption.map_or("none", |m| m.as_str()).into(),
+                    version: version.clone(),
+                    family: family.clone(),
+                    transport: transport.clone(),
+                    server_name: server_name.clone(),
+                },
+            )
             .inc();
         self.client_handshakes
             .get_or_create(&ClientKindLabels {
@@ -329,25 +514,31 @@ impl Metrics {
                 (Some(HandshakeKind::Full), _) => "declined",
                 _ => continue, // failed or incomplete: no verdict
             };
-            self.offers
-                .get_or_create(&OfferLabels {
-                    outcome: outcome.into(),
-                    method: m.as_str().into(),
-                    transport: transport.clone(),
-                    server_name: server_name.clone(),
-                })
+            self.owners
+                .get(
+                    &self.offers,
+                    &OfferLabels {
+                        outcome: outcome.into(),
+                        method: m.as_str().into(),
+                        transport: transport.clone(),
+                        server_name: server_name.clone(),
+                    },
+                )
                 .inc();
         }
         if let Some(e) = r
             .early_data
             .filter(|&e| e != analyzer::record::EarlyData::None)
         {
-            self.early_data
-                .get_or_create(&EarlyDataLabels {
-                    outcome: e.as_str().into(),
-                    transport: transport.clone(),
-                    server_name: server_name.clone(),
-                })
+            self.owners
+                .get(
+                    &self.early_data,
+                    &EarlyDataLabels {
+                        outcome: e.as_str().into(),
+                        transport: transport.clone(),
+                        server_name: server_name.clone(),
+                    },
+                )
                 .inc();
         }
         let nt = NameTransportLabels {
@@ -355,7 +546,7 @@ impl Metrics {
             server_name: server_name.clone(),
         };
         if r.hrr {
-            self.hrr.get_or_create(&nt).inc();
+            self.owners.get(&self.hrr, &nt).inc();
         }
         let tl = TimedLabels {
             kind: kind.clone(),
@@ -365,15 +556,18 @@ impl Metrics {
             server_name: server_name.clone(),
         };
         if let Some(ms) = r.timing.handshake {
-            self.handshake_seconds
-                .get_or_create(&RoleTimedLabels {
-                    role: role.clone(),
-                    kind: tl.kind.clone(),
-                    family: tl.family.clone(),
-                    version: tl.version.clone(),
-                    transport: tl.transport.clone(),
-                    server_name: tl.server_name.clone(),
-                })
+            self.owners
+                .get(
+                    &self.handshake_seconds,
+                    &RoleTimedLabels {
+                        role: role.clone(),
+                        kind: tl.kind.clone(),
+                        family: tl.family.clone(),
+                        version: tl.version.clone(),
+                        transport: tl.transport.clone(),
+                        server_name: tl.server_name.clone(),
+                    },
+                )
                 .observe(ms / 1e3);
             self.client_handshake_seconds
                 .get_or_create(&ClientLabels {
@@ -384,7 +578,7 @@ impl Metrics {
                 .observe(ms / 1e3);
         }
         if let Some(ms) = r.timing.ttfb {
-            self.ttfb_seconds.get_or_create(&tl).observe(ms / 1e3);
+            self.owners.get(&self.ttfb_seconds, &tl).observe(ms / 1e3);
         }
         let kl = KindLabels {
             kind,
@@ -392,33 +586,43 @@ impl Metrics {
             server_name: server_name.clone(),
         };
         if let Some(n) = r.timing.round_trips {
-            self.round_trips.get_or_create(&kl).observe(n as f64);
+            self.owners.get(&self.round_trips, &kl).observe(n as f64);
         }
         if let Some(ms) = r.timing.tcp_rtt {
-            self.tcp_rtt_seconds.get_or_create(&nt).observe(ms / 1e3);
+            self.owners
+                .get(&self.tcp_rtt_seconds, &nt)
+                .observe(ms / 1e3);
         }
         if let Some(ms) = r.timing.avoidable {
-            self.avoidable_seconds.get_or_create(&nt).inc_by(ms / 1e3);
+            self.owners
+                .get(&self.avoidable_seconds, &nt)
+                .inc_by(ms / 1e3);
         }
         if let Some(ms) = r.timing.idle_before_use {
-            self.idle_before_use_seconds
-                .get_or_create(&RoleNameTransportLabels {
-                    role: role.clone(),
-                    transport: transport.clone(),
-                    server_name: server_name.clone(),
-                })
+            self.owners
+                .get(
+                    &self.idle_before_use_seconds,
+                    &RoleNameTransportLabels {
+                        role: role.clone(),
+                        transport: transport.clone(),
+                        server_name: server_name.clone(),
+                    },
+                )
                 .observe(ms / 1e3);
             let first_use = if ms <= ON_DEMAND_MS {
                 "on_demand"
             } else {
                 "pooled"
             };
-            self.first_use
-                .get_or_create(&FirstUseLabels {
-                    role: role.clone(),
-                    server_name: server_name.clone(),
-                    r#use: first_use.into(),
-                })
+            self.owners
+                .get(
+                    &self.first_use,
+                    &FirstUseLabels {
+                        role: role.clone(),
+                        server_name: server_name.clone(),
+                        r#use: first_use.into(),
+                    },
+                )
                 .inc();
         }
         if let Some(ms) = r.timing.lifetime {
@@ -439,7 +643,7 @@ impl Metrics {
             (&self.network_seconds, r.timing.network()),
         ] {
             if let Some(ms) = ms {
-                family.get_or_create(&nt).observe(ms / 1e3);
+                self.owners.get(family, &nt).observe(ms / 1e3);
             }
         }
     }
@@ -462,9 +666,15 @@ impl Metrics {
         }
     }
 
-    pub fn encode(&self) -> String {
+    /// The exposition; then the series of names retired since the last
+    /// scrape go, now that it has read their last values.
+    pub fn encode(&mut self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        for name in self.names.take_retired() {
+            self.owners.retire(&name);
+            self.precreated.retain(|(n, _)| *n != name);
+        }
         out
     }
 }
@@ -600,7 +810,7 @@ mod tests {
             "tlsrum_drops_total{reason=\"flow_map_error\"} 1",
             "tlsrum_ringbuf_events_total 1",
             "tlsrum_ringbuf_payload_bytes_total 1",
-            "tlsrum_kernel_bytes_lost_total 1",
+            "tlsrum_kernel_lost_bytes_total 1",
             "tlsrum_kernel_filled_bytes_total 1",
             "tlsrum_kernel_packets_total{kind=\"done\"} 1",
             "tlsrum_kernel_packets_total{kind=\"opaque\"} 1",
@@ -1186,6 +1396,52 @@ mod tests {
         assert!(
             !text.contains("tls_connection_lifetime_seconds_count{role=\"inbound\",transport=\"tcp\",server_name"),
             "lifetime carries no server_name"
+        );
+    }
+
+    /// Issue 17: a name displaced from the top N keeps its series,
+    /// unchanged, for one more scrape (which reads their last values), then
+    /// they go, zero series included; the name's later handshakes count
+    /// under `other`, and the displacing name has its own.
+    #[test]
+    fn a_displaced_name_is_scraped_once_more_then_removed() {
+        let mut m = Metrics::new(ServerNames::new(1, None), ClientFingerprints::new(5), &[]);
+        let rec = |sni: &str| {
+            let mut r = record(Some("t13d_x"), HandshakeKind::Full, Family::Ipv4, 5.0);
+            r.sni = Some(sni.into());
+            r
+        };
+        m.record(&rec("light.test"));
+        for _ in 0..10 {
+            m.record(&rec("heavy.test"));
+        }
+        let by_name = |text: &str| -> BTreeMap<String, f64> {
+            samples(text, "tls_handshakes_total")
+                .into_iter()
+                .map(|(l, v)| (l["server_name"].clone(), v))
+                .collect()
+        };
+        let first = m.encode();
+        assert_eq!(
+            by_name(&first),
+            [("light.test", 1.0), ("other", 1.0), ("heavy.test", 9.0)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            "{first}"
+        );
+        assert!(first.contains(
+            r#"tls_early_data_total{outcome="rejected",transport="tcp",server_name="light.test"} 0"#
+        ));
+        m.record(&rec("light.test"));
+        let second = m.encode();
+        assert!(!second.contains("light.test"), "{second}");
+        assert_eq!(
+            by_name(&second),
+            [("other", 2.0), ("heavy.test", 9.0)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect()
         );
     }
 

@@ -6,10 +6,12 @@
 //! own option, as `--html`).
 
 pub mod csv;
+pub mod events_file;
 pub mod html;
 pub mod ndjson;
 pub mod slices;
 pub mod table;
+pub mod top;
 
 use std::io::{self, BufWriter};
 

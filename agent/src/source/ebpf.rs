@@ -183,6 +183,13 @@ impl Source for EbpfSource {
         Ok(())
     }
 
+    fn missing_interfaces(&self) -> Vec<String> {
+        match self.cap {
+            Some(_) => Vec::new(),
+            None => self.opts.ifaces.clone(),
+        }
+    }
+
     fn close(mut self: Box<Self>) -> Result<()> {
         match self.cap.take() {
             Some(cap) => cap.detach(),

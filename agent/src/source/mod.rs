@@ -67,6 +67,11 @@ pub trait Source {
     fn check_interfaces(&mut self) -> Result<()> {
         Ok(())
     }
+    /// Interfaces not captured now (gone, to be re-attached when they
+    /// are back): `/healthz` reports them.
+    fn missing_interfaces(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Detach from the kernel cleanly.
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())

@@ -195,6 +195,14 @@ impl Source for PcapLive {
         self.ifaces.iter().map(|i| i.link).collect()
     }
 
+    fn missing_interfaces(&self) -> Vec<String> {
+        self.ifaces
+            .iter()
+            .filter(|i| i.cap.is_none())
+            .map(|i| i.name.clone())
+            .collect()
+    }
+
     /// An interface that went away is reopened once it exists again.
     fn check_interfaces(&mut self) -> Result<()> {
         for iface in &mut self.ifaces {
