@@ -42,7 +42,13 @@ fn ok(cmd: &mut Command) -> String {
 fn flags(help: &str) -> BTreeSet<String> {
     help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
         .filter(|w| w.starts_with("--") && w.len() > 2)
-        .map(|w| w.split(['=', '<']).next().unwrap().to_string())
+        // The flag itself, not what prose puts after it ("--top's", "--x:").
+        .map(|w| {
+            w.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|f| f.len() > 2)
         .collect()
 }
 

@@ -94,6 +94,25 @@ impl Handshake {
         }
     }
 
+    /// Only the client's direction, and the client acknowledged the
+    /// server's Finished before sending data: its ACK, perhaps delayed,
+    /// only bounds the handshake's end, so `timing.handshake` is null
+    /// (the end still serves for `idle_before_use`).
+    fn end_unseen(&self) -> bool {
+        if self.missing != Some(Dir::Server) || self.is_tls13() || self.abbreviated {
+            return false;
+        }
+        let data = self.records[Dir::Client as usize]
+            .iter()
+            .find(is_data)
+            .map(|r| r.ts);
+        match (data, self.client_acked_finished) {
+            (Some(d), Some(a)) => a < d,
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    }
+
     /// The observer's round trip to the client, from TCP's handshake
     /// ([`Vantage::to_client`]), for [`handshake_end`](Self::handshake_end).
     pub fn set_to_client(&mut self, rt: Option<f64>) {
@@ -383,7 +402,8 @@ impl Handshake {
         };
         Timing {
             tcp_rtt: rtt.map(ms),
-            handshake: since_start(self.handshake_end()).filter(|_| shows_client),
+            handshake: since_start(self.handshake_end())
+                .filter(|_| shows_client && !self.end_unseen()),
             ttfb: since_start(self.first_server_data()).filter(|_| shows_client),
             round_trips: self.round_trips(),
             avoidable: self
