@@ -5,7 +5,7 @@ CARGO ?= cargo
 TLSRUM := target/release/tlsrum
 # Seconds of fuzzing per target: `make fuzz`, and the smoke in `make test`.
 FUZZ_SECS ?= 600
-FUZZ_SMOKE_SECS ?= 20
+FUZZ_SMOKE_SECS ?= 10
 
 .PHONY: deps build deb image k8s-manifest demo test baselines pcaps bench clean experiment experiment-ats fuzz fuzz-smoke docs-charts
 
@@ -34,7 +34,7 @@ demo: build
 
 test: deps
 	$(CARGO) test --profile ci --locked --workspace --no-fail-fast
-	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --profile ci --locked --workspace --all-targets -- -D warnings
 	cd fuzz && $(CARGO) clippy --locked --all-targets -- -D warnings
 	cd fuzz/seeds && $(CARGO) clippy --locked --all-targets -- -D warnings
 	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)

@@ -21,9 +21,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{ns_cmd, run, skip_unless, wait_for_text, Need, Procs, Topology, SERVER_IP};
@@ -82,34 +80,19 @@ const CASES: &[Case] = &[
 ];
 
 fn start_nginx(topo: &Topology, procs: &mut Procs, cert: &Path, key: &Path) {
-    let d = topo.path("nginx");
-    std::fs::create_dir_all(&d).unwrap();
-    let dd = d.display();
     let listen: String = CASES
         .iter()
         .map(|c| format!("        listen {SERVER_IP}:{} ssl http2;\n", c.port))
         .collect();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
-         error_log {dd}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n    \
-         client_body_temp_path {dd}/body;\n    proxy_temp_path {dd}/proxy;\n    \
-         fastcgi_temp_path {dd}/fastcgi;\n    uwsgi_temp_path {dd}/uwsgi;\n    \
-         scgi_temp_path {dd}/scgi;\n    access_log off;\n    server {{\n{listen}        \
+    let http = format!(
+        "    access_log off;\n    server {{\n{listen}        \
          server_name {HOST};\n        ssl_certificate {};\n        ssl_certificate_key {};\n        \
          ssl_protocols TLSv1.2 TLSv1.3;\n        \
-         location / {{ return 200 \"ok\\n\"; }}\n    }}\n}}\n",
+         location / {{ return 200 \"ok\\n\"; }}\n    }}\n",
         cert.display(),
         key.display(),
     );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let conf_s = conf_path.to_str().unwrap();
-    let prefix = format!("{dd}/");
-    let mut cmd = ns_cmd(&topo.server_ns, &["nginx", "-p", &prefix, "-c", conf_s]);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(d.join("stderr.log")).unwrap());
-    procs.spawn("nginx", cmd);
+    common::servers::nginx(&topo.server_ns, &topo.path("nginx"), &http, "nginx", procs);
     for c in CASES {
         topo.wait_listening(c.port, procs);
     }

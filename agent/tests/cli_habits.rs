@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use common::scratch::Scratch;
 use common::{ns_cmd, skip_unless, Need, Procs, Topology, SERVER_IP};
 use serde_json::Value;
 
@@ -44,31 +45,6 @@ fn psk() -> PathBuf {
 }
 fn cache() -> PathBuf {
     repo().join("pcaps/curl-nginx-tls13-cache-only.pcapng")
-}
-
-/// A scratch directory for one test, removed unless it failed.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("tlsrum-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("test files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 /// `tlsrum ARGS`, standard input from `stdin` (None: /dev/null).
@@ -245,7 +221,7 @@ fn count_stops_after_n_packets_over_all_inputs() {
 
 #[test]
 fn a_bad_filter_is_one_usage_error_before_anything_is_read() {
-    let dir = Scratch::new("filter");
+    let dir = Scratch::new("cli-filter");
     std::fs::copy(psk(), dir.path("a.pcapng")).unwrap();
     std::fs::copy(cache(), dir.path("b.pcapng")).unwrap();
     for args in [
@@ -307,7 +283,7 @@ fn a_bad_filter_is_one_usage_error_before_anything_is_read() {
 
 #[test]
 fn exit_status_follows_the_table() {
-    let dir = Scratch::new("exit");
+    let dir = Scratch::new("cli-exit");
     let whole = std::fs::read(psk()).unwrap();
     let cut = dir.path("cut.pcapng");
     std::fs::write(&cut, &whole[..whole.len() - 40]).unwrap();
@@ -392,7 +368,7 @@ fn directory_scans_take_captures_by_content_and_name_the_rest() {
     ) {
         return;
     }
-    let dir = Scratch::new("scan");
+    let dir = Scratch::new("cli-scan");
     let scan = dir.path("scan");
     std::fs::create_dir_all(scan.join("sub")).unwrap();
     let one = |p: &Path| records(&["replay", "--format", "ndjson", s(p)], None);
@@ -500,7 +476,7 @@ fn records_name_their_capture_with_several_inputs_or_h() {
 
 #[test]
 fn html_dash_is_standard_output_instead_of_the_table() {
-    let dir = Scratch::new("html");
+    let dir = Scratch::new("cli-html");
     let file = dir.path("r.html");
     let to_file = tlsrum(&["replay", "--html", s(&file), s(&psk())], None);
     assert_eq!(to_file.status.code(), Some(0));
@@ -550,25 +526,13 @@ fn live_short_flags_filter_write_and_events_to_stdout() {
     let mut procs = Procs::default();
     let (key, cert) = topo.self_signed("cli.test");
     for port in [KEPT_PORT, DROPPED_PORT] {
-        let mut cmd = ns_cmd(
+        let cmd = common::servers::s_server(
             &topo.server_ns,
-            &[
-                "openssl",
-                "s_server",
-                "-accept",
-                &port.to_string(),
-                "-cert",
-                s(&cert),
-                "-key",
-                s(&key),
-                "-quiet",
-                "-www",
-            ],
+            &port.to_string(),
+            &cert,
+            &key,
+            &["-quiet", "-www"],
         );
-        // stdin stays open: s_server would stop on its EOF.
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
         procs.spawn(&format!("s_server-{port}"), cmd);
         topo.wait_listening(port, &mut procs);
     }

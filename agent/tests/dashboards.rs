@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::scratch::Scratch;
 use common::{ns_cmd, run, wait_for, Need, Netns, Procs, Topology, CLIENT_IP, SERVER_IP};
 use serde_json::Value;
 
@@ -128,21 +129,8 @@ fn start_nginx(t: &Topology, procs: &mut Procs) {
     for k in ["ticket-a.key", "ticket-b.key"] {
         run(&["openssl", "rand", "-out", &format!("{d}/{k}"), "80"]);
     }
-    std::fs::create_dir_all(t.dir.join("nginx")).unwrap();
-    let conf = format!(
-        r#"user root;
-worker_processes 1;
-daemon off;
-pid {d}/nginx/nginx.pid;
-error_log {d}/nginx/error.log warn;
-events {{ worker_connections 128; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/nginx/body;
-  proxy_temp_path {d}/nginx/proxy;
-  fastcgi_temp_path {d}/nginx/fastcgi;
-  uwsgi_temp_path {d}/nginx/uwsgi;
-  scgi_temp_path {d}/nginx/scgi;
+    let http = format!(
+        r#"  access_log off;
   ssl_certificate {d}/cert.pem;
   ssl_certificate_key {d}/key.pem;
   server {{
@@ -167,17 +155,9 @@ http {{
     ssl_ecdh_curve X25519;
     location / {{ return 200 "tlsrum-c\n"; }}
   }}
-}}
 "#
     );
-    let conf_path = t.dir.join("nginx/nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let mut cmd = ns_cmd(&t.server_ns, &["nginx"]);
-    cmd.arg("-c")
-        .arg(&conf_path)
-        .arg("-p")
-        .arg(t.dir.join("nginx"));
-    procs.spawn_logged("nginx", cmd, &t.dir.join("nginx.log"));
+    common::servers::nginx(&t.server_ns, &t.path("nginx"), &http, "nginx", procs);
     wait_for("nginx to listen", Duration::from_secs(10), || {
         let out = run(&["ip", "netns", "exec", &t.server_ns, "ss", "-Hltn"]);
         [PORT_A, PORT_B, PORT_C]
@@ -1806,23 +1786,6 @@ fn expand_syscalls(name: &str, out: &mut BTreeSet<String>) {
 }
 
 /// A scratch directory, removed on drop (also when the test fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// One network namespace with a veth pair (tu0, tu1) in it; deleted on drop.
 fn netns_with_veth(tag: &str) -> Netns {
     let ns = Netns::new(tag);
@@ -2088,7 +2051,7 @@ fn deploy_files_hold_what_they_promise() {
 
     // The unit, as systemd reads it (ExecStart pointed at this build).
     let unit_text = std::fs::read_to_string(deploy.join("tlsrum.service")).unwrap();
-    let scratch = Scratch::new("tlsrum-deploy");
+    let scratch = Scratch::new("deploy");
     let dir = scratch.0.clone();
     let unit_copy = dir.join("tlsrum.service");
     std::fs::write(

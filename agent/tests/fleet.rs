@@ -227,39 +227,15 @@ fn link(central: &str, h: &Host, i: usize) {
         (central, &c_dev, h.link.0),
         (h.topo.server_ns.as_str(), &h_dev, h.link.1),
     ] {
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{ip}/24"),
-            "dev",
-            dev,
-        ]);
-        run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        common::netns::address_up(ns, dev, &format!("{ip}/24"));
     }
 }
 
 fn start_host(h: &Host, procs: &mut Procs) {
     let t = &h.topo;
-    let d = t.dir.display();
     let (key, cert) = t.self_signed(NAME);
-    std::fs::create_dir_all(t.dir.join("nginx")).unwrap();
-    let conf = format!(
-        r#"user root;
-worker_processes 1;
-daemon off;
-pid {d}/nginx/nginx.pid;
-error_log {d}/nginx/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/nginx/body;
-  proxy_temp_path {d}/nginx/proxy;
-  fastcgi_temp_path {d}/nginx/fastcgi;
-  uwsgi_temp_path {d}/nginx/uwsgi;
-  scgi_temp_path {d}/nginx/scgi;
+    let http = format!(
+        r#"  access_log off;
   server {{
     listen {SERVER_IP}:{PORT} ssl;
     ssl_certificate {cert};
@@ -267,17 +243,18 @@ http {{
     ssl_session_cache shared:S:1m;
     location / {{ return 200 "{name}\n"; }}
   }}
-}}
 "#,
         cert = cert.display(),
         key = key.display(),
         name = h.name,
     );
-    let conf_path = t.dir.join("nginx/nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let mut cmd = ns_cmd(&t.server_ns, &["nginx", "-c"]);
-    cmd.arg(&conf_path).arg("-p").arg(t.dir.join("nginx"));
-    procs.spawn_logged(&format!("nginx {}", h.name), cmd, &t.path("nginx.log"));
+    common::servers::nginx(
+        &t.server_ns,
+        &t.path("nginx"),
+        &http,
+        &format!("nginx {}", h.name),
+        procs,
+    );
 
     let mut cmd = ns_cmd(&t.server_ns, &[env!("CARGO_BIN_EXE_tlsrum")]);
     cmd.args([

@@ -130,32 +130,15 @@ fn seccomp_profile() -> PathBuf {
 
 fn start_nginx(topo: &Topology, procs: &mut Procs) {
     let (key, cert) = topo.self_signed(HOST);
-    let d = topo.path("nginx");
-    std::fs::create_dir_all(&d).unwrap();
-    let dd = d.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
-         error_log {dd}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n    \
-         client_body_temp_path {dd}/body;\n    proxy_temp_path {dd}/proxy;\n    \
-         fastcgi_temp_path {dd}/fastcgi;\n    uwsgi_temp_path {dd}/uwsgi;\n    \
-         scgi_temp_path {dd}/scgi;\n    access_log off;\n    server {{\n        \
+    let http = format!(
+        "    access_log off;\n    server {{\n        \
          listen {SERVER_IP}:443 ssl;\n        server_name {HOST};\n        \
          ssl_certificate {};\n        ssl_certificate_key {};\n        \
-         location / {{ return 200 \"ok\\n\"; }}\n    }}\n}}\n",
+         location / {{ return 200 \"ok\\n\"; }}\n    }}\n",
         cert.display(),
         key.display(),
     );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let prefix = format!("{dd}/");
-    let mut cmd = ns_cmd(
-        &topo.server_ns,
-        &["nginx", "-p", &prefix, "-c", conf_path.to_str().unwrap()],
-    );
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(d.join("stderr.log")).unwrap());
-    procs.spawn("nginx", cmd);
+    common::servers::nginx(&topo.server_ns, &topo.path("nginx"), &http, "nginx", procs);
     topo.wait_listening(443, procs);
 }
 

@@ -229,29 +229,14 @@ fn ebpf_flood_sends_no_application_data() {
     std::fs::write(www.join("canary.txt"), &file).unwrap();
 
     for port in PORTS {
-        let mut cmd = ns_cmd(
+        let mut cmd = common::servers::s_server(
             &topo.server_ns,
-            &[
-                "openssl",
-                "s_server",
-                "-accept",
-                &port.to_string(),
-                "-cert",
-                &cert,
-                "-key",
-                &key,
-                "-tls1_2",
-                "-cipher",
-                CIPHER,
-                "-WWW",
-                "-quiet",
-            ],
+            &port.to_string(),
+            Path::new(&cert),
+            Path::new(&key),
+            &["-tls1_2", "-cipher", CIPHER, "-WWW", "-quiet"],
         );
-        // stdin stays open: s_server would stop on its EOF.
-        cmd.current_dir(&www)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.current_dir(&www);
         procs.spawn(&format!("s_server-{port}"), cmd);
         topo.wait_listening(port, &mut procs);
     }

@@ -563,17 +563,12 @@ fn start_nginx(topo: &Topology, procs: &mut Procs, cert: &Path, key: &Path) -> P
              ssl_early_data {early};\n        location / {{ return 200 \"ok\\n\"; }}\n    }}\n"
         )
     };
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
-         error_log {dd}/error.log info;\nevents {{ worker_connections 256; }}\nhttp {{\n    \
-         client_body_temp_path {dd}/body;\n    proxy_temp_path {dd}/proxy;\n    \
-         fastcgi_temp_path {dd}/fastcgi;\n    uwsgi_temp_path {dd}/uwsgi;\n    \
-         scgi_temp_path {dd}/scgi;\n    \
-         log_format tlsrum 'port=$remote_port server_port=$server_port \
+    let http = format!(
+        "    log_format tlsrum 'port=$remote_port server_port=$server_port \
          reused=$ssl_session_reused protocol=$ssl_protocol sni=$ssl_server_name \
          early=$ssl_early_data status=$status';\n    access_log {dd}/access.log tlsrum;\n    \
          ssl_certificate {};\n    ssl_certificate_key {};\n    \
-         ssl_protocols TLSv1.2 TLSv1.3;\n{}{}{}{}}}\n",
+         ssl_protocols TLSv1.2 TLSv1.3;\n{}{}{}{}",
         cert.display(),
         key.display(),
         block(NGINX_OFF, "off", "off", "off"),
@@ -581,28 +576,7 @@ fn start_nginx(topo: &Topology, procs: &mut Procs, cert: &Path, key: &Path) -> P
         block(NGINX_TICKETS, "off", "on", "off"),
         block(NGINX_EARLY, "off", "on", "on"),
     );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let conf_s = conf_path.to_str().unwrap();
-    let prefix = format!("{dd}/");
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &topo.server_ns,
-        "nginx",
-        "-t",
-        "-q",
-        "-p",
-        &prefix,
-        "-c",
-        conf_s,
-    ]);
-    let mut cmd = ns_cmd(&topo.server_ns, &["nginx", "-p", &prefix, "-c", conf_s]);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(d.join("stderr.log")).unwrap());
-    procs.spawn("nginx", cmd);
+    common::servers::nginx(&topo.server_ns, &d, &http, "nginx", procs);
     for p in NGINX_PORTS {
         topo.wait_listening(p, procs);
     }

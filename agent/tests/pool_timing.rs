@@ -23,9 +23,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{
@@ -133,34 +132,22 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
     let mut procs = Procs::default();
 
     // nginx keeps the connection open (keep-alive) until the client closes.
-    let d = topo.path("nginx");
-    std::fs::create_dir_all(&d).unwrap();
-    let dd = d.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
-         error_log {dd}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n    \
-         client_body_temp_path {dd}/body;\n    proxy_temp_path {dd}/proxy;\n    \
-         fastcgi_temp_path {dd}/fastcgi;\n    uwsgi_temp_path {dd}/uwsgi;\n    scgi_temp_path {dd}/scgi;\n    \
-         access_log off;\n    keepalive_timeout 30s;\n    server {{\n        \
+    let http = format!(
+        "    access_log off;\n    keepalive_timeout 30s;\n    server {{\n        \
          listen {SERVER_IP}:{PORT} ssl;\n        server_name {HOST};\n        \
          ssl_protocols TLSv1.2 TLSv1.3;\n        \
          ssl_certificate {};\n        ssl_certificate_key {};\n        \
-         location / {{ return 200 \"ok\\n\"; }}\n    }}\n}}\n",
+         location / {{ return 200 \"ok\\n\"; }}\n    }}\n",
         cert.display(),
         key.display(),
     );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let prefix = format!("{dd}/");
-    let mut nginx = ns_cmd(
+    common::servers::nginx(
         &topo.server_ns,
-        &["nginx", "-p", &prefix, "-c", conf_path.to_str().unwrap()],
+        &topo.path("nginx"),
+        &http,
+        "nginx",
+        &mut procs,
     );
-    nginx
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(d.join("stderr.log")).unwrap());
-    procs.spawn("nginx", nginx);
     topo.wait_listening(PORT, &mut procs);
 
     let pcap = topo.path("pool.pcap");

@@ -10,8 +10,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{
@@ -43,33 +42,17 @@ fn proxy_protocol_names_the_original_client() {
 
     // nginx: the TLS backend, reading the PROXY header HAProxy sends.
     let d = topo.path("nginx");
-    std::fs::create_dir_all(&d).unwrap();
     let dd = d.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dd}/nginx.pid;\n\
-         error_log {dd}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n    \
-         client_body_temp_path {dd}/body;\n    proxy_temp_path {dd}/proxy;\n    \
-         fastcgi_temp_path {dd}/fastcgi;\n    uwsgi_temp_path {dd}/uwsgi;\n    scgi_temp_path {dd}/scgi;\n    \
-         log_format pp '$proxy_protocol_addr:$proxy_protocol_port $ssl_server_name';\n    \
+    let http = format!(
+        "    log_format pp '$proxy_protocol_addr:$proxy_protocol_port $ssl_server_name';\n    \
          access_log {dd}/access.log pp;\n    server {{\n        \
          listen 127.0.0.1:{NGINX_PORT} ssl proxy_protocol;\n        server_name {HOST};\n        \
          ssl_certificate {};\n        ssl_certificate_key {};\n        \
-         location / {{ return 200 \"ok\\n\"; }}\n    }}\n}}\n",
+         location / {{ return 200 \"ok\\n\"; }}\n    }}\n",
         cert.display(),
         key.display(),
     );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let prefix = format!("{dd}/");
-    let mut nginx = ns_cmd(
-        &topo.server_ns,
-        &["nginx", "-p", &prefix, "-c", conf_path.to_str().unwrap()],
-    );
-    nginx
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(d.join("stderr.log")).unwrap());
-    procs.spawn("nginx", nginx);
+    common::servers::nginx(&topo.server_ns, &d, &http, "nginx", &mut procs);
 
     // HAProxy: TCP mode, one frontend per PROXY protocol version.
     let haproxy_conf = topo.path("haproxy.cfg");

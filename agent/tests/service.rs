@@ -87,25 +87,13 @@ fn events_append_reopen_metrics_and_top() {
     let t = Topology::new("sv");
     let (key, cert) = t.self_signed("a.test");
     let mut procs = Procs::default();
-    let mut server = ns_cmd(
+    let server = common::servers::s_server(
         &t.server_ns,
-        &[
-            "openssl",
-            "s_server",
-            "-accept",
-            &PORT.to_string(),
-            "-cert",
-            cert.to_str().unwrap(),
-            "-key",
-            key.to_str().unwrap(),
-            "-www",
-            "-quiet",
-        ],
+        &PORT.to_string(),
+        &cert,
+        &key,
+        &["-www", "-quiet"],
     );
-    server
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
     procs.spawn("s_server", server);
     t.wait_listening(PORT, &mut procs);
 

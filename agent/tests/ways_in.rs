@@ -47,6 +47,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::scratch::Scratch;
 use common::{
     ns_cmd, run, skip_unless, wait_for, wait_for_text, Need, Netns, Procs, Topology, CLIENT_IP,
     SERVER_IP,
@@ -66,31 +67,6 @@ const PLAIN: &[&str] = &[
     "pcaps/curl-nginx-tls13-cache-only.pcapng",
     "pcaps/openssl-openssl-tls13-psk.pcapng",
 ];
-
-/// A scratch directory for one test, removed unless it failed.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("tlsrum-waysin-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("test files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
 
 /// `tlsrum replay --format ndjson` of `paths`: its records without
 /// `capture` (the file's name), and its stderr. Panics if it fails.
@@ -136,7 +112,7 @@ fn reframed_link_types_give_the_plain_records() {
     ) {
         return;
     }
-    let dir = Scratch::new("reframe");
+    let dir = Scratch::new("waysin-reframe");
     // 802.11 data frame headers (To DS; addresses; sequence 1).
     let addrs = "02,00,00,00,00,01,02,00,00,00,00,02,02,00,00,00,00,03,10,00";
     let data = format!("08,01,00,00,{addrs}");
@@ -215,7 +191,7 @@ fn compressed_captures_give_the_plain_records() {
     ) {
         return;
     }
-    let dir = Scratch::new("compress");
+    let dir = Scratch::new("waysin-compress");
     let scan = dir.path("scan");
     std::fs::create_dir_all(&scan).unwrap();
     let mut everything = Vec::new();
@@ -285,7 +261,7 @@ fn a_named_pipe_is_read_plain_or_compressed() {
     ) {
         return;
     }
-    let dir = Scratch::new("fifo");
+    let dir = Scratch::new("waysin-fifo");
     let plain = repo().join(PLAIN[1]);
     let want = records(&[&plain], &[]);
     for (i, writer) in ["cat", "gzip -c", "zstd -q -c"].iter().enumerate() {
@@ -309,7 +285,7 @@ fn damaged_or_unknown_compression_is_a_clear_error() {
     ) {
         return;
     }
-    let dir = Scratch::new("damaged");
+    let dir = Scratch::new("waysin-damaged");
     let plain = repo().join(PLAIN[0]);
     let gz = dir.path("whole.pcapng.gz");
     sh(&format!(
@@ -382,25 +358,7 @@ fn start_tcpdump(procs: &mut Procs, name: &str, ns: &str, iface: &str, file: &Pa
 /// certificate for `host` in `dir`), listening when this returns.
 fn start_s_server(procs: &mut Procs, ns: &str, dir: &Path, host: &str) {
     let (key, cert) = common::netns::self_signed(dir, host);
-    let mut cmd = ns_cmd(
-        ns,
-        &[
-            "openssl",
-            "s_server",
-            "-accept",
-            &TLS_PORT.to_string(),
-            "-cert",
-            cert.to_str().unwrap(),
-            "-key",
-            key.to_str().unwrap(),
-            "-quiet",
-        ],
-    );
-    // stdin stays open and silent: s_server would stop on its EOF, and
-    // send whatever it reads.
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let cmd = common::servers::s_server(ns, &TLS_PORT.to_string(), &cert, &key, &["-quiet"]);
     procs.spawn("s_server", cmd);
     wait_for("s_server listening", Duration::from_secs(10), || {
         let out = ns_cmd(ns, &["ss", "-Hltn", &format!("sport = :{TLS_PORT}")])
@@ -562,7 +520,7 @@ fn ovs_gre_and_erspan_mirrors_give_the_plain_records() {
     }
     // Guards drop in reverse order: the processes, then the namespaces
     // (killing what still runs in them), then the files.
-    let dir = Scratch::new("ovs");
+    let dir = Scratch::new("waysin-ovs");
     let (sw, cl, sv, mon) = (
         Netns::new("ow"),
         Netns::new("oc"),

@@ -17,6 +17,8 @@
 //!   [`ns_cmd`], [`wait_for_text`], [`wait_for`].
 //! - [`kernel`]: a live agent's kernel flow map, read with bpftool.
 //! - [`delayline`]: the wide-area link's binary, built if missing.
+//! - [`servers`]: nginx and `openssl s_server` started in a namespace.
+//! - [`scratch`]: a scratch directory kept only when the test failed.
 //!
 //! Declare guards so that they drop in the right order (locals drop in
 //! reverse order): the topology first, then `InNetns`, then `Procs`, then
@@ -30,6 +32,8 @@ pub mod kernel;
 pub mod netns;
 pub mod prereq;
 pub mod procs;
+pub mod scratch;
+pub mod servers;
 
 // Each test binary uses a part of these.
 #[allow(unused_imports)]

@@ -94,6 +94,12 @@ pub fn self_signed(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
     (key, cert)
 }
 
+/// Gives `dev` in namespace `ns` the address `cidr` and brings it up.
+pub fn address_up(ns: &str, dev: &str, cidr: &str) {
+    run(&["ip", "-n", ns, "addr", "add", cidr, "dev", dev]);
+    run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+}
+
 /// Two namespaces, the veth between them and a scratch directory; on drop
 /// (also when the test fails) whatever still runs in the namespaces is
 /// killed, the namespaces are deleted (which also removes every TC program
@@ -168,16 +174,6 @@ impl Topology {
             (&self.server_ns, &self.veth, SERVER_IP, SERVER_IP6),
             (&self.client_ns, &self.peer, CLIENT_IP, CLIENT_IP6),
         ] {
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                dev,
-            ]);
             if self.ipv6 {
                 run(&[
                     "ip",
@@ -191,7 +187,7 @@ impl Topology {
                     "nodad",
                 ]);
             }
-            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            address_up(ns, dev, &format!("{ip}/24"));
             run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
     }

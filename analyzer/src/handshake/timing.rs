@@ -42,6 +42,20 @@ struct Think {
     rounds: u8,
 }
 
+/// What showed a handshake's end ([`Handshake::handshake_end`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum EndBy {
+    /// The client's last flight (TLS 1.3, QUIC, resumed TLS 1.2).
+    ClientFlight,
+    /// Full TLS 1.2: the client's first application data.
+    ClientData,
+    /// Full TLS 1.2: the server's Finished plus the round trip to the client.
+    FinishedReached,
+    /// Full TLS 1.2: the client's ACK of the server's Finished, which only
+    /// bounds the end (the server's side or the round trip unknown).
+    ClientAck,
+}
+
 fn acked(rec: &RecordInfo, seq: u32) -> bool {
     rec.ack.is_some_and(|ack| Seq(ack) >= Seq(seq))
 }
@@ -56,11 +70,16 @@ impl Handshake {
     /// 1.2 completes when the server's Finished reaches the client, which
     /// the wire shows as the client's first application data.
     fn handshake_end(&self) -> Option<f64> {
+        self.handshake_end_by().map(|(at, _)| at)
+    }
+
+    /// [`handshake_end`](Self::handshake_end) and what showed it.
+    fn handshake_end_by(&self) -> Option<(f64, EndBy)> {
         if self.state != State::Complete || self.sslv2 {
             return None;
         }
         if self.is_tls13() || self.abbreviated {
-            return self.completed_at;
+            return self.completed_at.map(|at| (at, EndBy::ClientFlight));
         }
         // The client's first application data, or — for a client that sends
         // none right away (a pooled connection, a client waiting for its
@@ -70,9 +89,9 @@ impl Handshake {
             .find(is_data)
             .map(|r| r.ts);
         match (data, self.client_acked_finished) {
-            (Some(d), Some(a)) if d <= a => Some(d),
+            (Some(d), Some(a)) if d <= a => Some((d, EndBy::ClientData)),
             (_, Some(a)) => Some(self.server_finished_reached(a)),
-            (d, None) => d,
+            (d, None) => d.map(|d| (d, EndBy::ClientData)),
         }
     }
 
@@ -81,7 +100,7 @@ impl Handshake {
     /// round trip to the client. The client's ACK of it (`acked`) may be
     /// delayed (Linux: 40 ms or more), so it only bounds this from above;
     /// without the server's side or the round trip, it stands in.
-    fn server_finished_reached(&self, acked: f64) -> f64 {
+    fn server_finished_reached(&self, acked: f64) -> (f64, EndBy) {
         let finished = self.server_finished_end.and_then(|end| {
             self.records[Dir::Server as usize]
                 .iter()
@@ -89,32 +108,24 @@ impl Handshake {
                 .map(|r| r.ts)
         });
         match finished.zip(self.to_client) {
-            Some((fin, rt)) => acked.min(fin + rt),
-            None => acked,
+            Some((fin, rt)) => (acked.min(fin + rt), EndBy::FinishedReached),
+            None => (acked, EndBy::ClientAck),
         }
     }
 
-    /// Only the client's direction, and the client acknowledged the
-    /// server's Finished before sending data: its ACK, perhaps delayed,
-    /// only bounds the handshake's end, so `timing.handshake` is null
-    /// (the end still serves for `idle_before_use`).
+    /// Only the client's direction, and the end is its ACK of the server's
+    /// Finished: that ACK, perhaps delayed, only bounds the handshake's
+    /// end, so `timing.handshake` is null (the end still serves for
+    /// `idle_before_use`).
     fn end_unseen(&self) -> bool {
-        if self.missing != Some(Dir::Server) || self.is_tls13() || self.abbreviated {
-            return false;
-        }
-        let data = self.records[Dir::Client as usize]
-            .iter()
-            .find(is_data)
-            .map(|r| r.ts);
-        match (data, self.client_acked_finished) {
-            (Some(d), Some(a)) => a < d,
-            (None, Some(_)) => true,
-            _ => false,
-        }
+        self.missing == Some(Dir::Server)
+            && matches!(self.handshake_end_by(), Some((_, EndBy::ClientAck)))
     }
 
     /// The observer's round trip to the client, from TCP's handshake
     /// ([`Vantage::to_client`]), for [`handshake_end`](Self::handshake_end).
+    /// The flow passes it with every segment: the vantage may learn it
+    /// (the client's ACK of the SYN-ACK) after this handshake began.
     pub fn set_to_client(&mut self, rt: Option<f64>) {
         if rt.is_some() {
             self.to_client = rt;
