@@ -1,7 +1,7 @@
 //! Allocations per packet on the replay path, for a capture (issue 19):
 //! the reader alone (packets borrowed from the mapped file or the stream
-//! buffer), then the reader feeding the analyzer (what the analyzer
-//! allocates per packet: flows, reassembly, records).
+//! buffer), with how fast it reads, then the reader feeding the analyzer
+//! (what the analyzer allocates per packet: flows, reassembly, records).
 //!
 //! cargo run --release -p tlsrum --example reader_allocations -- bench-data/big.pcap
 
@@ -40,6 +40,7 @@ fn main() -> anyhow::Result<()> {
     let path = std::path::Path::new(&path);
 
     let mut source = PcapFile::open(path, None)?;
+    let start = std::time::Instant::now();
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     let mut bytes = 0u64;
     while source.poll(Duration::ZERO, &mut |c| {
@@ -49,9 +50,12 @@ fn main() -> anyhow::Result<()> {
     })? == Status::Open
     {}
     let reader = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let seconds = start.elapsed().as_secs_f64();
     let packets = source.packets();
     println!(
-        "reader alone:       {packets} packets, {bytes} bytes, {reader} allocations = {:.6} per packet",
+        "reader alone:       {packets} packets, {bytes} bytes in {seconds:.3} s ({:.0} packets/s), \
+         {reader} allocations = {:.6} per packet",
+        packets as f64 / seconds,
         reader as f64 / packets.max(1) as f64
     );
 

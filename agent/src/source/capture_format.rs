@@ -12,7 +12,7 @@ use pcap_parser::nom::{self, Needed};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock};
 use pcap_parser::{
     parse_block_be, parse_block_le, parse_pcap_frame, parse_pcap_frame_be, parse_pcap_header,
-    parse_sectionheaderblock, PcapError,
+    parse_sectionheaderblock, LegacyPcapBlock, PcapError,
 };
 
 /// One packet, borrowed from the window.
@@ -247,8 +247,9 @@ impl Pcap {
         }
         let mut caplen = u32_at(buf, 8, self.big_endian);
         let mut len = u32_at(buf, 12, self.big_endian);
-        let stored = caplen as usize;
-        if self.lengths == Lengths::Swapped || self.lengths == Lengths::Maybe && caplen > len {
+        let swapped =
+            self.lengths == Lengths::Swapped || self.lengths == Lengths::Maybe && caplen > len;
+        if swapped {
             (caplen, len) = (len, caplen);
         }
         let max = max_snaplen(self.dlt);
@@ -262,15 +263,24 @@ impl Pcap {
                 format!("invalid packet capture length {caplen}, bigger than maximum of {max}")
             });
         }
+        let stored = caplen as usize;
         if buf.len() < 16 + stored {
             return Ok(Step::Need(16 + stored));
         }
-        let parsed = if self.big_endian {
-            parse_pcap_frame_be(buf)
+        let block = if swapped {
+            // Old files: pcap-parser takes the length at the wrong place.
+            LegacyPcapBlock {
+                ts_sec: u32_at(buf, 0, self.big_endian),
+                ts_usec: u32_at(buf, 4, self.big_endian),
+                caplen,
+                origlen: len,
+                data: &buf[16..16 + stored],
+            }
+        } else if self.big_endian {
+            parse_pcap_frame_be(buf).map_err(parse_error)?.1
         } else {
-            parse_pcap_frame(buf)
+            parse_pcap_frame(buf).map_err(parse_error)?.1
         };
-        let (_, block) = parsed.map_err(parse_error)?;
         // Signed as libpcap's on-disk header has them.
         let sec = block.ts_sec as i32;
         let mut usec = block.ts_usec as i32;
@@ -306,11 +316,7 @@ impl PcapNg {
             let big = match magic {
                 0x1a2b_3c4d => false,
                 0x4d3c_2b1a => true,
-                _ => {
-                    return Err(
-                        "the file has a section with a bad byte order magic field".into()
-                    )
-                }
+                _ => return Err("the file has a section with a bad byte order magic field".into()),
             };
             if self.big_endian.is_some_and(|b| b != big) {
                 return Err("the file has sections with different byte orders".into());
@@ -353,15 +359,23 @@ impl PcapNg {
             // The whole block is in the window: what is missing is inside it.
             Err(e) => {
                 return Err(match e {
-                    nom::Err::Incomplete(Needed::Size(_) | Needed::Unknown) => format!(
-                        "block of type {kind} in pcapng dump file is too short"
-                    ),
+                    nom::Err::Incomplete(Needed::Size(_) | Needed::Unknown) => {
+                        format!("block of type {kind} in pcapng dump file is too short")
+                    }
                     e => parse_error(e),
                 })
             }
         };
         let (iface, t, caplen, len, data) = match block {
             Block::SectionHeader(shb) => {
+                if self.big_endian.is_none()
+                    && !(shb.major_version == 1 && matches!(shb.minor_version, 0 | 2))
+                {
+                    return Err(format!(
+                        "unsupported pcapng savefile version {}.{}",
+                        shb.major_version, shb.minor_version
+                    ));
+                }
                 if shb.major_version != 1 {
                     return Err(format!(
                         "unknown pcapng savefile major version number {}",
@@ -387,7 +401,7 @@ impl PcapNg {
             Block::SimplePacket(spb) => {
                 // Its captured length is the snapshot length at most, and
                 // it has no timestamp.
-                let snapshot = self.iface(0, kind)?.snapshot;
+                let snapshot = self.iface(0)?.snapshot;
                 (0, 0, spb.origlen.min(snapshot), spb.origlen, spb.data)
             }
             Block::Unknown(b) if kind == PCAPNG_PB || kind.swap_bytes() == PCAPNG_PB => {
@@ -415,7 +429,7 @@ impl PcapNg {
             }
             _ => return Ok(Step::Skip(n)),
         };
-        let i = self.iface(iface, kind)?;
+        let i = self.iface(iface)?;
         if caplen > i.snapshot {
             return Err(format!(
                 "invalid packet capture length {caplen}, bigger than snaplen of {}",
@@ -453,9 +467,8 @@ impl PcapNg {
         ))
     }
 
-    fn iface(&self, id: u32, kind: u32) -> Result<&Iface, Damage> {
-        if self.ifaces.is_empty() && self.first.is_none() {
-            let _ = kind;
+    fn iface(&self, id: u32) -> Result<&Iface, Damage> {
+        if self.first.is_none() {
             return Err(
                 "the capture file has a packet block before any Interface Description Blocks"
                     .into(),

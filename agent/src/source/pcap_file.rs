@@ -319,6 +319,8 @@ pub struct PcapFile {
     bytes: Bytes,
     /// Where the next record starts in `bytes`.
     pos: usize,
+    /// A mapped file's bytes before this were given back (see `release`).
+    released: usize,
     format: Format,
     /// True once the file was read to its end (or failed).
     ended: bool,
@@ -407,6 +409,7 @@ impl PcapFile {
             name,
             bytes,
             pos: 0,
+            released: 0,
             // Replaced by the header's below.
             format: Format::Pcap(Default::default()),
             ended: false,
@@ -489,7 +492,8 @@ impl PcapFile {
                     bail!("the capture file has no Interface Description Blocks")
                 }
                 Step::Need(n) => self.bytes.fill(&mut self.pos, n),
-                Step::Frame(..) => unreachable!("a packet before any interface is an error"),
+                // A packet needs an interface (the format says so): never here.
+                Step::Frame(..) => bail!("a packet before any interface"),
             }
         }
         Ok(self.format.first_dlt().unwrap_or_default())
@@ -523,6 +527,31 @@ impl PcapFile {
         })
     }
 
+    /// Gives back the pages of a mapped file whose packets were handed
+    /// over (the page cache keeps them): the process's resident memory is
+    /// then the analyzer's, not the file's size.
+    fn release(&mut self) {
+        // A multiple of every page size, and few calls.
+        const STEP: usize = 4 << 20;
+        let Bytes::Map(map) = &self.bytes else {
+            return;
+        };
+        let upto = self.pos / STEP * STEP;
+        if upto > self.released {
+            // SAFETY: nothing borrows these bytes any more (the analyzer
+            // copies what it keeps), and the map is read only: pages
+            // touched again are read anew from the file.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    upto - self.released,
+                )
+            };
+            self.released = upto;
+        }
+    }
+
     /// The end of the bytes: a clean end, the stream's error, or a record
     /// cut short (`need` bytes were wanted).
     fn at_end(&mut self, need: usize) -> Result<Status> {
@@ -553,17 +582,17 @@ impl PcapFile {
             return Ok(Status::Ended);
         }
         let why = match &self.format {
-            Format::Pcap(_) if need <= 16 => format!(
-                "truncated dump file; tried to read 16 header bytes, only got {left}"
-            ),
+            Format::Pcap(_) if need <= 16 => {
+                format!("truncated dump file; tried to read 16 header bytes, only got {left}")
+            }
             Format::Pcap(_) => format!(
                 "truncated dump file; tried to read {} captured bytes, only got {}",
                 need - 16,
                 left - 16
             ),
-            Format::PcapNg(_) => format!(
-                "truncated pcapng dump file; tried to read {need} bytes, only got {left}"
-            ),
+            Format::PcapNg(_) => {
+                format!("truncated pcapng dump file; tried to read {need} bytes, only got {left}")
+            }
         };
         self.corrupt(why)
     }
@@ -646,6 +675,7 @@ impl Source for PcapFile {
                         data,
                     });
                     if self.packets.is_multiple_of(BATCH) {
+                        self.release();
                         return Ok(Status::Open);
                     }
                 }
