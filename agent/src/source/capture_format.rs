@@ -306,10 +306,13 @@ impl Pcap {
 
 impl PcapNg {
     fn next<'a>(&mut self, buf: &'a [u8]) -> Result<Step<'a>, Damage> {
-        if buf.len() < 12 {
-            return Ok(Step::Need(12));
+        if buf.len() < 8 {
+            return Ok(Step::Need(8));
         }
         let kind = u32_at(buf, 0, false);
+        if kind == PCAPNG_SHB && buf.len() < 12 {
+            return Ok(Step::Need(12));
+        }
         let big_endian = if kind == PCAPNG_SHB {
             // The byte order magic says the section's byte order.
             let magic = u32_at(buf, 8, false);
@@ -331,7 +334,7 @@ impl PcapNg {
                 "block in pcapng dump file has a length of {block_len} < 12"
             ));
         }
-        if block_len % 4 != 0 {
+        if !block_len.is_multiple_of(4) {
             return Err(format!(
                 "block in pcapng dump file has a length of {block_len} that is not a multiple of 4"
             ));
@@ -572,7 +575,7 @@ pub fn swap_nflog(data: &[u8], len: u32, out: &mut Vec<u8>) {
         out.swap(p, p + 1);
         out.swap(p + 2, p + 3);
         let mut size = usize::from(u16::from_ne_bytes([out[p], out[p + 1]]));
-        if size % 4 != 0 {
+        if !size.is_multiple_of(4) {
             size += 4 - size % 4;
         }
         if size < 4 || caplen < size || length < size {

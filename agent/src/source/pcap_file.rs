@@ -590,9 +590,15 @@ impl PcapFile {
                 need - 16,
                 left - 16
             ),
-            Format::PcapNg(_) => {
-                format!("truncated pcapng dump file; tried to read {need} bytes, only got {left}")
+            // libpcap reads a block's 8-byte header, then the rest.
+            Format::PcapNg(_) if need <= 8 || left < 8 => {
+                format!("truncated pcapng dump file; tried to read 8 bytes, only got {left}")
             }
+            Format::PcapNg(_) => format!(
+                "truncated pcapng dump file; tried to read {} bytes, only got {}",
+                need - 8,
+                left - 8
+            ),
         };
         self.corrupt(why)
     }
