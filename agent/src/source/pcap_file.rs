@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{self, BufReader, IsTerminal, Read, Seek};
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use analyzer::wire::LinkType;
@@ -241,6 +242,81 @@ impl Bytes {
     }
 }
 
+/// Bytes a decompressing thread hands over at a time.
+const CHUNK: usize = 256 * 1024;
+
+/// A compressed stream, decompressed on a thread of its own (a second
+/// core, as when libpcap read it from a pipe) and handed over in chunks;
+/// the chunks go back to be filled again, so none is allocated per read.
+struct Decompressing {
+    chunks: mpsc::Receiver<io::Result<(Vec<u8>, usize)>>,
+    spare: mpsc::SyncSender<Vec<u8>>,
+    /// The chunk being read, its length and how far it was read.
+    chunk: Vec<u8>,
+    len: usize,
+    at: usize,
+}
+
+impl Decompressing {
+    fn spawn(mut input: Box<dyn Read + Send>) -> io::Result<Self> {
+        let (tx, chunks) = mpsc::sync_channel(2);
+        let (spare, spares) = mpsc::sync_channel::<Vec<u8>>(4);
+        std::thread::Builder::new()
+            .name("tlsrum-decompress".into())
+            .spawn(move || loop {
+                let mut buf = spares.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+                let mut n = 0;
+                // Full chunks, fewer hand-overs; a short one only at the end.
+                while n < CHUNK {
+                    match input.read(&mut buf[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            // What was read before the error comes first.
+                            if n > 0 {
+                                let _ = tx.send(Ok((buf, n)));
+                            }
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                // Ends when the stream does, or when the reader is gone.
+                if n == 0 || tx.send(Ok((buf, n))).is_err() {
+                    return;
+                }
+            })?;
+        Ok(Decompressing {
+            chunks,
+            spare,
+            chunk: Vec::new(),
+            len: 0,
+            at: 0,
+        })
+    }
+}
+
+impl Read for Decompressing {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.len {
+            let Ok(next) = self.chunks.recv() else {
+                return Ok(0);
+            };
+            let (chunk, len) = next?;
+            let used = std::mem::replace(&mut self.chunk, chunk);
+            if !used.is_empty() {
+                let _ = self.spare.try_send(used);
+            }
+            (self.len, self.at) = (len, 0);
+        }
+        let n = out.len().min(self.len - self.at);
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 /// `--filter`: the BPF program libpcap compiles from the expression, one
 /// per link type met, applied to each packet as libpcap applies it to a
 /// file it reads (`pcap_offline_filter`, with the wire length).
@@ -401,6 +477,14 @@ impl PcapFile {
                         zstd::stream::read::Decoder::new(stream)
                             .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
                     ),
+                };
+                let stream = if kind == Compression::None {
+                    stream
+                } else {
+                    Box::new(
+                        Decompressing::spawn(stream)
+                            .context("starting the thread that decompresses")?,
+                    )
                 };
                 Bytes::stream(stream, kind)
             }
