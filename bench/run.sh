@@ -28,6 +28,9 @@ options:
   --tshark-full         same as --tshark-packets 0
   --no-tshark           skip tshark
   --no-tlsrum           skip building and running tlsrum (generator + baselines only)
+  --compare BIN         also time BIN (another tlsrum binary, e.g. one built from main
+                        into another directory) as "baseline", alternating with tlsrum,
+                        and report baseline/tlsrum
   --regen               rebuild bench-data/big.pcap even if it is up to date
   -h, --help            this text
 EOF
@@ -42,6 +45,7 @@ TSHARK_PACKETS=200000
 DO_TSHARK=1
 DO_TLSRUM=1
 REGEN=0
+COMPARE=""
 INPUTS=()
 
 while [ $# -gt 0 ]; do
@@ -56,6 +60,7 @@ while [ $# -gt 0 ]; do
     --no-tshark) DO_TSHARK=0; shift ;;
     --no-tlsrum) DO_TLSRUM=0; shift ;;
     --regen) REGEN=1; shift ;;
+    --compare) COMPARE="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; INPUTS+=("$@"); break ;;
     -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -193,6 +198,10 @@ fi
 # --- timed runs, alternating ----------------------------------------------------------------
 TOOLS=(pcapcount)
 [ "$DO_TLSRUM" = 1 ] && TOOLS+=(tlsrum)
+if [ -n "$COMPARE" ]; then
+  [ -x "$COMPARE" ] || { echo "run.sh: --compare $COMPARE is not an executable" >&2; exit 1; }
+  TOOLS+=(baseline)
+fi
 [ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
 echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
 for ((run = 1; run <= RUNS; run++)); do
@@ -200,6 +209,7 @@ for ((run = 1; run <= RUNS; run++)); do
     case "$tool" in
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
       tlsrum) run_timed tlsrum "$TLSRUM" replay --format ndjson "$BIG" ;;
+      baseline) run_timed baseline "$COMPARE" replay --format ndjson "$BIG" ;;
       tshark) run_timed tshark tshark -r "$TSHARK_FILE" -Y tls.handshake -T fields \
                 -e frame.time_epoch -e tcp.stream -e tls.handshake.type ;;
     esac
@@ -239,6 +249,10 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
     END {
       if ("tlsrum" in pps && "tshark" in pps)
         printf "  tlsrum/tshark    = %6.2fx  (tlsrum packets/s divided by tshark packets/s; >1: tlsrum is faster)\n", pps["tlsrum"] / pps["tshark"]
+      if ("tlsrum" in pps && "baseline" in pps)
+        printf "  baseline/tlsrum  = %6.2fx  (--compare binary packets/s divided by tlsrum packets/s; <1: tlsrum is faster)\n", pps["baseline"] / pps["tlsrum"]
+      if ("baseline" in pps)
+        printf "  pcapcount/baseline = %6.2fx\n", pps["pcapcount"] / pps["baseline"]
       if ("tlsrum" in pps)
         printf "  pcapcount/tlsrum = %6.2fx  (how far tlsrum is from the bare libpcap read floor; 1 = at the floor)\n", pps["pcapcount"] / pps["tlsrum"]
     }' "$TMP/pps"

@@ -4,6 +4,7 @@
 //! analyzer through [`Source`] alone (see `pipeline`). A new
 //! source (uprobes, Zeek logs) is one new file here implementing it.
 
+mod capture_format;
 pub mod ebpf;
 pub mod pcap_file;
 pub mod pcap_live;

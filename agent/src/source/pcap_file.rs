@@ -1,22 +1,25 @@
 //! A capture file (pcap or pcapng, plain or compressed with gzip or zstd,
-//! as Wireshark reads them) read through libpcap, as `replay` reads it:
-//! optionally filtered, handed over in batches.
+//! as Wireshark reads them) as `replay` reads it: optionally filtered,
+//! handed over in batches.
 //!
-//! A compressed file is decompressed streaming by a thread into a pipe
-//! whose other end libpcap reads (libpcap reads only plain files), so
-//! `--filter` (BPF, compiled by libpcap) and every link type work on it as
-//! on a plain file, and nothing is held in memory or written to disk.
+//! A plain file is memory-mapped and a stream (compressed, a pipe,
+//! standard input) read through a large buffer: packets are parsed where
+//! they lie ([`super::capture_format`]) and handed to the analyzer
+//! borrowed, with no `read()` and no allocation per packet. `--filter` is
+//! compiled by libpcap and applied per packet as libpcap applies it to a
+//! file, so every link type and expression works as with tcpdump.
 
 use std::fs::File;
-use std::io::{self, BufReader, IsTerminal, Read, Seek, Write};
-use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
+use std::io::{self, BufReader, IsTerminal, Read, Seek};
+use std::os::fd::AsFd;
 use std::path::Path;
-use std::thread::JoinHandle;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use analyzer::wire::LinkType;
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::capture_format::{swap_nflog, Format, Frame, Step};
 use super::{Captured, Source, Status};
 
 /// Packets handed over per poll: the caller writes the records out after
@@ -149,63 +152,267 @@ fn read_head(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// The thread feeding libpcap's pipe: its result is the bytes written, or
-/// why the stream could not be read to its end.
-type Feeder = JoinHandle<io::Result<u64>>;
+/// Bytes a stream is read in at a time (and the buffer's starting size;
+/// it grows for a larger record): few syscalls, and the packets are
+/// parsed where they lie.
+const STREAM_BUFFER: usize = 1 << 20;
 
-/// Opens libpcap on the read end of a pipe that a thread fills from
-/// `stream` (a decompressor, or a file that cannot seek back over the
-/// bytes read to recognise it). The stream's first bytes are checked to be
-/// a capture's first, so that libpcap, which keeps the pipe when it fails
-/// to open, only ever gets a stream it can read.
-fn open_stream(
-    name: &str,
-    mut stream: Box<dyn Read + Send>,
-    kind: Compression,
-) -> Result<(pcap::Capture<pcap::Offline>, Feeder)> {
-    let what = kind.name();
-    let mut head = [0u8; 4];
-    let n = read_head(&mut stream, &mut head)
-        .with_context(|| format!("{name}: cannot read the {what} stream"))?;
-    if !is_capture_magic(&head[..n]) {
-        if kind == Compression::None {
-            bail!("{name}: cannot open as pcap or pcapng: not a capture file");
+/// Where a capture's bytes are: a plain file is memory-mapped (the kernel
+/// reads it ahead as it is touched, with no copy and no `read()` per
+/// packet); other streams (compressed, pipes, standard input) are read
+/// into a large buffer that packets are borrowed from.
+enum Bytes {
+    Map(memmap2::Mmap),
+    Stream {
+        buf: Vec<u8>,
+        /// `buf[..end]` holds bytes read.
+        end: usize,
+        input: Box<dyn Read + Send>,
+        /// No more bytes will come (the end, or `failed`).
+        done: bool,
+        /// Why the stream could not be read to its end: said once the
+        /// packets read before it are handed over.
+        failed: Option<io::Error>,
+        kind: Compression,
+    },
+}
+
+impl Bytes {
+    fn stream(input: Box<dyn Read + Send>, kind: Compression) -> Self {
+        Bytes::Stream {
+            buf: vec![0; STREAM_BUFFER],
+            end: 0,
+            input,
+            done: false,
+            failed: None,
+            kind,
         }
-        bail!("{name}: {what}-compressed, but what it holds is not pcap or pcapng");
     }
-    let (reader, mut writer) = io::pipe().context("creating a pipe")?;
-    let feeder = std::thread::Builder::new()
-        .name("tlsrum-feed".into())
-        .spawn(move || -> io::Result<u64> {
-            writer.write_all(&head[..n])?;
-            // Ends with EPIPE when libpcap stops reading (the capture dropped).
-            Ok(io::copy(&mut stream, &mut writer)? + n as u64)
+
+    /// The bytes from `pos` on that are at hand.
+    fn from(&self, pos: usize) -> &[u8] {
+        match self {
+            Bytes::Map(m) => &m[pos.min(m.len())..],
+            Bytes::Stream { buf, end, .. } => &buf[pos..*end],
+        }
+    }
+
+    /// Whether no more bytes can come than those at hand.
+    fn done(&self) -> bool {
+        match self {
+            Bytes::Map(_) => true,
+            Bytes::Stream { done, .. } => *done,
+        }
+    }
+
+    /// Reads until `need` bytes from `*pos` are at hand or the stream
+    /// ends; moves what is unread to the buffer's start first (`*pos`
+    /// becomes 0).
+    fn fill(&mut self, pos: &mut usize, need: usize) {
+        let Bytes::Stream {
+            buf,
+            end,
+            input,
+            done,
+            failed,
+            ..
+        } = self
+        else {
+            return;
+        };
+        if *pos > 0 {
+            buf.copy_within(*pos..*end, 0);
+            *end -= *pos;
+            *pos = 0;
+        }
+        if buf.len() < need {
+            buf.resize(need, 0);
+        }
+        while *end < need && !*done {
+            match input.read(&mut buf[*end..]) {
+                Ok(0) => *done = true,
+                Ok(k) => *end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    *failed = Some(e);
+                    *done = true;
+                }
+            }
+        }
+    }
+}
+
+/// Bytes a decompressing thread hands over at a time.
+const CHUNK: usize = 256 * 1024;
+
+/// A compressed stream, decompressed on a thread of its own (a second
+/// core, as when libpcap read it from a pipe) and handed over in chunks;
+/// the chunks go back to be filled again, so none is allocated per read.
+struct Decompressing {
+    chunks: mpsc::Receiver<io::Result<(Vec<u8>, usize)>>,
+    spare: mpsc::SyncSender<Vec<u8>>,
+    /// The chunk being read, its length and how far it was read.
+    chunk: Vec<u8>,
+    len: usize,
+    at: usize,
+}
+
+impl Decompressing {
+    fn spawn(mut input: Box<dyn Read + Send>) -> io::Result<Self> {
+        let (tx, chunks) = mpsc::sync_channel(2);
+        let (spare, spares) = mpsc::sync_channel::<Vec<u8>>(4);
+        std::thread::Builder::new()
+            .name("tlsrum-decompress".into())
+            .spawn(move || loop {
+                let mut buf = spares.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+                let mut n = 0;
+                // Full chunks, fewer hand-overs; a short one only at the end.
+                while n < CHUNK {
+                    match input.read(&mut buf[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            // What was read before the error comes first.
+                            if n > 0 {
+                                let _ = tx.send(Ok((buf, n)));
+                            }
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                // Ends when the stream does, or when the reader is gone.
+                if n == 0 || tx.send(Ok((buf, n))).is_err() {
+                    return;
+                }
+            })?;
+        Ok(Decompressing {
+            chunks,
+            spare,
+            chunk: Vec::new(),
+            len: 0,
+            at: 0,
         })
-        .context("starting the thread that feeds libpcap")?;
-    let fd = OwnedFd::from(reader).into_raw_fd();
-    // SAFETY: `fd` is a pipe's read end that nothing else owns; the capture
-    // becomes its sole owner (and closes it when dropped).
-    let cap = unsafe { pcap::Capture::from_raw_fd(fd) }
-        .with_context(|| format!("{name}: cannot open the {what} stream as pcap or pcapng"))?;
-    Ok((cap, feeder))
+    }
+}
+
+impl Read for Decompressing {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.len {
+            let Ok(next) = self.chunks.recv() else {
+                return Ok(0);
+            };
+            let (chunk, len) = next?;
+            let used = std::mem::replace(&mut self.chunk, chunk);
+            if !used.is_empty() {
+                let _ = self.spare.try_send(used);
+            }
+            (self.len, self.at) = (len, 0);
+        }
+        let n = out.len().min(self.len - self.at);
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// `--filter`: the BPF program libpcap compiles from the expression, one
+/// per link type met, applied to each packet as libpcap applies it to a
+/// file it reads (`pcap_offline_filter`, with the wire length).
+struct Filter {
+    expr: String,
+    programs: Vec<(i32, pcap::BpfProgram)>,
+}
+
+/// libpcap's per-packet header, as `pcap_offline_filter` takes it.
+#[repr(C)]
+struct PktHdr {
+    ts: libc::timeval,
+    caplen: u32,
+    len: u32,
+}
+
+#[link(name = "pcap")]
+extern "C" {
+    /// `prog` is a `struct bpf_program` (`pcap::BpfProgram` is one,
+    /// `repr(transparent)`).
+    fn pcap_offline_filter(
+        prog: *const std::ffi::c_void,
+        h: *const PktHdr,
+        pkt: *const u8,
+    ) -> libc::c_int;
+}
+
+impl Filter {
+    fn new(expr: &str) -> Self {
+        Filter {
+            expr: expr.to_string(),
+            programs: Vec::new(),
+        }
+    }
+
+    /// Compiles the expression for a link type, once.
+    fn program(&mut self, dlt: i32) -> Result<&pcap::BpfProgram> {
+        let at = match self.programs.iter().position(|(d, _)| *d == dlt) {
+            Some(at) => at,
+            None => {
+                let program = pcap::Capture::dead(pcap::Linktype(dlt))
+                    .and_then(|c| c.compile(&self.expr, true))?;
+                self.programs.push((dlt, program));
+                self.programs.len() - 1
+            }
+        };
+        Ok(&self.programs[at].1)
+    }
+
+    fn accepts(&mut self, frame: &Frame<'_>, data: &[u8]) -> Result<bool> {
+        let program = self.program(frame.dlt)?;
+        let h = PktHdr {
+            ts: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            caplen: data.len() as u32,
+            len: frame.len,
+        };
+        // SAFETY: the program is a compiled `struct bpf_program` that lives
+        // as long as `self`; `data` holds `h.caplen` bytes.
+        let verdict = unsafe {
+            pcap_offline_filter(
+                (program as *const pcap::BpfProgram).cast(),
+                &h,
+                data.as_ptr(),
+            )
+        };
+        Ok(verdict != 0)
+    }
 }
 
 pub struct PcapFile {
     /// The path as the user gave it, for messages.
     name: String,
-    /// None once the file was read to its end (or failed).
-    cap: Option<pcap::Capture<pcap::Offline>>,
+    bytes: Bytes,
+    /// Where the next record starts in `bytes`.
+    pos: usize,
+    /// A mapped file's bytes before this were given back (see `release`).
+    released: usize,
+    format: Format,
+    /// True once the file was read to its end (or failed).
+    ended: bool,
+    /// The first packets' link type (the file's, or its first interface's).
     link: LinkType,
     /// libpcap's name of the link type, for the message about an unknown one.
     link_name: String,
+    filter: Option<Filter>,
+    /// A packet libpcap would have changed (NFLOG from a host of the other
+    /// byte order) is changed here; reused, so no allocation per packet.
+    scratch: Vec<u8>,
     packets: u64,
     /// Packets the capture cut short (caplen < len), and the longest such
     /// cut (the snap length, as the file shows it).
     cut: u64,
     cut_at: u32,
-    /// The thread feeding libpcap a decompressed (or unseekable) file,
-    /// and what the file is.
-    feeder: Option<(Feeder, Compression)>,
     /// Packets to read at most (`replay -c`); the rest are left unread.
     limit: Option<u64>,
 }
@@ -239,53 +446,141 @@ impl PcapFile {
         let mut head = [0u8; 6];
         let n = read_head(&mut file, &mut head).with_context(|| format!("{name}: cannot read"))?;
         let kind = compression(&name, &head[..n])?;
-        // A plain file libpcap reads itself, from the start again; other
-        // streams get back the bytes read to recognise them.
-        // libpcap keeps a file it fails to open: what is no capture at all
-        // is turned away here.
         if kind == Compression::None && !is_capture_magic(&head[..n]) {
             bail!("{name}: cannot open as pcap or pcapng: not a capture file");
         }
-        let (mut cap, feeder) = if kind == Compression::None && file.rewind().is_ok() {
-            let fd = OwnedFd::from(file).into_raw_fd();
-            // SAFETY: `fd` is the file just opened, owned by nothing else;
-            // the capture becomes its sole owner.
-            let cap = unsafe { pcap::Capture::from_raw_fd(fd) }
-                .with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
-            (cap, None)
-        } else {
-            let stream = io::Cursor::new(head).take(n as u64).chain(file);
-            let stream: Box<dyn Read + Send> = match kind {
-                Compression::None => Box::new(stream),
-                // Multi-member: `cat a.gz b.gz` is one gzip file.
-                Compression::Gzip => {
-                    Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(stream)))
-                }
-                Compression::Zstd => Box::new(
-                    zstd::stream::read::Decoder::new(stream)
-                        .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
-                ),
-            };
-            let (cap, t) = open_stream(&name, stream, kind)?;
-            (cap, Some((t, kind)))
+        // A plain regular file is mapped whole; other streams get back the
+        // bytes read to recognise them.
+        let mapped = (kind == Compression::None
+            && file.metadata().is_ok_and(|m| m.is_file())
+            && file.rewind().is_ok())
+        .then(|| {
+            // SAFETY: the map is read only; a file cut short while it is
+            // read would fault (as with any reader that maps files).
+            unsafe { memmap2::Mmap::map(&file) }.ok()
+        })
+        .flatten();
+        let bytes = match mapped {
+            Some(map) => {
+                let _ = map.advise(memmap2::Advice::Sequential);
+                Bytes::Map(map)
+            }
+            None => {
+                let stream = io::Cursor::new(head).take(n as u64).chain(file);
+                let stream: Box<dyn Read + Send> = match kind {
+                    Compression::None => Box::new(stream),
+                    // Multi-member: `cat a.gz b.gz` is one gzip file.
+                    Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(
+                        BufReader::with_capacity(STREAM_BUFFER, stream),
+                    )),
+                    Compression::Zstd => Box::new(
+                        zstd::stream::read::Decoder::new(stream)
+                            .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
+                    ),
+                };
+                let stream = if kind == Compression::None {
+                    stream
+                } else {
+                    Box::new(
+                        Decompressing::spawn(stream)
+                            .context("starting the thread that decompresses")?,
+                    )
+                };
+                Bytes::stream(stream, kind)
+            }
         };
-        let dlt = cap.get_datalink();
-        let link = LinkType::from_number(dlt.0);
-        if let Some(f) = filter {
-            cap.filter(f, true)
-                .with_context(|| format!("{name}: bad --filter expression {f:?}"))?;
-        }
-        Ok(PcapFile {
+        let mut source = PcapFile {
             name,
-            cap: Some(cap),
-            link,
-            link_name: dlt.get_name().unwrap_or_else(|_| "unknown".into()),
+            bytes,
+            pos: 0,
+            released: 0,
+            // Replaced by the header's below.
+            format: Format::Pcap(Default::default()),
+            ended: false,
+            link: LinkType::Unknown(0),
+            link_name: String::new(),
+            filter: filter.map(Filter::new),
+            scratch: Vec::new(),
             packets: 0,
             cut: 0,
             cut_at: 0,
-            feeder,
             limit: None,
-        })
+        };
+        source.check_stream(kind)?;
+        let dlt = source
+            .read_header()
+            .with_context(|| format!("{}: cannot open as pcap or pcapng", source.name))?;
+        source.link = LinkType::from_number(dlt);
+        source.link_name = pcap::Linktype(dlt)
+            .get_name()
+            .unwrap_or_else(|_| "unknown".into());
+        if let (Some(f), Some(expr)) = (source.filter.as_mut(), filter) {
+            f.program(dlt)
+                .with_context(|| format!("{}: bad --filter expression {expr:?}", source.name))?;
+        }
+        Ok(source)
+    }
+
+    /// A compressed stream must hold a capture: its first bytes are
+    /// checked before anything else is said about it.
+    fn check_stream(&mut self, kind: Compression) -> Result<()> {
+        if kind == Compression::None {
+            return Ok(());
+        }
+        let what = kind.name();
+        self.bytes.fill(&mut self.pos, 4);
+        if let Bytes::Stream {
+            failed: Some(e), ..
+        } = &self.bytes
+        {
+            if self.bytes.from(0).len() < 4 {
+                bail!("{}: cannot read the {what} stream: {e}", self.name);
+            }
+        }
+        if !is_capture_magic(self.bytes.from(0)) {
+            bail!(
+                "{}: {what}-compressed, but what it holds is not pcap or pcapng",
+                self.name
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads the file header, and a pcapng file's blocks up to its first
+    /// interface: the first packets' link type (a DLT number).
+    fn read_header(&mut self) -> Result<i32> {
+        loop {
+            match Format::open(self.bytes.from(self.pos)).map_err(|d| anyhow!(d))? {
+                Some((format, n)) => {
+                    self.format = format;
+                    self.pos += n;
+                    break;
+                }
+                None if self.bytes.done() => {
+                    bail!(
+                        "truncated dump file; tried to read 24 file header bytes, only got {}",
+                        self.bytes.from(self.pos).len()
+                    )
+                }
+                None => self.bytes.fill(&mut self.pos, 24),
+            }
+        }
+        while self.format.first_dlt().is_none() {
+            match self
+                .format
+                .next(self.bytes.from(self.pos))
+                .map_err(|d| anyhow!(d))?
+            {
+                Step::Skip(n) => self.pos += n,
+                Step::Need(_) if self.bytes.done() => {
+                    bail!("the capture file has no Interface Description Blocks")
+                }
+                Step::Need(n) => self.bytes.fill(&mut self.pos, n),
+                // A packet needs an interface (the format says so): never here.
+                Step::Frame(..) => bail!("a packet before any interface"),
+            }
+        }
+        Ok(self.format.first_dlt().unwrap_or_default())
     }
 
     /// Reads no more than `n` packets: the file ends there (`replay -c`).
@@ -316,31 +611,89 @@ impl PcapFile {
         })
     }
 
-    /// The file is read to its end (or failed there): closes libpcap's end
-    /// of the pipe, then takes the feeding thread's word on the stream,
-    /// which names the real cause when libpcap saw a stream cut short.
-    fn close(&mut self) -> Result<()> {
-        self.cap = None;
-        let Some((thread, kind)) = self.feeder.take() else {
-            return Ok(());
+    /// Gives back the pages of a mapped file whose packets were handed
+    /// over (the page cache keeps them): the process's resident memory is
+    /// then the analyzer's, not the file's size.
+    fn release(&mut self) {
+        // A multiple of every page size, and few calls.
+        const STEP: usize = 4 << 20;
+        let Bytes::Map(map) = &self.bytes else {
+            return;
         };
-        let what = kind.name();
-        match thread.join() {
-            Ok(Ok(_)) => Ok(()),
-            // libpcap stopped reading first: its own error says why.
-            Ok(Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-            Ok(Err(e)) if kind == Compression::None => Err(anyhow!(
-                "{}: reading failed after packet {}: {e}",
-                self.name,
-                self.packets
-            )),
-            Ok(Err(e)) => Err(anyhow!(
-                "{}: the {what} stream is corrupt after packet {}: {e}",
-                self.name,
-                self.packets
-            )),
-            Err(_) => Err(anyhow!("{}: the {what} stream's reader failed", self.name)),
+        let upto = self.pos / STEP * STEP;
+        if upto > self.released {
+            // SAFETY: nothing borrows these bytes any more (the analyzer
+            // copies what it keeps), and the map is read only: pages
+            // touched again are read anew from the file.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    upto - self.released,
+                )
+            };
+            self.released = upto;
         }
+    }
+
+    /// The end of the bytes: a clean end, the stream's error, or a record
+    /// cut short (`need` bytes were wanted).
+    fn at_end(&mut self, need: usize) -> Result<Status> {
+        self.ended = true;
+        let left = self.bytes.from(self.pos).len();
+        if let Bytes::Stream {
+            failed: Some(e),
+            kind,
+            ..
+        } = &self.bytes
+        {
+            if *kind == Compression::None {
+                bail!(
+                    "{}: reading failed after packet {}: {e}",
+                    self.name,
+                    self.packets
+                );
+            }
+            bail!(
+                "{}: the {} stream is corrupt after packet {}: {e}",
+                self.name,
+                kind.name(),
+                self.packets
+            );
+        }
+        if left == 0 {
+            self.unknown_link_error()?;
+            return Ok(Status::Ended);
+        }
+        let why = match &self.format {
+            Format::Pcap(_) if need <= 16 => {
+                format!("truncated dump file; tried to read 16 header bytes, only got {left}")
+            }
+            Format::Pcap(_) => format!(
+                "truncated dump file; tried to read {} captured bytes, only got {}",
+                need - 16,
+                left - 16
+            ),
+            // libpcap reads a block's 8-byte header, then the rest.
+            Format::PcapNg(_) if need <= 8 || left < 8 => {
+                format!("truncated pcapng dump file; tried to read 8 bytes, only got {left}")
+            }
+            Format::PcapNg(_) => format!(
+                "truncated pcapng dump file; tried to read {} bytes, only got {}",
+                need - 8,
+                left - 8
+            ),
+        };
+        self.corrupt(why)
+    }
+
+    fn corrupt(&mut self, why: String) -> Result<Status> {
+        self.ended = true;
+        bail!(
+            "{}: capture is truncated or corrupt after packet {}: {why}",
+            self.name,
+            self.packets
+        )
     }
 
     /// At the end of a file of a link type tlsrum does not read: says so,
@@ -360,46 +713,61 @@ impl PcapFile {
 }
 
 impl Source for PcapFile {
-    /// Hands over up to [`BATCH`] packets; a file never waits.
+    /// Hands over up to [`BATCH`] packets, borrowed from the file's
+    /// bytes; a file never waits.
     fn poll(&mut self, _timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<Status> {
-        let Some(cap) = self.cap.as_mut() else {
+        if self.ended {
             return Ok(Status::Ended);
-        };
+        }
         loop {
             if self.limit.is_some_and(|n| self.packets >= n) {
-                self.close()?;
+                self.ended = true;
                 self.unknown_link_error()?;
                 return Ok(Status::Ended);
             }
-            match cap.next_packet() {
-                Ok(pkt) => {
-                    self.packets += 1;
-                    if pkt.header.caplen < pkt.header.len {
-                        self.cut += 1;
-                        self.cut_at = self.cut_at.max(pkt.header.caplen);
+            let step = match self.format.next(self.bytes.from(self.pos)) {
+                Ok(step) => step,
+                Err(why) => return self.corrupt(why),
+            };
+            match step {
+                Step::Need(n) if self.bytes.done() => return self.at_end(n),
+                Step::Need(n) => self.bytes.fill(&mut self.pos, n),
+                Step::Skip(n) => self.pos += n,
+                Step::Frame(n, frame) => {
+                    self.pos += n;
+                    let data = if self.format.needs_fixup(frame.dlt) {
+                        swap_nflog(frame.data, frame.len, &mut self.scratch);
+                        &self.scratch[..]
+                    } else {
+                        frame.data
+                    };
+                    if let Some(filter) = self.filter.as_mut() {
+                        match filter.accepts(&frame, data) {
+                            Ok(true) => {}
+                            Ok(false) => continue,
+                            Err(e) => {
+                                self.ended = true;
+                                return Err(e.context(format!(
+                                    "{}: bad --filter expression {:?} for link type {}",
+                                    self.name, filter.expr, frame.dlt
+                                )));
+                            }
+                        }
                     }
-                    let ts = pkt.header.ts.tv_sec as f64 + pkt.header.ts.tv_usec as f64 * 1e-6;
+                    self.packets += 1;
+                    if frame.caplen < frame.len {
+                        self.cut += 1;
+                        self.cut_at = self.cut_at.max(frame.caplen);
+                    }
                     f(Captured::Frame {
-                        ts,
-                        link: self.link,
-                        data: pkt.data,
+                        ts: frame.ts,
+                        link: LinkType::from_number(frame.dlt),
+                        data,
                     });
                     if self.packets.is_multiple_of(BATCH) {
+                        self.release();
                         return Ok(Status::Open);
                     }
-                }
-                Err(pcap::Error::NoMorePackets) => {
-                    self.close()?;
-                    self.unknown_link_error()?;
-                    return Ok(Status::Ended);
-                }
-                Err(e) => {
-                    self.close()?;
-                    bail!(
-                        "{}: capture is truncated or corrupt after packet {}: {e}",
-                        self.name,
-                        self.packets
-                    )
                 }
             }
         }
@@ -407,13 +775,6 @@ impl Source for PcapFile {
 
     fn link_types(&self) -> Vec<LinkType> {
         vec![self.link]
-    }
-}
-
-impl Drop for PcapFile {
-    /// Closes the pipe before the thread is left to end on its own.
-    fn drop(&mut self) {
-        self.cap = None;
     }
 }
 
