@@ -160,13 +160,12 @@ type Feeder = JoinHandle<io::Result<u64>>;
 /// to open, only ever gets a stream it can read.
 fn open_stream(
     name: &str,
+    head: [u8; 4],
+    n: usize,
     mut stream: Box<dyn Read + Send>,
     kind: Compression,
 ) -> Result<(pcap::Capture<pcap::Offline>, Feeder)> {
     let what = kind.name();
-    let mut head = [0u8; 4];
-    let n = read_head(&mut stream, &mut head)
-        .with_context(|| format!("{name}: cannot read the {what} stream"))?;
     if !is_capture_magic(&head[..n]) {
         if kind == Compression::None {
             bail!("{name}: cannot open as pcap or pcapng: not a capture file");
@@ -188,6 +187,43 @@ fn open_stream(
     let cap = unsafe { pcap::Capture::from_raw_fd(fd) }
         .with_context(|| format!("{name}: cannot open the {what} stream as pcap or pcapng"))?;
     Ok((cap, feeder))
+}
+
+/// The first bytes of a text log tlsrum reads (a Zeek ssl.log, TSV or
+/// JSON): `#` or `{` after any blank.
+pub fn is_text_log(head: &[u8]) -> bool {
+    matches!(
+        head.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(b'#' | b'{')
+    )
+}
+
+/// An input opened, told by its first bytes (decompressed): a capture, or
+/// a text log (its bytes from the start, decompressed).
+pub enum Opened {
+    Capture(PcapFile),
+    Text(Box<dyn Read + Send>),
+}
+
+/// Undoes `kind`'s compression of `stream` (whose first bytes were read
+/// into `head`): the whole decompressed stream.
+fn decompress(
+    name: &str,
+    head: [u8; 6],
+    n: usize,
+    file: File,
+    kind: Compression,
+) -> Result<Box<dyn Read + Send>> {
+    let stream = io::Cursor::new(head).take(n as u64).chain(file);
+    Ok(match kind {
+        Compression::None => Box::new(stream),
+        // Multi-member: `cat a.gz b.gz` is one gzip file.
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(stream))),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(stream)
+                .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
+        ),
+    })
 }
 
 pub struct PcapFile {
@@ -235,16 +271,57 @@ impl PcapFile {
         Self::from_file(name, File::from(fd), filter)
     }
 
-    fn from_file(name: String, mut file: File, filter: Option<&str>) -> Result<Self> {
+    fn from_file(name: String, file: File, filter: Option<&str>) -> Result<Self> {
+        match Self::open_any(name.clone(), file, filter)? {
+            Opened::Capture(c) => Ok(c),
+            Opened::Text(_) => bail!("{name}: cannot open as pcap or pcapng: not a capture file"),
+        }
+    }
+
+    /// Opens a file that is a capture or a text log (plain, gzip or zstd),
+    /// told by its first bytes; the file is read once (a pipe works).
+    pub fn open_input(path: Option<&Path>, filter: Option<&str>) -> Result<Opened> {
+        match path {
+            Some(p) => {
+                let name = p.display().to_string();
+                let file = File::open(p).with_context(|| format!("{name}: cannot open"))?;
+                Self::open_any(name, file, filter)
+            }
+            None => {
+                let name = STDIN_NAME.to_string();
+                let stdin = io::stdin();
+                if stdin.is_terminal() {
+                    bail!("{name} is a terminal: pipe a capture into it (e.g. `tcpdump -w - | tlsrum replay -`)");
+                }
+                let fd = stdin
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .with_context(|| format!("{name}: cannot open"))?;
+                Self::open_any(name, File::from(fd), filter)
+            }
+        }
+    }
+
+    /// [`open_input`](Self::open_input) of a file already open, unfiltered.
+    pub fn open_input_file(name: String, file: File) -> Result<Opened> {
+        Self::open_any(name, file, None)
+    }
+
+    fn open_any(name: String, mut file: File, filter: Option<&str>) -> Result<Opened> {
         let mut head = [0u8; 6];
         let n = read_head(&mut file, &mut head).with_context(|| format!("{name}: cannot read"))?;
         let kind = compression(&name, &head[..n])?;
+        if kind == Compression::None && is_text_log(&head[..n]) {
+            return Ok(Opened::Text(decompress(&name, head, n, file, kind)?));
+        }
         // A plain file libpcap reads itself, from the start again; other
         // streams get back the bytes read to recognise them.
         // libpcap keeps a file it fails to open: what is no capture at all
         // is turned away here.
         if kind == Compression::None && !is_capture_magic(&head[..n]) {
-            bail!("{name}: cannot open as pcap or pcapng: not a capture file");
+            bail!(
+                "{name}: cannot open as pcap or pcapng (nor as a Zeek ssl.log): not a capture file"
+            );
         }
         let (mut cap, feeder) = if kind == Compression::None && file.rewind().is_ok() {
             let fd = OwnedFd::from(file).into_raw_fd();
@@ -254,19 +331,15 @@ impl PcapFile {
                 .with_context(|| format!("{name}: cannot open as pcap or pcapng"))?;
             (cap, None)
         } else {
-            let stream = io::Cursor::new(head).take(n as u64).chain(file);
-            let stream: Box<dyn Read + Send> = match kind {
-                Compression::None => Box::new(stream),
-                // Multi-member: `cat a.gz b.gz` is one gzip file.
-                Compression::Gzip => {
-                    Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(stream)))
-                }
-                Compression::Zstd => Box::new(
-                    zstd::stream::read::Decoder::new(stream)
-                        .with_context(|| format!("{name}: cannot start reading it as zstd"))?,
-                ),
-            };
-            let (cap, t) = open_stream(&name, stream, kind)?;
+            let mut stream = decompress(&name, head, n, file, kind)?;
+            let mut inner = [0u8; 4];
+            let m = read_head(&mut stream, &mut inner)
+                .with_context(|| format!("{name}: cannot read the {} stream", kind.name()))?;
+            if kind != Compression::None && is_text_log(&inner[..m]) {
+                let text = io::Cursor::new(inner).take(m as u64).chain(stream);
+                return Ok(Opened::Text(Box::new(text)));
+            }
+            let (cap, t) = open_stream(&name, inner, m, stream, kind)?;
             (cap, Some((t, kind)))
         };
         let dlt = cap.get_datalink();
@@ -275,7 +348,7 @@ impl PcapFile {
             cap.filter(f, true)
                 .with_context(|| format!("{name}: bad --filter expression {f:?}"))?;
         }
-        Ok(PcapFile {
+        Ok(Opened::Capture(PcapFile {
             name,
             cap: Some(cap),
             link,
@@ -285,7 +358,7 @@ impl PcapFile {
             cut_at: 0,
             feeder,
             limit: None,
-        })
+        }))
     }
 
     /// Reads no more than `n` packets: the file ends there (`replay -c`).
