@@ -79,6 +79,8 @@ pub struct Parser {
     tsv: tsv::Header,
     /// Columns no version of Zeek's ssl.log has, named once per file.
     unknown_columns: Vec<String>,
+    /// A JSON line was an ssl.log row.
+    json_row: bool,
 }
 
 impl Parser {
@@ -87,10 +89,10 @@ impl Parser {
         self.form
     }
 
-    /// Whether a TSV header (`#fields`) or a JSON row was seen: a file
+    /// Whether a TSV header (`#fields`) or a JSON ssl.log row was seen: a file
     /// with neither is not a Zeek log.
     pub fn saw_header(&self) -> bool {
-        self.tsv.has_fields() || self.form == Some(Form::Json)
+        self.tsv.has_fields() || self.json_row
     }
 
     /// Columns of the header that Zeek's ssl.log never had (extensions by
@@ -112,7 +114,11 @@ impl Parser {
             Form::Tsv
         });
         match form {
-            Form::Json => json::line(line),
+            Form::Json => {
+                let out = json::line(line);
+                self.json_row |= matches!(out, Line::Row(_) | Line::Dtls);
+                out
+            }
             Form::Tsv => {
                 let out = self.tsv.line(line);
                 if let tsv::Out::Fields = out {

@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn flipped_connections_name_the_hello_sender_client() {
         let r = Row {
-            ssl_history: Some("^CsJ".into()),
+            ssl_history: Some("^Cjs".into()),
             ..row()
         }
         .record(None, None)
