@@ -414,10 +414,18 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         title: &title,
     })?;
     if args.stats {
-        let mut stats = serde_json::to_value(&total)?;
-        if let (Some(z), Some(o)) = (&zeek, stats.as_object_mut()) {
-            o.insert("zeek".into(), serde_json::to_value(z)?);
+        /// The analyzer's counters as they are, then the Zeek logs'.
+        #[derive(serde::Serialize)]
+        struct WithZeek<'a> {
+            #[serde(flatten)]
+            analyzer: &'a Stats,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            zeek: Option<&'a ZeekStats>,
         }
+        let stats = WithZeek {
+            analyzer: &total,
+            zeek: zeek.as_ref(),
+        };
         eprintln!("{}", serde_json::to_string_pretty(&stats)?);
     }
     Ok(if unread + damaged > 0 {

@@ -183,14 +183,20 @@ fn older_bro_columns_and_dtls_rows() {
         with_times(&std::fs::read_to_string(fixture("dtls-ssl.log")).unwrap()),
     )
     .unwrap();
-    let out = tlsrum(&["replay", "--format", "ndjson", dtls.to_str().unwrap()]);
+    let out = tlsrum(&[
+        "replay",
+        "--stats",
+        "--format",
+        "ndjson",
+        dtls.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(records(&out).is_empty());
-    assert!(
-        stderr(&out).contains("1 DTLS rows skipped"),
-        "{}",
-        stderr(&out)
-    );
+    let err = stderr(&out);
+    assert!(err.contains("1 DTLS rows skipped"), "{err}");
+    let stats: Value = serde_json::from_str(&err[err.find('{').unwrap()..]).unwrap();
+    assert_eq!(stats["zeek"]["dtls_rows"], 1);
+    assert_eq!(stats["zeek"]["rows"], 0);
 }
 
 /// Zeek's JSON writer's form of TSV rows: numbers, bools, arrays, unset
