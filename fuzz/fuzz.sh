@@ -16,7 +16,7 @@ cd "$(dirname "$0")"
 export PATH="$HOME/.cargo/bin:$PATH"
 
 TRIPLE="${FUZZ_TRIPLE:-$(rustc -vV | sed -n 's/^host: //p')}"
-TARGETS=(packets tls_handshake tls_record quic reassembly keylog ebpf_event)
+TARGETS=(packets tls_handshake tls_record quic reassembly keylog ebpf_event zeek_log)
 export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares -Coverflow-checks=on -Cdebug-assertions=on -Cforce-frame-pointers=yes"
 JOBS="${FUZZ_JOBS:-2}"
 BIN="target/$TRIPLE/release"

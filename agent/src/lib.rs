@@ -14,7 +14,7 @@
 //! - [`metrics`]: Prometheus, a record sink too, and the agent's health;
 //! - [`pcap_out`] writes `--write-pcap` (`-w`);
 //! - [`pipeline`]: source -> analyzer -> sinks, for both commands;
-//! - [`replay`], [`live`]: the commands.
+//! - [`replay`], [`live`]: the commands ([`live_zeek`]: `live --zeek-log`).
 //!
 //! A capture replayed into NDJSON through the library:
 //!
@@ -46,6 +46,7 @@ pub mod exit;
 pub mod generate;
 pub mod host_addrs;
 pub mod live;
+pub mod live_zeek;
 pub mod metrics;
 pub mod pcap_out;
 pub mod pipeline;

@@ -45,8 +45,18 @@ pub enum Backend {
 #[derive(Args, Clone)]
 pub struct LiveArgs {
     /// Interface to watch, as `tcpdump -i` (repeatable).
-    #[arg(short = 'i', long = "iface", required = true)]
+    #[arg(short = 'i', long = "iface", required_unless_present = "zeek_log")]
     pub ifaces: Vec<String>,
+    /// Follow this Zeek ssl.log (TSV or JSON) instead of capturing packets,
+    /// as `tail -F` (Zeek's rotation and copytruncate followed): each new
+    /// row counts in the same metrics (timing ones stay empty: Zeek does
+    /// not log times). Roles come from --local only.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["ifaces", "backend", "filter", "write_pcap", "all_ports", "ports", "kernel_flows", "max_payload_per_flow"])]
+    pub zeek_log: Option<PathBuf>,
+    /// With --zeek-log: also count the rows already in the file when the
+    /// agent starts (by default only rows written after it).
+    #[arg(long, requires = "zeek_log")]
+    pub zeek_from_start: bool,
     #[arg(long, value_enum, default_value = "ebpf")]
     pub backend: Backend,
     /// Server ports to watch (repeatable).
@@ -177,7 +187,7 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
 }
 
 /// The `server_name` bound: --server-names-file and --top-server-names.
-fn server_names(args: &LiveArgs) -> Result<ServerNames> {
+pub(crate) fn server_names(args: &LiveArgs) -> Result<ServerNames> {
     let allowed = match &args.server_names_file {
         Some(path) => ServerNames::load_allowed(path)?,
         None => Vec::new(),
@@ -203,7 +213,7 @@ fn known_counters(source: &mut dyn Source) -> Vec<Counter> {
 }
 
 /// Where records go: the metrics, and NDJSON to `--events`.
-fn sinks(
+pub(crate) fn sinks(
     args: &LiveArgs,
     metrics: &Arc<Mutex<Metrics>>,
     reopen: &Arc<AtomicBool>,
@@ -222,7 +232,7 @@ fn sinks(
 }
 
 /// How often the terminal gets a summary line or a --top table, if at all.
-fn show_every(args: &LiveArgs) -> Option<Duration> {
+pub(crate) fn show_every(args: &LiveArgs) -> Option<Duration> {
     let default = if args.top {
         Some(2.0)
     } else if io::stderr().is_terminal() {
@@ -254,18 +264,26 @@ fn terminal_rows() -> usize {
 }
 
 /// Shows the interval that just ended: --top's table, or the summary line.
-fn show(args: &LiveArgs, window: &RefCell<Window>, secs: f64, flows: usize) -> Result<()> {
+pub(crate) fn show(
+    args: &LiveArgs,
+    window: &RefCell<Window>,
+    secs: f64,
+    flows: usize,
+) -> Result<()> {
     let (rows, total) = window.borrow_mut().take();
     if !args.top {
         eprintln!("{}", top::summary_line(&total, rows.len(), secs, flows));
         return Ok(());
     }
     let mut out = io::stdout().lock();
-    let title = format!(
-        "tlsrum live on {} ({:?}), {flows} flows",
-        args.ifaces.join(", "),
-        args.backend
-    );
+    let title = match &args.zeek_log {
+        Some(p) => format!("tlsrum live following {}", p.display()),
+        None => format!(
+            "tlsrum live on {} ({:?}), {flows} flows",
+            args.ifaces.join(", "),
+            args.backend
+        ),
+    };
     if out.is_terminal() {
         // Home and clear, then the table cut to the screen.
         let table = top::table(
@@ -320,6 +338,15 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
     let reopen = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reopen))
         .context("installing signal handlers")?;
+    if let Some(path) = args.zeek_log.clone() {
+        let follow = crate::live_zeek::Follow {
+            names,
+            client_names,
+            stop,
+            reopen,
+        };
+        return crate::live_zeek::run(&args, &path, follow);
+    }
     let mut host = HostAddrs::new(&args.local)?;
     let mut source = open_source(&args)?;
     let metrics = Arc::new(Mutex::new(Metrics::new(

@@ -20,14 +20,16 @@ use analyzer::slice::{Dim, Slicer, Windows};
 use crate::sink::html::{HtmlSink, HtmlSlices};
 use crate::sink::slices::SliceSink;
 use crate::sink::{FanOut, Format, RecordSink, RunEnd};
-use crate::source::pcap_file::{self, PcapFile};
+use crate::source::pcap_file::{self, Opened, PcapFile};
+use crate::source::zeek_log::{self, ZeekStats};
 use crate::source::Status;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("input").args(["paths", "read"]).required(true).multiple(true)))]
 pub struct ReplayArgs {
-    /// Capture files (pcap, pcapng; plain, gzip or zstd, told by their
-    /// first bytes), directories to search for them, or - for standard input.
+    /// Capture files (pcap, pcapng) or Zeek ssl.log files (TSV or JSON),
+    /// plain, gzip or zstd, told by their first bytes; directories to
+    /// search for them; or - for standard input.
     #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Read this capture, as `tcpdump -r` (repeatable; - for standard
@@ -152,10 +154,11 @@ impl Input {
         }
     }
 
-    fn open(&self, filter: Option<&str>) -> Result<PcapFile> {
+    /// A capture or a Zeek ssl.log, told by its first bytes.
+    fn open(&self, filter: Option<&str>) -> Result<Opened> {
         match self {
-            Input::Stdin => PcapFile::open_stdin(filter),
-            Input::File(p) => PcapFile::open(p, filter),
+            Input::Stdin => PcapFile::open_input(None, filter),
+            Input::File(p) => PcapFile::open_input(Some(p), filter),
         }
     }
 }
@@ -196,7 +199,13 @@ fn scan_dir(dir: &Path, out: &mut Vec<Input>) -> Result<()> {
         let why = if pcap_file::is_capture_name(&f) {
             Ok(())
         } else {
-            pcap_file::sniff(&f)
+            pcap_file::sniff(&f).or_else(|why| {
+                if zeek_log::file::sniff(&f) {
+                    Ok(())
+                } else {
+                    Err(why)
+                }
+            })
         };
         match why {
             Ok(()) => out.push(Input::File(f)),
@@ -322,6 +331,8 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
     // Inputs that could not be opened, and those read with an error.
     let (mut unread, mut damaged) = (0, 0);
     let mut total = Stats::default();
+    // Zeek logs' counters, when any was read.
+    let mut zeek: Option<ZeekStats> = None;
     // Packets left to read (-c).
     let mut left = args.count;
     for file in &files {
@@ -330,7 +341,21 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         }
         let name = file.name();
         let mut source = match file.open(args.filter.as_deref()) {
-            Ok(s) => s,
+            Ok(Opened::Capture(s)) => s,
+            Ok(Opened::Text(stream)) => {
+                let capture = with_filename.then_some(name.as_str());
+                let out = zeek_log::file::read(&name, stream, capture, local.as_ref(), &mut sink)?;
+                match zeek_outcome(&name, &out) {
+                    Exit::Ok => {}
+                    Exit::Damaged => damaged += 1,
+                    Exit::Fatal => unread += 1,
+                }
+                // The table's footer counts them with the TLS-over-TCP connections.
+                total.tls_connections += out.stats.rows;
+                zeek.get_or_insert_with(ZeekStats::default)
+                    .merge(&out.stats);
+                continue;
+            }
             Err(e) => {
                 unread += 1;
                 eprintln!("tlsrum: {e:#}");
@@ -389,7 +414,19 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         title: &title,
     })?;
     if args.stats {
-        eprintln!("{}", serde_json::to_string_pretty(&total)?);
+        /// The analyzer's counters as they are, then the Zeek logs'.
+        #[derive(serde::Serialize)]
+        struct WithZeek<'a> {
+            #[serde(flatten)]
+            analyzer: &'a Stats,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            zeek: Option<&'a ZeekStats>,
+        }
+        let stats = WithZeek {
+            analyzer: &total,
+            zeek: zeek.as_ref(),
+        };
+        eprintln!("{}", serde_json::to_string_pretty(&stats)?);
     }
     Ok(if unread + damaged > 0 {
         Exit::Damaged
@@ -439,4 +476,33 @@ fn replay_file(
         eprintln!("tlsrum: {note}");
     }
     (source.packets(), result)
+}
+
+/// Says on standard error what reading a Zeek log met besides its rows,
+/// and what it makes of the run: `Fatal` when the input held no header and
+/// no row (not a Zeek log at all: unread), `Damaged` when a line was bad.
+fn zeek_outcome(name: &str, out: &zeek_log::file::Outcome) -> Exit {
+    if !out.saw_header && out.stats.rows == 0 {
+        eprintln!(
+            "tlsrum: {name}: neither a capture nor a Zeek ssl.log (no #fields header, no row read)"
+        );
+        return Exit::Fatal;
+    }
+    if out.stats.dtls_rows > 0 {
+        eprintln!(
+            "tlsrum: {name}: {} DTLS rows skipped (tlsrum analyses TLS over TCP and QUIC)",
+            out.stats.dtls_rows
+        );
+    }
+    if !out.unknown_columns.is_empty() {
+        eprintln!(
+            "tlsrum: {name}: columns not in Zeek's ssl.log, not read: {}",
+            out.unknown_columns.join(", ")
+        );
+    }
+    if out.stats.bad_lines > 0 {
+        Exit::Damaged
+    } else {
+        Exit::Ok
+    }
 }

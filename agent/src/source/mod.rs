@@ -2,12 +2,14 @@
 //! analyzer timestamped frames (a pcap file, libpcap live) or packets with
 //! the 5-tuple already decoded (eBPF); `replay` and `live` drive the
 //! analyzer through [`Source`] alone (see `pipeline`). A new
-//! source (uprobes, Zeek logs) is one new file here implementing it.
+//! source (uprobes) is one new file here implementing it; Zeek's ssl.log
+//! ([`zeek_log`]) holds records, not packets, and goes to the sinks directly.
 
 mod capture_format;
 pub mod ebpf;
 pub mod pcap_file;
 pub mod pcap_live;
+pub mod zeek_log;
 
 use std::time::Duration;
 

@@ -152,6 +152,22 @@ fn read_head(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
+/// The first bytes of a text log tlsrum reads (a Zeek ssl.log, TSV or
+/// JSON): `#` or `{` after any blank.
+pub fn is_text_log(head: &[u8]) -> bool {
+    matches!(
+        head.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(b'#' | b'{')
+    )
+}
+
+/// An input opened, told by its first bytes (decompressed): a capture, or
+/// a text log (its bytes from the start, decompressed).
+pub enum Opened {
+    Capture(PcapFile),
+    Text(Box<dyn Read + Send>),
+}
+
 /// Bytes a stream is read in at a time (and the buffer's starting size;
 /// it grows for a larger record): few syscalls, and the packets are
 /// parsed where they lie.
@@ -194,6 +210,23 @@ impl Bytes {
         match self {
             Bytes::Map(m) => &m[pos.min(m.len())..],
             Bytes::Stream { buf, end, .. } => &buf[pos..*end],
+        }
+    }
+
+    /// A stream whose first bytes are a text log's, as a reader of its
+    /// bytes from the start; anything else back as it was.
+    fn into_text_log(mut self) -> std::result::Result<Box<dyn Read + Send>, Self> {
+        let mut pos = 0;
+        self.fill(&mut pos, 4);
+        match self {
+            Bytes::Stream {
+                buf, end, input, ..
+            } if !is_capture_magic(&buf[..end]) && is_text_log(&buf[..end]) => {
+                let mut buf = buf;
+                buf.truncate(end);
+                Ok(Box::new(io::Cursor::new(buf).chain(input)))
+            }
+            other => Err(other),
         }
     }
 
@@ -442,12 +475,54 @@ impl PcapFile {
         Self::from_file(name, File::from(fd), filter)
     }
 
-    fn from_file(name: String, mut file: File, filter: Option<&str>) -> Result<Self> {
+    fn from_file(name: String, file: File, filter: Option<&str>) -> Result<Self> {
+        match Self::open_any(name.clone(), file, filter)? {
+            Opened::Capture(c) => Ok(c),
+            Opened::Text(_) => bail!("{name}: cannot open as pcap or pcapng: not a capture file"),
+        }
+    }
+
+    /// Opens a file that is a capture or a text log (plain, gzip or zstd),
+    /// told by its first bytes; the file is read once (a pipe works).
+    pub fn open_input(path: Option<&Path>, filter: Option<&str>) -> Result<Opened> {
+        match path {
+            Some(p) => {
+                let name = p.display().to_string();
+                let file = File::open(p).with_context(|| format!("{name}: cannot open"))?;
+                Self::open_any(name, file, filter)
+            }
+            None => {
+                let name = STDIN_NAME.to_string();
+                let stdin = io::stdin();
+                if stdin.is_terminal() {
+                    bail!("{name} is a terminal: pipe a capture into it (e.g. `tcpdump -w - | tlsrum replay -`)");
+                }
+                let fd = stdin
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .with_context(|| format!("{name}: cannot open"))?;
+                Self::open_any(name, File::from(fd), filter)
+            }
+        }
+    }
+
+    /// [`open_input`](Self::open_input) of a file already open, unfiltered.
+    pub fn open_input_file(name: String, file: File) -> Result<Opened> {
+        Self::open_any(name, file, None)
+    }
+
+    fn open_any(name: String, mut file: File, filter: Option<&str>) -> Result<Opened> {
         let mut head = [0u8; 6];
         let n = read_head(&mut file, &mut head).with_context(|| format!("{name}: cannot read"))?;
         let kind = compression(&name, &head[..n])?;
+        if kind == Compression::None && is_text_log(&head[..n]) {
+            let text = io::Cursor::new(head).take(n as u64).chain(file);
+            return Ok(Opened::Text(Box::new(text)));
+        }
         if kind == Compression::None && !is_capture_magic(&head[..n]) {
-            bail!("{name}: cannot open as pcap or pcapng: not a capture file");
+            bail!(
+                "{name}: cannot open as pcap or pcapng (nor as a Zeek ssl.log): not a capture file"
+            );
         }
         // A plain regular file is mapped whole; other streams get back the
         // bytes read to recognise them.
@@ -489,6 +564,11 @@ impl PcapFile {
                 Bytes::stream(stream, kind)
             }
         };
+        // A compressed text log: its decompressed bytes from the start.
+        let bytes = match bytes.into_text_log() {
+            Ok(text) => return Ok(Opened::Text(text)),
+            Err(bytes) => bytes,
+        };
         let mut source = PcapFile {
             name,
             bytes,
@@ -518,7 +598,7 @@ impl PcapFile {
             f.program(dlt)
                 .with_context(|| format!("{}: bad --filter expression {expr:?}", source.name))?;
         }
-        Ok(source)
+        Ok(Opened::Capture(source))
     }
 
     /// A compressed stream must hold a capture: its first bytes are

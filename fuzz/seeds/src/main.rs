@@ -328,6 +328,18 @@ fn main() {
     s.extend([0, 23, 3, 3, 0, 40]);
     s.extend([0u8; 40]);
     write(&out, "keylog", "decrypt", &s);
+    // zeek_log: the ssl.log fixtures (Zeek's own baselines and docs).
+    let zeek = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agent/tests/data/zeek");
+    if let Ok(entries) = fs::read_dir(&zeek) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "log" || x == "json") {
+                if let (Ok(text), Some(name)) = (fs::read(&p), p.file_stem()) {
+                    write(&out, "zeek_log", &name.to_string_lossy(), &text);
+                }
+            }
+        }
+    }
 }
 
 /// The harness's Initials must pass the tracker's decryption, or the QUIC
