@@ -341,7 +341,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         }
         let name = file.name();
         let mut source = match file.open(args.filter.as_deref()) {
-            Ok(Opened::Capture(s)) => s,
+            Ok(Opened::Capture(s)) => *s,
             Ok(Opened::Text(stream)) => {
                 let capture = with_filename.then_some(name.as_str());
                 let out = zeek_log::file::read(&name, stream, capture, local.as_ref(), &mut sink)?;

@@ -164,7 +164,7 @@ pub fn is_text_log(head: &[u8]) -> bool {
 /// An input opened, told by its first bytes (decompressed): a capture, or
 /// a text log (its bytes from the start, decompressed).
 pub enum Opened {
-    Capture(PcapFile),
+    Capture(Box<PcapFile>),
     Text(Box<dyn Read + Send>),
 }
 
@@ -477,7 +477,7 @@ impl PcapFile {
 
     fn from_file(name: String, file: File, filter: Option<&str>) -> Result<Self> {
         match Self::open_any(name.clone(), file, filter)? {
-            Opened::Capture(c) => Ok(c),
+            Opened::Capture(c) => Ok(*c),
             Opened::Text(_) => bail!("{name}: cannot open as pcap or pcapng: not a capture file"),
         }
     }
@@ -598,7 +598,7 @@ impl PcapFile {
             f.program(dlt)
                 .with_context(|| format!("{}: bad --filter expression {expr:?}", source.name))?;
         }
-        Ok(Opened::Capture(source))
+        Ok(Opened::Capture(Box::new(source)))
     }
 
     /// A compressed stream must hold a capture: its first bytes are
