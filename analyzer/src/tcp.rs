@@ -295,6 +295,16 @@ impl TcpFlow {
         }
     }
 
+    /// How far each direction's stream is known to reach, by the key's
+    /// [`side`](FlowKey::side) of its sender (for the flow's tombstone).
+    pub fn stream_ends(&self, key: &FlowKey) -> [Option<u32>; 2] {
+        let mut ends = self.stream_end;
+        if key.side(self.a) == 1 {
+            ends.swap(0, 1);
+        }
+        ends
+    }
+
     /// The handshake state, made at the flow's first payload byte.
     fn activate(start: [Option<u32>; 2], ctx: &Ctx<'_>) -> Box<Active> {
         {
@@ -1010,5 +1020,32 @@ impl Upper {
 fn note(notes: &mut Vec<&'static str>, name: &'static str) {
     if !notes.contains(&name) {
         notes.push(name);
+    }
+}
+
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn print_sizes() {
+        use std::mem::size_of;
+        eprintln!("TcpFlow {}", size_of::<super::TcpFlow>());
+        eprintln!("Active {}", size_of::<super::Active>());
+        eprintln!("Upper {}", size_of::<super::Upper>());
+        eprintln!(
+            "Reassembler {}",
+            size_of::<crate::flow::reassembly::Reassembler>()
+        );
+        eprintln!(
+            "RecordStream {}",
+            size_of::<crate::tls::record::RecordStream>()
+        );
+        eprintln!("Handshake {}", size_of::<crate::handshake::Handshake>());
+        eprintln!(
+            "ClientHello {}",
+            size_of::<crate::tls::handshake::ClientHello>()
+        );
+        eprintln!("Probe {}", size_of::<super::Probe>());
+        eprintln!("FlowKey {}", size_of::<crate::flow::table::FlowKey>());
+        eprintln!("ENTRY_OVERHEAD {}", crate::memory::ENTRY_OVERHEAD);
     }
 }

@@ -34,6 +34,12 @@ impl FlowKey {
             ports: (u32::from(lo.1) << 16) | u32::from(hi.1),
         }
     }
+
+    /// Which of the key's two endpoints `e` is: 0 for the smaller, 1 for
+    /// the other (a direction that does not depend on who spoke first).
+    pub fn side(&self, e: Endpoint) -> usize {
+        usize::from((as_u128(e.0), e.1) != (self.lo_addr, (self.ports >> 16) as u16))
+    }
 }
 
 /// What a table value costs in memory (see [`crate::memory`]).
