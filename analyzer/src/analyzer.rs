@@ -13,7 +13,7 @@ use lru::LruCache;
 
 use crate::counters::Stats;
 use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
-use crate::flow::table::{Endpoint, FlowKey, FlowTable};
+use crate::flow::table::{Endpoint, FlowKey, FlowTable, Slot};
 use crate::flow::tombstone::Tombstones;
 use crate::handshake::{leaf_names, Finish, Leaf, TraceMemory};
 use crate::record::ConnectionRecord;
@@ -388,13 +388,13 @@ impl Analyzer {
         let (from, to) = ((src, h.src_port), (dst, h.dst_port));
         let key = FlowKey::new(from, to);
         let new_syn = h.syn && !h.ack_flag;
-        // One lookup on the hot path: most packets belong to flows whose
-        // record is out (bulk data) and are skipped here.
-        // Finished flows are not promoted in the LRU order: they only need
-        // to outlive their own stragglers, and promotion costs cache misses.
-        let mut known = false;
-        if let Some(f) = self.flows.peek_mut(&key) {
-            known = true;
+        // One lookup a packet: everything after goes through the slot.
+        // Most packets belong to flows whose record is out (bulk data) and
+        // are skipped here. Finished flows are not promoted in the LRU
+        // order: they only need to outlive their own stragglers, and
+        // promotion costs cache misses.
+        let (hash, mut slot) = self.flows.find(&key);
+        if let Some(f) = slot.and_then(|at| self.flows.get_mut(at)) {
             f.last_ts = ts;
             // A SYN with the connection's own ISN is a copy of its SYN;
             // another ISN after the SYN-ACK (or on a skipped repeat) is a
@@ -402,18 +402,18 @@ impl Analyzer {
             let answered = f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
             let repeat = f.status == Status::Done && f.client_isn.is_some();
             let reused = new_syn && f.client_isn != Some(h.seq) && (answered || repeat);
+            let at = slot.take();
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
                 if reused {
-                    if let Some(mut old) = self.flows.remove(&key) {
+                    if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
                         self.release(&mut old, None);
                     }
-                    known = false;
                 } else if f.held.is_some() {
                     // A record waiting for the close: only FIN/RST matter.
                     let dir = usize::from(from != f.a);
                     if f.closing(dir, ts, h, payload.len()) {
-                        if let Some(mut old) = self.flows.remove(&key) {
+                        if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
                             self.bury(key, &old, true);
                             self.release(&mut old, None);
                         }
@@ -425,7 +425,7 @@ impl Analyzer {
                         // which knows where this FIN says the streams end.
                         let dir = usize::from(from != f.a);
                         f.closing(dir, ts, h, payload.len());
-                        if let Some(old) = self.flows.remove(&key) {
+                        if let Some(old) = at.and_then(|at| self.flows.remove(at)) {
                             self.bury(key, &old, true);
                         }
                     }
@@ -435,38 +435,41 @@ impl Analyzer {
                 // The old connection's record goes out, but its tuple is not
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
-                if let Some(mut old) = self.flows.remove(&key) {
+                if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
                     if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx()) {
                         self.out.push(record);
                     }
                 }
-                known = false;
+            } else {
+                slot = at;
             }
         }
-        if !known {
-            // Only a SYN, a SYN-ACK (the server's direction may be all the
-            // capture shows) or a segment with data starts tracking: stray
-            // ACKs, FINs and resets of unknown flows cost nothing.
-            if !h.syn && payload.is_empty() {
-                return;
+        let slot = match slot {
+            Some(at) => at,
+            None => {
+                // Only a SYN, a SYN-ACK (the server's direction may be all the
+                // capture shows) or a segment with data starts tracking: stray
+                // ACKs, FINs and resets of unknown flows cost nothing.
+                if !h.syn && payload.is_empty() {
+                    return;
+                }
+                if new_syn && self.ended.is_repeat(&key, h.seq) {
+                    // A connection that ended, again: its packets are skipped.
+                    self.stats.repeated_connections += 1;
+                    self.insert(hash, key, TcpFlow::repeat(ts, from, to, h.seq));
+                    return;
+                }
+                let idle = self.cfg.idle_timeout;
+                if !h.syn && self.ended.absorbs(&key, key.side(from), h.seq, ts, idle) {
+                    // What still comes of an ended connection (a close_notify
+                    // reordered after the FINs) is no new flow.
+                    self.stats.late_segments += 1;
+                    return;
+                }
+                self.stats.flows_created += 1;
+                self.insert(hash, key, TcpFlow::new(ts, from, to))
             }
-            if new_syn && self.ended.is_repeat(&key, h.seq) {
-                // A connection that ended, again: its packets are skipped.
-                self.stats.repeated_connections += 1;
-                self.insert(key, TcpFlow::repeat(ts, from, to, h.seq));
-                return;
-            }
-            let idle = self.cfg.idle_timeout;
-            if !h.syn && self.ended.absorbs(&key, key.side(from), h.seq, ts, idle) {
-                // What still comes of an ended connection (a close_notify
-                // reordered after the FINs) is no new flow.
-                self.stats.late_segments += 1;
-                return;
-            }
-            self.stats.flows_created += 1;
-            let flow = TcpFlow::new(ts, from, to);
-            self.insert(key, flow);
-        }
+        };
         let mut ctx = Ctx {
             mem: &mut self.memory,
             keylog: self.cfg.keylog.as_deref(),
@@ -474,7 +477,7 @@ impl Analyzer {
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
         };
-        let updated = self.flows.update(&key, |flow| {
+        let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
             let seg = flow.segment(ts, from, h, payload, (truncated, seen_before), &mut ctx);
             (seg, was, flow.status, (flow.a, flow.b))
@@ -490,28 +493,31 @@ impl Analyzer {
                 }
             }
             if seg.closed {
-                if let Some(f) = self.flows.remove(&key) {
+                if let Some(f) = self.flows.remove(slot) {
                     self.bury(key, &f, true);
                 }
             }
         } else if seg.closed || seg.timed {
-            if let Some(flow) = self.flows.remove(&key) {
+            if let Some(flow) = self.flows.remove(slot) {
                 let hold = !seg.closed && self.cfg.record_at == RecordAt::Close;
                 let done = self.finish_flow(flow, Finish::Done, seg.timed, hold);
                 // Keep a tombstone so the rest of the connection is skipped cheaply.
                 if !seg.closed {
-                    self.insert(key, done);
+                    self.insert(hash, key, done);
                 }
             }
         }
     }
 
-    /// Inserts a flow; one evicted to make room is finished.
-    fn insert(&mut self, key: FlowKey, flow: TcpFlow) {
-        if let Some((_, evicted)) = self.flows.insert(key, flow) {
+    /// Inserts a flow that is not in the table (`hash`: its key's, from
+    /// [`FlowTable::find`]); one evicted to make room is finished.
+    fn insert(&mut self, hash: u64, key: FlowKey, flow: TcpFlow) -> Slot {
+        let (slot, evicted) = self.flows.insert(hash, key, flow);
+        if let Some((_, evicted)) = evicted {
             self.stats.flows_evicted += 1;
             self.finish_flow(evicted, Finish::Evicted, false, false);
         }
+        slot
     }
 
     fn expire_idle(&mut self, now: f64) {

@@ -6,11 +6,11 @@
 
 use crate::counters::Stats;
 use crate::flow::reassembly::{Chunk, Reassembler, Segment};
-use crate::flow::table::{Endpoint, FlowKey, Footprint};
+use crate::flow::table::{Endpoint, FlowKey, Footprint, SLOT_OVERHEAD};
 use crate::handshake::{
     ms, Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView, Vantage,
 };
-use crate::memory::{HeapSize, ENTRY_OVERHEAD};
+use crate::memory::HeapSize;
 use crate::proxy_protocol;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
@@ -236,7 +236,7 @@ impl Footprint for TcpFlow {
     fn footprint(&self) -> usize {
         std::mem::size_of::<TcpFlow>()
             + std::mem::size_of::<FlowKey>()
-            + ENTRY_OVERHEAD
+            + SLOT_OVERHEAD
             + self.active.heap_size()
             + self.held.heap_size()
     }
@@ -1046,6 +1046,5 @@ mod size_probe {
         );
         eprintln!("Probe {}", size_of::<super::Probe>());
         eprintln!("FlowKey {}", size_of::<crate::flow::table::FlowKey>());
-        eprintln!("ENTRY_OVERHEAD {}", crate::memory::ENTRY_OVERHEAD);
     }
 }
