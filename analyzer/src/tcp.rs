@@ -1036,10 +1036,22 @@ mod struct_sizes {
             ("TcpFlow", size_of::<super::TcpFlow>(), 208),
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
             ("Active", size_of::<super::Active>(), 1400),
-            ("Reassembler", size_of::<crate::flow::reassembly::Reassembler>(), 120),
-            ("RecordStream", size_of::<crate::tls::record::RecordStream>(), 144),
+            (
+                "Reassembler",
+                size_of::<crate::flow::reassembly::Reassembler>(),
+                120,
+            ),
+            (
+                "RecordStream",
+                size_of::<crate::tls::record::RecordStream>(),
+                144,
+            ),
             ("Handshake", size_of::<crate::handshake::Handshake>(), 632),
-            ("ClientHello", size_of::<crate::tls::handshake::ClientHello>(), 336),
+            (
+                "ClientHello",
+                size_of::<crate::tls::handshake::ClientHello>(),
+                336,
+            ),
             ("Probe", size_of::<super::Probe>(), 56),
         ];
         for (name, size, bound) in sizes {
