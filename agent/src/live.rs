@@ -127,7 +127,7 @@ pub struct LiveArgs {
     /// When a TLS-over-TCP connection's record is written: once its
     /// handshake and first use are timed, or at its FIN/RST (lifetime and
     /// bytes after the handshake filled; held records count in
-    /// --max-memory and --max-flows).
+    /// --memory-budget and --max-flows).
     #[arg(long, value_enum, default_value = "handshake")]
     pub record_at: crate::cli::RecordAt,
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
@@ -136,10 +136,18 @@ pub struct LiveArgs {
     /// Flows tracked at once (least recently used evicted beyond, counted).
     #[arg(long, default_value_t = Config::default().max_flows)]
     pub max_flows: usize,
-    /// Memory the flow state (TCP and QUIC together) may use, e.g. 400M or
-    /// 2G; beyond it the least recently used flows are finished, counted as
-    /// `memory_evictions` [default: 256M].
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_size)]
+    /// Memory the analyzer's flow state may use (TCP flows with their
+    /// reassembly buffers and held records, tombstones of ended
+    /// connections, QUIC connections), e.g. 400M or 2G; beyond it the
+    /// oldest tombstones are forgotten, then the least recently used flows
+    /// finished (records `incomplete`, noted `evicted`), counted as
+    /// `memory_evictions` [default: 256M; alias --max-memory].
+    #[arg(
+        long = "memory-budget",
+        alias = "max-memory",
+        value_name = "SIZE",
+        value_parser = crate::cli::parse_size
+    )]
     pub max_memory: Option<usize>,
     /// Per-direction payload bytes the kernel forwards for a flow whose TLS
     /// records it cannot follow (not TLS, reordered before the hook; eBPF backend).

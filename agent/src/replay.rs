@@ -93,10 +93,18 @@ pub struct ReplayArgs {
     /// Out-of-order bytes buffered per flow direction.
     #[arg(long, default_value_t = Config::default().max_flow_buffer)]
     max_flow_buffer: usize,
-    /// Memory the flow state (TCP and QUIC together) may use, e.g. 400M or
-    /// 2G; beyond it the least recently used flows are finished, counted as
-    /// `memory_evictions` [default: 256M].
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_size)]
+    /// Memory the analyzer's flow state may use (TCP flows with their
+    /// reassembly buffers and held records, tombstones of ended
+    /// connections, QUIC connections), e.g. 400M or 2G; beyond it the
+    /// oldest tombstones are forgotten, then the least recently used flows
+    /// finished (records `incomplete`, noted `evicted`), counted as
+    /// `memory_evictions` [default: 256M; alias --max-memory].
+    #[arg(
+        long = "memory-budget",
+        alias = "max-memory",
+        value_name = "SIZE",
+        value_parser = crate::cli::parse_size
+    )]
     max_memory: Option<usize>,
     /// Seconds (capture time) after which an idle flow is finished.
     #[arg(long, default_value_t = Config::default().idle_timeout)]
@@ -413,6 +421,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         captures: files.len() - unread,
         title: &title,
     })?;
+    if total.memory_evictions + total.flows_evicted > 0 {
+        eprintln!(
+            "tlsrum: {} flows finished early to stay within --memory-budget \
+             (memory_evictions), {} beyond --max-flows (flows_evicted): \
+             their records are noted `evicted`",
+            total.memory_evictions, total.flows_evicted
+        );
+    }
     if args.stats {
         /// The analyzer's counters as they are, then the Zeek logs'.
         #[derive(serde::Serialize)]

@@ -292,3 +292,66 @@ fn live_floods_stay_under_the_ceiling() {
         );
     }
 }
+
+/// Issue 19: `--memory-budget` holds with a small budget: the oldest
+/// flows are finished early, each counted once as `memory_evictions`,
+/// said on stderr, and their records are `incomplete` and noted `evicted`.
+#[test]
+fn a_memory_budget_evicts_oldest_first_and_counts_it() {
+    let dir = std::env::temp_dir().join(format!("tlsrum-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("hello.pcap");
+    let ok = Command::new(flood_bin())
+        .args(["--kind", "hello", "--count", "20000", "-o"])
+        .arg(&cap)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "flood generator failed");
+    let out = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
+        .args([
+            "replay",
+            "--format",
+            "ndjson",
+            "--stats",
+            "--memory-budget",
+            "8M",
+        ])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stats: Value = serde_json::from_str(&stderr[stderr.find('{').unwrap()..]).unwrap();
+    let evictions = n(&stats, "memory_evictions");
+    assert!(evictions > 10_000, "{stats}");
+    assert!(
+        stderr.contains(&format!(
+            "{evictions} flows finished early to stay within --memory-budget"
+        )),
+        "{stderr}"
+    );
+    let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 20_000);
+    let evicted: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n == "evicted")
+        })
+        .collect();
+    assert_eq!(evicted.len() as u64, evictions);
+    assert!(evicted.iter().all(|r| r["handshake"] == "incomplete"));
+    assert_eq!(
+        evicted[0]["client"], records[0]["client"],
+        "the oldest first"
+    );
+    check_accounting("hello", &stats, 20_000, 0);
+}

@@ -13,7 +13,8 @@ use lru::LruCache;
 
 use crate::counters::Stats;
 use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
-use crate::flow::table::{Endpoint, FlowKey, FlowTable};
+use crate::flow::table::{Endpoint, FlowKey, FlowTable, Slot};
+use crate::flow::tombstone::Tombstones;
 use crate::handshake::{leaf_names, Finish, Leaf, TraceMemory};
 use crate::record::ConnectionRecord;
 use crate::tcp::{Ctx, Status, TcpFlow};
@@ -90,10 +91,12 @@ impl Default for Config {
 /// Leaf certificates whose names and validity are remembered.
 const CERT_CACHE: usize = 4096;
 
-/// Ended TCP connections whose tuple and ISN are remembered, so that a
-/// repeat of one (a capture concatenated with itself, a duplicate in a
-/// merge) is skipped rather than reported twice: ~100 bytes each.
-const RECENT_CONNECTIONS: usize = 65_536;
+/// Ended TCP connections whose tombstone (tuple, ISN, where the streams
+/// ended) is remembered, so that their late segments and a repeat of one
+/// (a capture concatenated with itself, a duplicate in a merge) are
+/// skipped rather than opening a second flow: ~130 bytes each
+/// ([`TOMBSTONE_BYTES`](crate::flow::tombstone::TOMBSTONE_BYTES)).
+pub const RECENT_CONNECTIONS: usize = 65_536;
 
 /// What one trace remembers across connections, bounded: hashes of session
 /// IDs servers issued, and the names of leaf certificates already parsed.
@@ -140,8 +143,8 @@ pub struct Analyzer {
     cfg: Config,
     flows: FlowTable<TcpFlow>,
     memory: IssuedIds,
-    /// Tuple -> client ISN of connections that ended (RECENT_CONNECTIONS).
-    ended: LruCache<FlowKey, u32>,
+    /// Connections that ended (RECENT_CONNECTIONS).
+    ended: Tombstones,
     out: Vec<ConnectionRecord>,
     /// Flows whose analysis ended (record out, or not TLS) since the last
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
@@ -164,7 +167,7 @@ impl Analyzer {
                 ids: LruCache::new(nz(cfg.max_session_ids)),
                 certs: LruCache::new(nz(CERT_CACHE)),
             },
-            ended: LruCache::new(nz(RECENT_CONNECTIONS)),
+            ended: Tombstones::new(RECENT_CONNECTIONS),
             out: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
@@ -287,13 +290,19 @@ impl Analyzer {
     /// Bytes the TCP flows and QUIC connections hold, as estimated for the
     /// memory budget ([`crate::memory`]).
     pub fn memory_used(&self) -> usize {
-        self.flows.bytes() + self.quic.bytes()
+        self.flows.bytes() + self.ended.bytes() + self.quic.bytes()
     }
 
-    /// Over the memory budget: finishes the least recently used flows,
-    /// TCP or QUIC, whichever is older, until it holds again.
+    /// Over the memory budget: forgets tombstones first (a flow being
+    /// followed is worth more than one that ended), then finishes the
+    /// least recently used flows, TCP or QUIC, whichever is older, until
+    /// it holds again.
     fn shed(&mut self) {
         while self.memory_used() > self.cfg.max_memory {
+            if self.ended.pop_oldest() {
+                self.stats.tombstones_evicted += 1;
+                continue;
+            }
             let tcp = self.flows.oldest().map(|(_, f)| f.last_ts);
             let older_tcp = match (tcp, self.quic.oldest_ts()) {
                 (Some(t), Some(q)) => t <= q,
@@ -341,6 +350,10 @@ impl Analyzer {
         }
         let done = n < max && self.quic.finish_some(max - n, &mut self.stats.quic);
         self.out.append(&mut self.quic.out);
+        if done {
+            // No packet follows the end of input: nothing left to absorb.
+            self.ended = Tombstones::new(RECENT_CONNECTIONS);
+        }
         done
     }
 
@@ -375,13 +388,13 @@ impl Analyzer {
         let (from, to) = ((src, h.src_port), (dst, h.dst_port));
         let key = FlowKey::new(from, to);
         let new_syn = h.syn && !h.ack_flag;
-        // One lookup on the hot path: most packets belong to flows whose
-        // record is out (bulk data) and are skipped here.
-        // Finished flows are not promoted in the LRU order: they only need
-        // to outlive their own stragglers, and promotion costs cache misses.
-        let mut known = false;
-        if let Some(f) = self.flows.peek_mut(&key) {
-            known = true;
+        // One lookup a packet: everything after goes through the slot.
+        // Most packets belong to flows whose record is out (bulk data) and
+        // are skipped here. Finished flows are not promoted in the LRU
+        // order: they only need to outlive their own stragglers, and
+        // promotion costs cache misses.
+        let (hash, mut slot) = self.flows.find(&key);
+        if let Some(f) = slot.and_then(|at| self.flows.get_mut(at)) {
             f.last_ts = ts;
             // A SYN with the connection's own ISN is a copy of its SYN;
             // another ISN after the SYN-ACK (or on a skipped repeat) is a
@@ -389,28 +402,32 @@ impl Analyzer {
             let answered = f.syn_dir.is_some() && f.tcp.syn_ack.is_some();
             let repeat = f.status == Status::Done && f.client_isn.is_some();
             let reused = new_syn && f.client_isn != Some(h.seq) && (answered || repeat);
-            let isn = f.client_isn;
+            let at = slot.take();
             if matches!(f.status, Status::Done | Status::NotTls) {
                 // A fresh SYN on a finished tuple is a new connection (port reuse).
                 if reused {
-                    if let Some(mut old) = self.flows.remove(&key) {
+                    if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
                         self.release(&mut old, None);
                     }
-                    known = false;
                 } else if f.held.is_some() {
                     // A record waiting for the close: only FIN/RST matter.
                     let dir = usize::from(from != f.a);
                     if f.closing(dir, ts, h, payload.len()) {
-                        if let Some(mut old) = self.flows.remove(&key) {
-                            self.ended(key, isn);
+                        if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
+                            self.bury(key, &old, true);
                             self.release(&mut old, None);
                         }
                     }
                     return;
                 } else {
                     if h.rst || h.fin {
-                        self.flows.remove(&key);
-                        self.ended(key, isn);
+                        // The rest of the connection goes to its tombstone,
+                        // which knows where this FIN says the streams end.
+                        let dir = usize::from(from != f.a);
+                        f.closing(dir, ts, h, payload.len());
+                        if let Some(old) = at.and_then(|at| self.flows.remove(at)) {
+                            self.bury(key, &old, true);
+                        }
                     }
                     return;
                 }
@@ -418,31 +435,41 @@ impl Analyzer {
                 // The old connection's record goes out, but its tuple is not
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
-                if let Some(mut old) = self.flows.remove(&key) {
+                if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
                     if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx()) {
                         self.out.push(record);
                     }
                 }
-                known = false;
+            } else {
+                slot = at;
             }
         }
-        if !known {
-            // Only a SYN, a SYN-ACK (the server's direction may be all the
-            // capture shows) or a segment with data starts tracking: stray
-            // ACKs, FINs and resets of unknown flows cost nothing.
-            if !h.syn && payload.is_empty() {
-                return;
+        let slot = match slot {
+            Some(at) => at,
+            None => {
+                // Only a SYN, a SYN-ACK (the server's direction may be all the
+                // capture shows) or a segment with data starts tracking: stray
+                // ACKs, FINs and resets of unknown flows cost nothing.
+                if !h.syn && payload.is_empty() {
+                    return;
+                }
+                if new_syn && self.ended.is_repeat(&key, h.seq) {
+                    // A connection that ended, again: its packets are skipped.
+                    self.stats.repeated_connections += 1;
+                    self.insert(hash, key, TcpFlow::repeat(ts, from, to, h.seq));
+                    return;
+                }
+                let idle = self.cfg.idle_timeout;
+                if !h.syn && self.ended.absorbs(&key, key.side(from), h.seq, ts, idle) {
+                    // What still comes of an ended connection (a close_notify
+                    // reordered after the FINs) is no new flow.
+                    self.stats.late_segments += 1;
+                    return;
+                }
+                self.stats.flows_created += 1;
+                self.insert(hash, key, TcpFlow::new(ts, from, to))
             }
-            if new_syn && self.ended.peek(&key) == Some(&h.seq) {
-                // A connection that ended, again: its packets are skipped.
-                self.stats.repeated_connections += 1;
-                self.insert(key, TcpFlow::repeat(ts, from, to, h.seq));
-                return;
-            }
-            self.stats.flows_created += 1;
-            let flow = TcpFlow::new(ts, from, to);
-            self.insert(key, flow);
-        }
+        };
         let mut ctx = Ctx {
             mem: &mut self.memory,
             keylog: self.cfg.keylog.as_deref(),
@@ -450,7 +477,7 @@ impl Analyzer {
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
         };
-        let updated = self.flows.update(&key, |flow| {
+        let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
             let seg = flow.segment(ts, from, h, payload, (truncated, seen_before), &mut ctx);
             (seg, was, flow.status, (flow.a, flow.b))
@@ -466,28 +493,31 @@ impl Analyzer {
                 }
             }
             if seg.closed {
-                if let Some(f) = self.flows.remove(&key) {
-                    self.ended(key, f.client_isn);
+                if let Some(f) = self.flows.remove(slot) {
+                    self.bury(key, &f, true);
                 }
             }
         } else if seg.closed || seg.timed {
-            if let Some(flow) = self.flows.remove(&key) {
+            if let Some(flow) = self.flows.remove(slot) {
                 let hold = !seg.closed && self.cfg.record_at == RecordAt::Close;
                 let done = self.finish_flow(flow, Finish::Done, seg.timed, hold);
                 // Keep a tombstone so the rest of the connection is skipped cheaply.
                 if !seg.closed {
-                    self.insert(key, done);
+                    self.insert(hash, key, done);
                 }
             }
         }
     }
 
-    /// Inserts a flow; one evicted to make room is finished.
-    fn insert(&mut self, key: FlowKey, flow: TcpFlow) {
-        if let Some((_, evicted)) = self.flows.insert(key, flow) {
+    /// Inserts a flow that is not in the table (`hash`: its key's, from
+    /// [`FlowTable::find`]); one evicted to make room is finished.
+    fn insert(&mut self, hash: u64, key: FlowKey, flow: TcpFlow) -> Slot {
+        let (slot, evicted) = self.flows.insert(hash, key, flow);
+        if let Some((_, evicted)) = evicted {
             self.stats.flows_evicted += 1;
             self.finish_flow(evicted, Finish::Evicted, false, false);
         }
+        slot
     }
 
     fn expire_idle(&mut self, now: f64) {
@@ -517,10 +547,15 @@ impl Analyzer {
         }
     }
 
-    /// Remembers a connection that left the table, by tuple and ISN.
-    fn ended(&mut self, key: FlowKey, isn: Option<u32>) {
-        if let Some(isn) = isn {
-            self.ended.put(key, isn);
+    /// Leaves a tombstone for a connection that left the table
+    /// (`absorbs`: its analysis was over, so its late segments are its own).
+    fn bury(&mut self, key: FlowKey, flow: &TcpFlow, absorbs: bool) {
+        let ends = flow.stream_ends(&key);
+        if self
+            .ended
+            .bury(key, flow.client_isn, ends, flow.last_ts, absorbs)
+        {
+            self.stats.tombstones_evicted += 1;
         }
     }
 
@@ -528,7 +563,10 @@ impl Analyzer {
     /// not out yet (or holds it on the flow: `hold`); returns the flow as a
     /// tombstone. A record held earlier goes out now.
     fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool, hold: bool) -> TcpFlow {
-        self.ended(FlowKey::new(flow.a, flow.b), flow.client_isn);
+        // A flow not identified yet leaves a tombstone that absorbs
+        // nothing: what follows may still be its ClientHello.
+        let identified = flow.status != Status::Detecting;
+        self.bury(FlowKey::new(flow.a, flow.b), &flow, identified);
         let reported = matches!(flow.status, Status::Done | Status::NotTls);
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
@@ -726,6 +764,49 @@ mod tests {
         }
         for (ts, f) in &frames {
             a.push_frame(*ts, LinkType::RawIp, f);
+        }
+    }
+
+    /// Issue 19: a close_notify that came after both FINs (reordered)
+    /// opened a second flow for the connection; now its tombstone takes
+    /// it. A new connection on the tuple (a SYN) is still a new flow.
+    #[test]
+    fn a_close_notify_after_both_fins_opens_no_second_flow() {
+        for record_at in [RecordAt::Handshake, RecordAt::Close] {
+            let mut a = Analyzer::new(Config {
+                record_at,
+                ..Config::default()
+            });
+            failed_then_open(&mut a, true);
+            let s_fin = 501 + 7 + 40;
+            let close_notify = [21u8, 3, 3, 0, 2, 1, 0];
+            a.push_frame(
+                5.6,
+                LinkType::RawIp,
+                &tcp((2, 443), (1, 40000), s_fin - 7, 0, ACK, &close_notify),
+            );
+            a.push_frame(
+                5.7,
+                LinkType::RawIp,
+                &tcp((2, 443), (1, 40000), s_fin, 0, FIN | ACK, &[]),
+            );
+            assert_eq!(a.take_records().len(), 1, "{record_at:?}");
+            let s = a.stats();
+            assert_eq!((s.flows_created, s.late_segments), (1, 1), "{s:?}");
+            a.push_frame(
+                6.0,
+                LinkType::RawIp,
+                &tcp((1, 40000), (2, 443), 9000, 0, SYN, &[]),
+            );
+            a.push_frame(
+                6.1,
+                LinkType::RawIp,
+                &tcp((1, 40000), (2, 443), 9001, 0, ACK, &client_hello()),
+            );
+            a.finish();
+            assert_eq!(a.take_records().len(), 1, "the new connection's record");
+            let s = a.stats();
+            assert_eq!((s.flows_created, s.unidentified_flows), (2, 0), "{s:?}");
         }
     }
 

@@ -125,6 +125,16 @@ counters! {
         /// and initial sequence number (a capture concatenated with itself,
         /// a duplicate in a merged capture): skipped, one record each.
         repeated_connections,
+        /// Segments with payload of a TCP connection that had ended (its
+        /// FIN/RST, its record out, evicted or idle), near where its streams
+        /// ended and within `--idle-timeout`: a close_notify reordered after
+        /// the FINs, a retransmission. Skipped as that connection's, by its
+        /// tombstone, instead of opening a second flow.
+        late_segments,
+        /// Tombstones of ended connections forgotten, oldest first, to keep
+        /// to their cap (65,536) or the memory budget: a late segment of
+        /// such a connection may open a flow of its own again.
+        tombstones_evicted,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
         /// PROXY protocol headers (v1 or v2) read in front of a stream: a

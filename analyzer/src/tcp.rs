@@ -6,11 +6,11 @@
 
 use crate::counters::Stats;
 use crate::flow::reassembly::{Chunk, Reassembler, Segment};
-use crate::flow::table::{Endpoint, FlowKey, Footprint};
+use crate::flow::table::{Endpoint, FlowKey, Footprint, SLOT_OVERHEAD};
 use crate::handshake::{
     ms, Close, Dir, Directive, Event, Finish, Handshake, TraceMemory, TransportView, Vantage,
 };
-use crate::memory::{HeapSize, ENTRY_OVERHEAD};
+use crate::memory::HeapSize;
 use crate::proxy_protocol;
 use crate::record::{ConnectionRecord, Transport};
 use crate::seq::Seq;
@@ -236,7 +236,7 @@ impl Footprint for TcpFlow {
     fn footprint(&self) -> usize {
         std::mem::size_of::<TcpFlow>()
             + std::mem::size_of::<FlowKey>()
-            + ENTRY_OVERHEAD
+            + SLOT_OVERHEAD
             + self.active.heap_size()
             + self.held.heap_size()
     }
@@ -293,6 +293,16 @@ impl TcpFlow {
             syn_dir: Some(0),
             ..TcpFlow::new(ts, from, to)
         }
+    }
+
+    /// How far each direction's stream is known to reach, by the key's
+    /// [`side`](FlowKey::side) of its sender (for the flow's tombstone).
+    pub fn stream_ends(&self, key: &FlowKey) -> [Option<u32>; 2] {
+        let mut ends = self.stream_end;
+        if key.side(self.a) == 1 {
+            ends.swap(0, 1);
+        }
+        ends
     }
 
     /// The handshake state, made at the flow's first payload byte.
@@ -1010,5 +1020,42 @@ impl Upper {
 fn note(notes: &mut Vec<&'static str>, name: &'static str) {
     if !notes.contains(&name) {
         notes.push(name);
+    }
+}
+
+/// Issue 19: what an open handshake costs is mostly these structs (the
+/// README's limits table, `bench/open_handshakes.sh`): growth must be
+/// deliberate. Each bound is today's size on x86-64.
+#[cfg(all(test, target_pointer_width = "64"))]
+mod struct_sizes {
+    use std::mem::size_of;
+
+    #[test]
+    fn per_flow_structs_do_not_grow_unnoticed() {
+        let sizes = [
+            ("TcpFlow", size_of::<super::TcpFlow>(), 208),
+            ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
+            ("Active", size_of::<super::Active>(), 1400),
+            (
+                "Reassembler",
+                size_of::<crate::flow::reassembly::Reassembler>(),
+                120,
+            ),
+            (
+                "RecordStream",
+                size_of::<crate::tls::record::RecordStream>(),
+                144,
+            ),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 632),
+            (
+                "ClientHello",
+                size_of::<crate::tls::handshake::ClientHello>(),
+                336,
+            ),
+            ("Probe", size_of::<super::Probe>(), 56),
+        ];
+        for (name, size, bound) in sizes {
+            assert!(size <= bound, "{name}: {size} bytes > {bound}");
+        }
     }
 }

@@ -362,7 +362,7 @@ impl Metrics {
         let flow_memory = Gauge::default();
         registry.register(
             "tlsrum_flow_memory_bytes",
-            "Memory the flow state holds now, as counted against --max-memory",
+            "Memory the flow state holds now, as counted against --memory-budget",
             Shown(flow_memory.clone()),
         );
         let health = Health::new(&mut registry, known);

@@ -1,3 +1,5 @@
-//! Flows: TCP stream reassembly and the bounded flow table.
+//! Flows: TCP stream reassembly, the bounded flow table and the tombstones
+//! of connections that left it.
 pub mod reassembly;
 pub mod table;
+pub mod tombstone;

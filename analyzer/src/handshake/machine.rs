@@ -506,6 +506,11 @@ impl Handshake {
     fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
         let log = &mut self.records[dir as usize];
         if log.len() < MAX_RECORDS_PER_DIR {
+            // A handshake left waiting holds one record a side: room for
+            // one (a first push reserves four), growing as usual after.
+            if log.is_empty() {
+                log.reserve_exact(1);
+            }
             log.push(rec);
         } else {
             self.records_overflowed = true;
