@@ -195,7 +195,12 @@ impl ZeekView {
             Dir::Server => &mut self.server_fps,
         };
         let fps = fps.get_or_insert_with(Vec::new);
-        for der in list.iter().take(MAX_CHAIN.saturating_sub(fps.len())) {
+        // Zeek's chain vector exists once a certificate came, but only
+        // certificates its X509 analyzer parses get a fingerprint.
+        let parsed = list
+            .iter()
+            .filter(|der| x509_parser::parse_x509_certificate(der).is_ok());
+        for der in parsed.take(MAX_CHAIN.saturating_sub(fps.len())) {
             fps.push(Sha256::digest(der).into());
         }
         if let (Dir::Server, Some(leaf), Some(sni)) = (dir, list.first(), sni) {
