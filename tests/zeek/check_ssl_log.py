@@ -159,55 +159,65 @@ def oracle(conn, names):
     return want
 
 
-def main():
-    tlsrum, caps = sys.argv[1], sys.argv[2:]
+def check(tlsrum, cap):
+    """One capture: (problems, rows, community IDs checked, rows vs tshark, skipped)."""
     problems, rows_read, compared, cid_checked, skipped = [], 0, 0, 0, 0
-    for cap in caps:
-        tsv = subprocess.run([tlsrum, "replay", "--format", "zeek", cap], capture_output=True, text=True)
-        jsn = subprocess.run([tlsrum, "replay", "--format", "zeek-json", cap], capture_output=True, text=True)
-        if tsv.returncode or jsn.returncode:
-            problems.append(f"{cap}: tlsrum failed: {tsv.stderr.strip()} {jsn.stderr.strip()}")
+    tsv = subprocess.run([tlsrum, "replay", "--format", "zeek", cap], capture_output=True, text=True)
+    jsn = subprocess.run([tlsrum, "replay", "--format", "zeek-json", cap], capture_output=True, text=True)
+    if tsv.returncode or jsn.returncode:
+        return [f"{cap}: tlsrum failed: {tsv.stderr.strip()} {jsn.stderr.strip()}"], 0, 0, 0, 0
+    errors = []
+    log, rows = read(tsv.stdout, errors)
+    _, jrows = read(jsn.stdout, errors)
+    problems += [f"{cap}: {e}" for e in errors]
+    if log.path != "ssl" or "#close\t" not in tsv.stdout:
+        problems.append(f"{cap}: header block or #close missing")
+    check_types(log, rows, problems, cap)
+    rows_read += len(rows)
+    if len(rows) != len(jrows):
+        problems.append(f"{cap}: {len(rows)} TSV rows, {len(jrows)} JSON rows")
+    for i, (t, j) in enumerate(zip(rows, jrows)):
+        t = {k: v for k, v in t.items() if v is not None}
+        if list(t) != list(j):
+            problems.append(f"{cap} row {i}: TSV columns {list(t)} JSON keys {list(j)}")
+        for k in set(t) | set(j):
+            a, b = t.get(k), j.get(k)
+            same = abs(a - b) < 1e-6 if isinstance(a, float) and isinstance(b, (int, float)) else a == b
+            if not same:
+                problems.append(f"{cap} row {i}: {k}: TSV {a!r} JSON {b!r}")
+    cid = communityid.CommunityID()
+    conns, names = tshark(cap)
+    by_tuple = {c["client"]: c for c in conns.values() if c["client"] and c["ch"]}
+    for r in rows:
+        key = (r["id.orig_h"], r["id.orig_p"], r["id.resp_h"], r["id.resp_p"])
+        # The row does not name its transport: the ID hashes it, so
+        # matching either one's is matching.
+        ids = {cid.calc(make(key[0], key[2], key[1], key[3]))
+               for make in (communityid.FlowTuple.make_tcp, communityid.FlowTuple.make_udp)}
+        if r["community_id"] not in ids:
+            problems.append(f"{cap}: community_id {r['community_id']} for {key}")
+        cid_checked += 1
+        if key not in by_tuple:
             continue
-        errors = []
-        log, rows = read(tsv.stdout, errors)
-        _, jrows = read(jsn.stdout, errors)
-        problems += [f"{cap}: {e}" for e in errors]
-        if log.path != "ssl" or "#close\t" not in tsv.stdout:
-            problems.append(f"{cap}: header block or #close missing")
-        check_types(log, rows, problems, cap)
-        rows_read += len(rows)
-        if len(rows) != len(jrows):
-            problems.append(f"{cap}: {len(rows)} TSV rows, {len(jrows)} JSON rows")
-        for i, (t, j) in enumerate(zip(rows, jrows)):
-            t = {k: v for k, v in t.items() if v is not None}
-            for k in set(t) | set(j):
-                a, b = t.get(k), j.get(k)
-                same = abs(a - b) < 1e-6 if isinstance(a, float) and isinstance(b, (int, float)) else a == b
-                if not same:
-                    problems.append(f"{cap} row {i}: {k}: TSV {a!r} JSON {b!r}")
-        cid = communityid.CommunityID()
-        conns, names = tshark(cap)
-        by_tuple = {c["client"]: c for c in conns.values() if c["client"] and c["ch"]}
-        for r in rows:
-            key = (r["id.orig_h"], r["id.orig_p"], r["id.resp_h"], r["id.resp_p"])
-            tcp = key in by_tuple
-            # The row does not name its transport: the ID hashes it, so
-            # matching either one's is matching.
-            proto_tcp = r["community_id"] == cid.calc(communityid.FlowTuple.make_tcp(key[0], key[2], key[1], key[3]))
-            proto_udp = r["community_id"] == cid.calc(communityid.FlowTuple.make_udp(key[0], key[2], key[1], key[3]))
-            if not (proto_tcp or proto_udp):
-                problems.append(f"{cap}: community_id {r['community_id']} for {key}")
-            cid_checked += 1
-            if not tcp:
-                continue
-            if by_tuple[key]["malformed"]:  # tshark gave up on part of it
-                skipped += 1
-                continue
-            compared += 1
-            for k, v in oracle(by_tuple[key], names).items():
-                got = r.get(k)
-                if got != v:
-                    problems.append(f"{cap} {key}: {k}: tlsrum {got!r}, tshark {v!r}")
+        if by_tuple[key]["malformed"]:  # tshark gave up on part of it
+            skipped += 1
+            continue
+        compared += 1
+        for k, v in oracle(by_tuple[key], names).items():
+            got = r.get(k)
+            if got != v:
+                problems.append(f"{cap} {key}: {k}: tlsrum {got!r}, tshark {v!r}")
+    return problems, rows_read, cid_checked, compared, skipped
+
+
+def main():
+    from concurrent.futures import ThreadPoolExecutor
+
+    tlsrum, caps = sys.argv[1], sys.argv[2:]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda cap: check(tlsrum, cap), caps))
+    problems = [p for r in results for p in r[0]]
+    rows_read, cid_checked, compared, skipped = (sum(r[i] for r in results) for i in range(1, 5))
     for p in problems:
         print(p)
     print(f"captures={len(caps)} rows={rows_read} community_ids={cid_checked} "

@@ -156,3 +156,66 @@ impl RecordSink for EventsFile {
         self.sink.finish(end)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end_run(path: &Path, reopen: &Arc<AtomicBool>) {
+        let mut f = EventsFile::open(path, EventsFormat::Zeek, Arc::clone(reopen)).unwrap();
+        let stats = analyzer::Stats::default();
+        f.finish(&RunEnd {
+            stats: &stats,
+            captures: 0,
+            title: "t",
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn zeek_header_when_opened_empty_or_closed() {
+        let dir = std::env::temp_dir().join(format!("tlsrum-events-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ssl.log");
+        let _ = std::fs::remove_file(&path);
+        let reopen = Arc::new(AtomicBool::new(false));
+        end_run(&path, &reopen);
+        end_run(&path, &reopen);
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Two runs, each its own header block and #close.
+        assert_eq!(text.matches("#fields\t").count(), 2, "{text}");
+        assert_eq!(text.matches("#close\t").count(), 2, "{text}");
+        // A file that does not end in #close (rows appended by a run still
+        // going, or killed) gets no second header.
+        std::fs::write(&path, "#fields\tts\n1.0\n").unwrap();
+        let mut file = OpenOptions::new().read(true).open(&path).unwrap();
+        assert!(!needs_header(&mut file).unwrap());
+        // SIGHUP after logrotate moved the file: the new file gets a header,
+        // the old one its #close.
+        let mut f = EventsFile::open(&path, EventsFormat::Zeek, Arc::clone(&reopen)).unwrap();
+        let moved = dir.join("ssl.log.1");
+        std::fs::rename(&path, &moved).unwrap();
+        reopen.store(true, Ordering::Relaxed);
+        f.flush().unwrap();
+        // The header comes with the first row (or at the end of the run).
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        let stats = analyzer::Stats::default();
+        f.finish(&RunEnd {
+            stats: &stats,
+            captures: 0,
+            title: "t",
+        })
+        .unwrap();
+        assert!(std::fs::read_to_string(&moved).unwrap().ends_with('\n'));
+        assert!(std::fs::read_to_string(&moved)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("#close\t"));
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .starts_with("#separator \\x09\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -365,7 +365,9 @@ pub fn encode_tsv(out: &mut Vec<u8>, r: &ConnectionRecord) {
 /// omits unset fields, writes times and intervals as numbers of seconds,
 /// booleans as `true`/`false`, containers as arrays.
 pub fn encode_json(out: &mut Vec<u8>, r: &ConnectionRecord) {
-    let mut map = serde_json::Map::new();
+    // Keys in the log's column order, as Zeek writes them.
+    out.push(b'{');
+    let mut first = true;
     for ((name, _), v) in COLUMNS.iter().zip(row(r)) {
         let j = match v {
             Value::Unset => continue,
@@ -381,10 +383,14 @@ pub fn encode_json(out: &mut Vec<u8>, r: &ConnectionRecord) {
             Value::Count(n) => serde_json::json!(n),
             Value::List(l) => serde_json::json!(l),
         };
-        map.insert((*name).to_string(), j);
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = write!(out, "\"{name}\":");
+        let _ = serde_json::to_writer(&mut *out, &j);
     }
-    let _ = serde_json::to_writer(&mut *out, &map);
-    out.push(b'\n');
+    out.extend_from_slice(b"}\n");
 }
 
 /// Zeek's two log forms.
