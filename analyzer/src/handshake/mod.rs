@@ -25,7 +25,7 @@ pub use event::{Close, Dir, Directive, Event, Space};
 pub use machine::{leaf_names, Handshake, Leaf, NoMemory, State, TraceMemory};
 pub use record_builder::{Finish, TransportView};
 pub use timing::{ms, Vantage};
-pub use zeek_view::{cert_matches, MAX_CHAIN, MAX_HISTORY};
+pub use zeek_view::{host_names, MAX_CHAIN, MAX_HISTORY};
 
 #[cfg(test)]
 mod tests;
