@@ -133,3 +133,9 @@ fi
 bash "$here/scripts/ats/build.sh"
 
 echo "install-deps: all dependencies present"
+# parsezeeklogs (an independent Zeek log reader) and communityid (Corelight's
+# reference Community ID) in a venv of their own: agent/tests/zeek_write.rs.
+if ! /opt/tlsrum-zeek/bin/python -c "import parsezeeklogs, communityid" >/dev/null 2>&1; then
+  python3 -m venv /opt/tlsrum-zeek
+  /opt/tlsrum-zeek/bin/python -m pip install --quiet "parsezeeklogs==3.0.1" "communityid==1.5.0"
+fi

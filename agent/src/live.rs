@@ -26,8 +26,7 @@ use crate::metrics::labels::ServerNames;
 use crate::metrics::{self, Metrics, MetricsSink};
 use crate::pcap_out::PacketWriter;
 use crate::pipeline::{deliver, pump};
-use crate::sink::events_file::EventsFile;
-use crate::sink::ndjson::NdjsonSink;
+use crate::sink::events_file::{EventsFile, EventsFormat};
 use crate::sink::top::{self, TopSink, Window};
 use crate::sink::{FanOut, RecordSink, RunEnd};
 use crate::source::ebpf::EbpfSource;
@@ -80,6 +79,11 @@ pub struct LiveArgs {
     /// SIGHUP reopens FILE (logrotate: move it, then HUP the agent).
     #[arg(long)]
     pub events: Option<String>,
+    /// What --events writes: ndjson (the record contract), zeek (Zeek's
+    /// ssl.log, TSV; a header block whenever the file is opened empty) or
+    /// zeek-json (Zeek's JSON form); see docs/zeek.md.
+    #[arg(long, value_enum, default_value_t = EventsFormat::Ndjson, requires = "events")]
+    pub events_format: EventsFormat,
     /// A table of the busiest server names on standard output, refreshed
     /// in place like top(1): handshakes/s, resumed %, 0-RTT offers, p50/p95
     /// handshake ms and declined offers over the last interval (plain
@@ -230,9 +234,10 @@ pub(crate) fn sinks(
     sinks.push(Box::new(MetricsSink(Arc::clone(metrics))));
     match args.events.as_deref() {
         None => {}
-        Some("-") => sinks.push(Box::new(NdjsonSink::new(BufWriter::new(io::stdout())))),
+        Some("-") => sinks.push(args.events_format.sink(BufWriter::new(io::stdout()), true)),
         Some(path) => sinks.push(Box::new(EventsFile::open(
             Path::new(path),
+            args.events_format,
             Arc::clone(reopen),
         )?)),
     }

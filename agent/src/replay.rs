@@ -37,7 +37,8 @@ pub struct ReplayArgs {
     #[arg(short = 'r', long = "read", value_name = "FILE")]
     read: Vec<PathBuf>,
     /// Output: a summary table per server name, or one record per
-    /// connection; with --by or --window, the aggregates by group (and
+    /// connection (ndjson, csv; zeek and zeek-json: Zeek's ssl.log, see
+    /// docs/zeek.md); with --by or --window, the aggregates by group (and
     /// window) [default: table].
     #[arg(long, value_enum)]
     format: Option<Format>,
@@ -317,6 +318,14 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         None => Windows::None,
     };
     let format = args.format.unwrap_or(Format::Table);
+    if matches!(format, Format::Zeek | Format::ZeekJson)
+        && !(dims.is_empty() && args.window.is_none())
+    {
+        anyhow::bail!(
+            "--format {} writes one row per connection: --by and --window have no Zeek form",
+            format.name()
+        );
+    }
     if html_to_stdout {
         // The report is standard output's: no table besides it.
     } else if dims.is_empty() && args.window.is_none() {

@@ -319,6 +319,34 @@ pub struct ConnectionRecord {
     /// so that one capture's records stay as they were.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<String>,
+    /// What Zeek's SSL analyzer would log for this connection (the Zeek
+    /// output formats, `docs/zeek.md`); not part of the NDJSON contract.
+    /// None for records that do not come from a capture.
+    #[serde(skip)]
+    pub zeek: Option<Box<ZeekFacts>>,
+}
+
+/// The Zeek `ssl.log` columns tlsrum's records do not otherwise carry,
+/// by Zeek's own rules (`handshake/zeek_view.rs`); raw code points, named
+/// by the Zeek writer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZeekFacts {
+    /// Zeek's `ts`: the first TLS message (the ClientHello), not the
+    /// connection's first packet.
+    pub ts: f64,
+    pub version: Option<u16>,
+    pub cipher: Option<u16>,
+    pub curve: Option<u16>,
+    pub resumed: bool,
+    pub last_alert: Option<u8>,
+    pub next_protocol: Option<String>,
+    pub established: bool,
+    pub history: String,
+    /// SHA-256 of each DER certificate, in order; None when no plaintext
+    /// Certificate message came.
+    pub cert_chain_fps: Option<Vec<[u8; 32]>>,
+    pub client_cert_chain_fps: Option<Vec<[u8; 32]>>,
+    pub sni_matches_cert: Option<bool>,
 }
 
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port` (RFC 5952 via
@@ -383,6 +411,7 @@ impl ConnectionRecord {
             notes: vec![],
             proxied_client: None,
             capture: None,
+            zeek: None,
             ja4: None,
             ja4_stable: None,
             ja4s: None,

@@ -1141,6 +1141,7 @@ mod tests {
             role: None,
             proxied_client: None,
             capture: None,
+            zeek: None,
         }
     }
 

@@ -12,9 +12,11 @@ pub mod ndjson;
 pub mod slices;
 pub mod table;
 pub mod top;
+pub mod zeek;
 
 use std::io::{self, BufWriter};
 
+use analyzer::output::zeek::ZeekForm;
 use analyzer::record::ConnectionRecord;
 use analyzer::Stats;
 use anyhow::Result;
@@ -82,6 +84,10 @@ pub enum Format {
     Table,
     Ndjson,
     Csv,
+    /// Zeek's ssl.log, TSV with its header block (docs/zeek.md).
+    Zeek,
+    /// Zeek's ssl.log in Zeek's JSON form, one object per line.
+    ZeekJson,
 }
 
 impl Format {
@@ -100,6 +106,8 @@ impl Format {
             Format::Table => Box::new(table::TableSink::new(top, names)),
             Format::Ndjson => Box::new(ndjson::NdjsonSink::new(stdout())),
             Format::Csv => Box::new(csv::CsvSink::new(stdout(), with_capture)),
+            Format::Zeek => Box::new(zeek::ZeekSink::new(stdout(), ZeekForm::Tsv, true)),
+            Format::ZeekJson => Box::new(zeek::ZeekSink::new(stdout(), ZeekForm::Json, true)),
         })
     }
 
@@ -109,6 +117,8 @@ impl Format {
             Format::Table => "table",
             Format::Ndjson => "ndjson",
             Format::Csv => "csv",
+            Format::Zeek => "zeek",
+            Format::ZeekJson => "zeek-json",
         }
     }
 }

@@ -50,6 +50,10 @@ impl RecordSink for SliceSink {
             }
             Format::Ndjson => slices::write_ndjson(&mut out, &self.slicer, names)?,
             Format::Csv => slices::write_csv(&mut out, &self.slicer, names)?,
+            // Refused with --by/--window before any record (replay.rs).
+            Format::Zeek | Format::ZeekJson => {
+                anyhow::bail!("aggregates have no Zeek form: drop --by/--window")
+            }
         }
         out.flush()?;
         warn_folded(&self.slicer);

@@ -82,6 +82,9 @@ pub struct Leaf {
     pub issuer: Option<String>,
     pub not_before: Option<UtcTime>,
     pub not_after: Option<UtcTime>,
+    /// Its subjectAltName DNS names, or its subject common names when it
+    /// has none: what Zeek's `sni_matches_cert` compares the SNI with.
+    pub host_names: Vec<String>,
 }
 
 /// Parses a DER certificate's subject, issuer (RFC 4514 strings) and
@@ -95,6 +98,7 @@ pub fn leaf_names(der: &[u8]) -> Leaf {
                 issuer: Some(c.issuer().to_string()),
                 not_before: Some(UtcTime(v.not_before.timestamp())),
                 not_after: Some(UtcTime(v.not_after.timestamp())),
+                host_names: super::zeek_view::host_names(&c),
             }
         }
         Err(_) => Leaf::default(),
@@ -199,6 +203,8 @@ pub struct Handshake {
     pub(super) server_hello_ack: Option<u32>,
     /// The furthest the server acknowledged the client's stream.
     server_acked: Option<u32>,
+    /// What Zeek would see (the Zeek output formats).
+    pub(super) zeek: super::zeek_view::ZeekView,
 }
 
 impl HeapSize for Handshake {
@@ -215,6 +221,7 @@ impl HeapSize for Handshake {
             + self.encrypted_alpn.heap_size()
             + self.records[0].heap_size()
             + self.records[1].heap_size()
+            + self.zeek.heap_size()
     }
 }
 
@@ -265,6 +272,7 @@ impl Handshake {
             client_hello_ack: None,
             server_hello_ack: None,
             server_acked: None,
+            zeek: Default::default(),
         }
     }
 
@@ -272,6 +280,7 @@ impl Handshake {
     pub fn on(&mut self, dir: Dir, ev: Event<'_>, mem: &mut dyn TraceMemory) -> Option<Directive> {
         use Dir::{Client, Server};
         use State as S;
+        self.zeek_sees(dir, &ev, mem);
         match (self.state, dir, ev) {
             (_, _, Event::Begin { ts }) => {
                 self.started.get_or_insert(ts);
@@ -966,6 +975,21 @@ impl Handshake {
             .as_ref()
             .filter(|sh| !sh.is_hrr)
             .map(|sh| sh.cipher_suite)
+    }
+
+    /// Hands an event to the Zeek view with what it needs of the hellos.
+    fn zeek_sees(&mut self, dir: Dir, ev: &Event<'_>, mem: &mut dyn TraceMemory) {
+        let sh = self.server_hello.as_ref();
+        let cx = super::zeek_view::Context {
+            quic: self.transport == Transport::Quic,
+            version: sh.map(|sh| sh.version().0),
+            cipher: sh.and_then(|sh| crate::tls::enums::cipher_suite_name(sh.cipher_suite)),
+            sni: self
+                .client_hello
+                .as_deref()
+                .and_then(|c| c.server_name.as_deref()),
+        };
+        self.zeek.on(dir, ev, &cx, mem);
     }
 
     /// The connection hit the per-direction record cap.

@@ -19,11 +19,13 @@ mod machine;
 mod record_builder;
 mod rules;
 mod timing;
+mod zeek_view;
 
 pub use event::{Close, Dir, Directive, Event, Space};
 pub use machine::{leaf_names, Handshake, Leaf, NoMemory, State, TraceMemory};
 pub use record_builder::{Finish, TransportView};
 pub use timing::{ms, Vantage};
+pub use zeek_view::{host_names, MAX_CHAIN, MAX_HISTORY};
 
 #[cfg(test)]
 mod tests;

@@ -52,6 +52,42 @@ impl Handshake {
             .or_else(|| self.encrypted_alpn.clone())
     }
 
+    /// The Zeek `ssl.log` facts, by Zeek's rules (main.zeek's
+    /// `ssl_server_hello`, `ssl_extension` and `ssl_change_cipher_spec`
+    /// handlers for `resumed`).
+    fn zeek_facts(&self, first_ts: f64) -> super::zeek_view::Hellos {
+        let ch = self.client_hello.as_deref();
+        let sh = self.server_hello.as_ref();
+        let version = if self.sslv2 {
+            Some(0x0002)
+        } else {
+            sh.map(|sh| sh.version().0)
+        };
+        // Zeek keeps the client's session ID unless empty or 32 zero bytes.
+        let client_sid = ch
+            .map(|c| c.session_id.as_bytes())
+            .filter(|id| !id.is_empty() && id.iter().any(|&b| b != 0));
+        let by_sid = match (client_sid, sh, version) {
+            (Some(id), Some(sh), Some(v)) => {
+                id == sh.session_id.as_bytes() && v / 0xff != 0x7f && v != 0x0304
+            }
+            _ => false,
+        };
+        let by_psk = ch.is_some_and(|c| c.extensions.contains(&41))
+            && sh.is_some_and(|sh| sh.extensions.contains(&41));
+        super::zeek_view::Hellos {
+            ts: self.started.unwrap_or(first_ts),
+            version,
+            cipher: sh.filter(|_| !self.sslv2).map(|sh| sh.cipher_suite),
+            key_share: sh.and_then(|sh| sh.key_share_group),
+            resumed_by_ids: by_sid || by_psk,
+            ticket_empty_session: ch.is_some_and(|c| {
+                c.session_ticket_len.is_some_and(|n| n > 0) && client_sid.is_none()
+            }),
+            alpn: sh.filter(|sh| !sh.is_hrr).and_then(|sh| sh.alpn.clone()),
+        }
+    }
+
     /// The connection's record. Notes are sorted and deduplicated.
     pub fn to_record(&self, view: TransportView, why: Finish) -> ConnectionRecord {
         let mut notes = view.notes;
@@ -127,6 +163,7 @@ impl Handshake {
             role: None,
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
             capture: None,
+            zeek: Some(Box::new(self.zeek.facts(self.zeek_facts(view.first_ts)))),
         }
     }
 }

@@ -5,3 +5,4 @@ mod html_slices;
 pub mod ndjson;
 pub mod slices;
 pub mod table;
+pub mod zeek;

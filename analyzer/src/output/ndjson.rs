@@ -360,6 +360,7 @@ mod tests {
                 .is_multiple_of(3)
                 .then(|| format!("[2001:db8::{n}]:{text}")),
             capture: (n % 5 == 2).then(|| format!("dir/{text}.pcap")),
+            zeek: None,
         }
     }
 

@@ -43,6 +43,8 @@ pub mod extension_type {
     pub const SUPPORTED_VERSIONS: u16 = 43;
     pub const PSK_KEY_EXCHANGE_MODES: u16 = 45;
     pub const KEY_SHARE: u16 = 51;
+    /// key_share in TLS 1.3 drafts before 23.
+    pub const KEY_SHARE_DRAFT: u16 = 40;
 }
 
 /// A protocol version as on the wire.

@@ -335,6 +335,9 @@ impl ServerHello {
                     ext::PRE_SHARED_KEY => sh.psk_selected = Some(data.u16("selected_identity")?),
                     ext::SESSION_TICKET => sh.session_ticket_ext = true,
                     ext::KEY_SHARE => sh.key_share_group = Some(data.u16("key_share group")?),
+                    // TLS 1.3 drafts before 23 numbered key_share 40 (Zeek
+                    // reads both); once extended_random, so never an error.
+                    ext::KEY_SHARE_DRAFT => sh.key_share_group = data.u16("key_share group").ok(),
                     ext::ALPN => {
                         let mut list = data.sub16("protocol_name_list")?;
                         let p = list.sub8("protocol_name")?.rest();

@@ -170,6 +170,7 @@ impl Row {
             role: local.map(|l| l.role(ch, sh)),
             proxied_client: None,
             capture: capture.map(str::to_string),
+            zeek: None,
         })
     }
 }

@@ -1,0 +1,496 @@
+//! Zeek's `ssl.log`: the ASCII (TSV) form with its header block and the
+//! JSON form (one object per line), with Zeek's standard columns and
+//! value conventions, then the Community ID and tlsrum's own findings
+//! (`tlsrum_*`) as extension columns. `docs/zeek.md` lists each column's
+//! rule and where Zeek's rules differ from the record's.
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+
+use base64::Engine as _;
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use crate::record::{ConnectionRecord, HandshakeKind, Transport, UtcTime};
+
+/// Every column, name and Zeek type, in the log's order.
+pub const COLUMNS: &[(&str, &str)] = &[
+    ("ts", "time"),
+    ("uid", "string"),
+    ("id.orig_h", "addr"),
+    ("id.orig_p", "port"),
+    ("id.resp_h", "addr"),
+    ("id.resp_p", "port"),
+    ("version", "string"),
+    ("cipher", "string"),
+    ("curve", "string"),
+    ("server_name", "string"),
+    ("resumed", "bool"),
+    ("last_alert", "string"),
+    ("next_protocol", "string"),
+    ("established", "bool"),
+    ("ssl_history", "string"),
+    ("cert_chain_fps", "vector[string]"),
+    ("client_cert_chain_fps", "vector[string]"),
+    ("sni_matches_cert", "bool"),
+    ("community_id", "string"),
+    ("tlsrum_handshake", "string"),
+    ("tlsrum_resumption", "string"),
+    ("tlsrum_offered", "set[string]"),
+    ("tlsrum_early_data", "string"),
+    ("tlsrum_hrr", "bool"),
+    ("tlsrum_round_trips", "count"),
+    ("tlsrum_tcp_rtt", "interval"),
+    ("tlsrum_handshake_time", "interval"),
+    ("tlsrum_ttfb", "interval"),
+    ("tlsrum_avoidable", "interval"),
+];
+
+/// One column's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Unset,
+    Time(f64),
+    Str(String),
+    Addr(IpAddr),
+    Port(u16),
+    Bool(bool),
+    Count(u64),
+    /// Seconds.
+    Interval(f64),
+    /// A vector or set of strings.
+    List(Vec<String>),
+}
+
+fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
+    v.map_or(Value::Unset, f)
+}
+
+/// Zeek's `SSL::version_strings`, with its defaults for TLS 1.3 drafts
+/// and unknown numbers.
+pub fn version_name(v: u16) -> String {
+    match v {
+        0x0002 => "SSLv2".into(),
+        0x0300 => "SSLv3".into(),
+        0x0301 => "TLSv10".into(),
+        0x0302 => "TLSv11".into(),
+        0x0303 => "TLSv12".into(),
+        0x0304 => "TLSv13".into(),
+        0xfeff => "DTLSv10".into(),
+        0xfefd => "DTLSv12".into(),
+        0xfefc => "DTLSv13".into(),
+        v if v / 0xff == 0x7f => format!("TLSv13-draft{}", v % 0x7f),
+        v => format!("unknown-{v}"),
+    }
+}
+
+/// Zeek's `SSL::cipher_desc`: the IANA names, `unknown-N` otherwise.
+pub fn cipher_name(id: u16) -> String {
+    crate::tls::enums::cipher_suite_name(id).map_or_else(|| format!("unknown-{id}"), str::to_string)
+}
+
+/// Zeek's `SSL::ec_curves`.
+pub fn curve_name(id: u16) -> String {
+    let name = match id {
+        1 => "sect163k1",
+        2 => "sect163r1",
+        3 => "sect163r2",
+        4 => "sect193r1",
+        5 => "sect193r2",
+        6 => "sect233k1",
+        7 => "sect233r1",
+        8 => "sect239k1",
+        9 => "sect283k1",
+        10 => "sect283r1",
+        11 => "sect409k1",
+        12 => "sect409r1",
+        13 => "sect571k1",
+        14 => "sect571r1",
+        15 => "secp160k1",
+        16 => "secp160r1",
+        17 => "secp160r2",
+        18 => "secp192k1",
+        19 => "secp192r1",
+        20 => "secp224k1",
+        21 => "secp224r1",
+        22 => "secp256k1",
+        23 => "secp256r1",
+        24 => "secp384r1",
+        25 => "secp521r1",
+        26 => "brainpoolP256r1",
+        27 => "brainpoolP384r1",
+        28 => "brainpoolP512r1",
+        29 => "x25519",
+        30 => "x448",
+        31 => "brainpoolP256r1tls13",
+        32 => "brainpoolP384r1tls13",
+        33 => "brainpoolP512r1tls13",
+        34 => "GC256A",
+        35 => "GC256B",
+        36 => "GC256C",
+        37 => "GC256D",
+        38 => "GC512A",
+        39 => "GC512B",
+        40 => "GC512C",
+        41 => "curveSM2",
+        256 => "ffdhe2048",
+        257 => "ffdhe3072",
+        258 => "ffdhe4096",
+        259 => "ffdhe6144",
+        260 => "ffdhe8192",
+        512 => "MLKEM512",
+        513 => "MLKEM768",
+        514 => "MLKEM1024",
+        4587 => "SecP256r1MLKEM768",
+        4588 => "X25519MLKEM768",
+        4589 => "SecP384r1MLKEM1024",
+        4590 => "curveSM2MLKEM768",
+        16696 => "CECPQ2",
+        25497 => "X25519Kyber768Draft00",
+        25498 => "SecP256r1Kyber768Draft00",
+        0xff01 => "arbitrary_explicit_prime_curves",
+        0xff02 => "arbitrary_explicit_char2_curves",
+        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}"),
+        g => return format!("unknown-{g}"),
+    };
+    name.into()
+}
+
+/// Zeek's `SSL::alert_descriptions`.
+fn alert_name(desc: u8) -> String {
+    match desc {
+        117 => "general_error".into(),
+        121 => "ech_required".into(),
+        d => match crate::tls::enums::alert_name(d) {
+            "unknown" => format!("unknown-{d}"),
+            name => name.into(),
+        },
+    }
+}
+
+fn hex(fp: &[u8; 32]) -> String {
+    fp.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn endpoint(s: &str) -> Option<SocketAddr> {
+    s.parse().ok()
+}
+
+/// Community ID v1 (https://github.com/corelight/community-id-spec) of a
+/// TCP or UDP flow, seed `seed`: `1:` + base64 of SHA-1 over the seed,
+/// both endpoints ordered (lower address first, then lower port), the
+/// protocol and a zero pad byte.
+pub fn community_id(a: SocketAddr, b: SocketAddr, proto: u8, seed: u16) -> String {
+    let key = |s: SocketAddr| match s.ip() {
+        IpAddr::V4(v4) => (v4.octets().to_vec(), s.port()),
+        IpAddr::V6(v6) => (v6.octets().to_vec(), s.port()),
+    };
+    let (mut x, mut y) = (key(a), key(b));
+    if (&x.0, x.1) > (&y.0, y.1) {
+        std::mem::swap(&mut x, &mut y);
+    }
+    let mut h = Sha1::new();
+    h.update(seed.to_be_bytes());
+    h.update(&x.0);
+    h.update(&y.0);
+    h.update([proto, 0]);
+    h.update(x.1.to_be_bytes());
+    h.update(y.1.to_be_bytes());
+    format!(
+        "1:{}",
+        base64::engine::general_purpose::STANDARD.encode(h.finalize())
+    )
+}
+
+/// A Zeek-style connection uid, `C` + base62: stable for the same
+/// connection in the same capture (a hash of its endpoints, transport and
+/// first packet's time), so a rerun writes the same uids.
+pub fn uid(r: &ConnectionRecord) -> String {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut h = Sha256::new();
+    h.update(r.client.as_bytes());
+    h.update(b"|");
+    h.update(r.server.as_bytes());
+    h.update(r.transport.as_str().as_bytes());
+    h.update(r.ts.to_bits().to_be_bytes());
+    let d = h.finalize();
+    // 96 bits, as Zeek's uids carry.
+    let mut n = d[..12].iter().fold(0u128, |n, &b| n << 8 | u128::from(b));
+    let mut out = vec![b'C'];
+    while n > 0 {
+        out.push(DIGITS[(n % 62) as usize]);
+        n /= 62;
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The row's values, in [`COLUMNS`]' order.
+pub fn row(r: &ConnectionRecord) -> Vec<Value> {
+    let z = r.zeek.as_deref();
+    let (client, server) = (endpoint(&r.client), endpoint(&r.server));
+    let proto = match r.transport {
+        Transport::Tcp => 6,
+        Transport::Quic => 17,
+    };
+    let s = |v: &str| Value::Str(v.to_string());
+    let ms = |v: Option<f64>| opt(v, |ms| Value::Interval(ms / 1000.0));
+    vec![
+        Value::Time(z.map_or(r.ts, |z| z.ts)),
+        Value::Str(uid(r)),
+        opt(client, |c| Value::Addr(c.ip())),
+        opt(client, |c| Value::Port(c.port())),
+        opt(server, |c| Value::Addr(c.ip())),
+        opt(server, |c| Value::Port(c.port())),
+        opt(z.and_then(|z| z.version), |v| Value::Str(version_name(v))),
+        opt(z.and_then(|z| z.cipher), |c| Value::Str(cipher_name(c))),
+        opt(z.and_then(|z| z.curve), |c| Value::Str(curve_name(c))),
+        opt(r.sni.as_deref(), s),
+        Value::Bool(z.is_some_and(|z| z.resumed)),
+        opt(z.and_then(|z| z.last_alert), |a| Value::Str(alert_name(a))),
+        opt(z.and_then(|z| z.next_protocol.as_deref()), s),
+        Value::Bool(z.is_some_and(|z| z.established)),
+        Value::Str(z.map(|z| z.history.clone()).unwrap_or_default()),
+        opt(z.and_then(|z| z.cert_chain_fps.as_ref()), |l| {
+            Value::List(l.iter().map(hex).collect())
+        }),
+        opt(z.and_then(|z| z.client_cert_chain_fps.as_ref()), |l| {
+            Value::List(l.iter().map(hex).collect())
+        }),
+        opt(z.and_then(|z| z.sni_matches_cert), Value::Bool),
+        opt(client.zip(server), |(c, sv)| {
+            Value::Str(community_id(c, sv, proto, 0))
+        }),
+        opt(r.handshake.map(HandshakeKind::as_str), s),
+        opt(r.resumption.map(|m| m.as_str()), s),
+        opt(r.offered.as_ref(), |o| {
+            Value::List(o.iter().map(|m| m.as_str().to_string()).collect())
+        }),
+        opt(r.early_data.map(|e| e.as_str()), s),
+        Value::Bool(r.hrr),
+        opt(r.timing.round_trips, |n| Value::Count(n.into())),
+        ms(r.timing.tcp_rtt),
+        ms(r.timing.handshake),
+        ms(r.timing.ttfb),
+        ms(r.timing.avoidable),
+    ]
+}
+
+/// Zeek's ASCII writer escapes: the separator, backslash and bytes that
+/// are not printable ASCII as `\xNN`; a string that is exactly the unset
+/// or empty marker is escaped too, so a reader can tell them apart.
+fn tsv_str(out: &mut Vec<u8>, s: &str, in_set: bool) {
+    if s == "-" || s == "(empty)" {
+        let _ = write!(out, "\\x{:02x}", s.as_bytes()[0]);
+        out.extend_from_slice(&s.as_bytes()[1..]);
+        return;
+    }
+    for &b in s.as_bytes() {
+        if b == b'\t' || b == b'\\' || !(0x20..0x7f).contains(&b) || (in_set && b == b',') {
+            let _ = write!(out, "\\x{b:02x}");
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// Zeek writes times and intervals with six decimals.
+fn secs(out: &mut Vec<u8>, v: f64) {
+    let _ = write!(out, "{v:.6}");
+}
+
+fn tsv_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Unset => out.push(b'-'),
+        Value::Time(t) | Value::Interval(t) => secs(out, *t),
+        Value::Str(s) if s.is_empty() => out.extend_from_slice(b"(empty)"),
+        Value::Str(s) => tsv_str(out, s, false),
+        Value::Addr(a) => {
+            let _ = write!(out, "{a}");
+        }
+        Value::Port(p) => {
+            let _ = write!(out, "{p}");
+        }
+        Value::Bool(b) => out.push(if *b { b'T' } else { b'F' }),
+        Value::Count(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Value::List(l) if l.is_empty() => out.extend_from_slice(b"(empty)"),
+        Value::List(l) => {
+            for (i, s) in l.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                tsv_str(out, s, true);
+            }
+        }
+    }
+}
+
+/// Zeek's `#open`/`#close` time form, `YYYY-MM-DD-HH-MM-SS` (UTC).
+pub fn header_time(unix: i64) -> String {
+    UtcTime(unix)
+        .to_string()
+        .trim_end_matches('Z')
+        .replace(['T', ':'], "-")
+}
+
+/// The TSV header block, up to `#types`; `open` is the `#open` time.
+pub fn tsv_header(open: i64) -> String {
+    let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
+    let types: Vec<&str> = COLUMNS.iter().map(|c| c.1).collect();
+    format!(
+        "#separator \\x09\n#set_separator\t,\n#empty_field\t(empty)\n#unset_field\t-\n#path\tssl\n#open\t{}\n#fields\t{}\n#types\t{}\n",
+        header_time(open),
+        names.join("\t"),
+        types.join("\t")
+    )
+}
+
+/// The closing line of a TSV log.
+pub fn tsv_footer(close: i64) -> String {
+    format!("#close\t{}\n", header_time(close))
+}
+
+/// Appends one TSV row with its newline.
+pub fn encode_tsv(out: &mut Vec<u8>, r: &ConnectionRecord) {
+    for (i, v) in row(r).iter().enumerate() {
+        if i > 0 {
+            out.push(b'\t');
+        }
+        tsv_value(out, v);
+    }
+    out.push(b'\n');
+}
+
+/// Appends one JSON row with its newline: Zeek's JSON writer (`LogAscii::use_json`)
+/// omits unset fields, writes times and intervals as numbers of seconds,
+/// booleans as `true`/`false`, containers as arrays.
+pub fn encode_json(out: &mut Vec<u8>, r: &ConnectionRecord) {
+    // Keys in the log's column order, as Zeek writes them.
+    out.push(b'{');
+    let mut first = true;
+    for ((name, _), v) in COLUMNS.iter().zip(row(r)) {
+        let j = match v {
+            Value::Unset => continue,
+            Value::Time(t) | Value::Interval(t) => {
+                // Six decimals, as Zeek; serde_json prints the shortest form.
+                let t: f64 = format!("{t:.6}").parse().unwrap_or(t);
+                serde_json::json!(t)
+            }
+            Value::Str(s) => serde_json::Value::String(s),
+            Value::Addr(a) => serde_json::Value::String(a.to_string()),
+            Value::Port(p) => serde_json::json!(p),
+            Value::Bool(b) => serde_json::Value::Bool(b),
+            Value::Count(n) => serde_json::json!(n),
+            Value::List(l) => serde_json::json!(l),
+        };
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = write!(out, "\"{name}\":");
+        let _ = serde_json::to_writer(&mut *out, &j);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// Zeek's two log forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeekForm {
+    Tsv,
+    Json,
+}
+
+/// Writes records as Zeek `ssl.log` to `w`: the TSV header before the
+/// first row (or at [`finish`](Self::finish)), `#close` at the end.
+pub struct ZeekWriter<W: Write> {
+    w: W,
+    form: ZeekForm,
+    buf: Vec<u8>,
+    header_done: bool,
+    now: fn() -> i64,
+}
+
+impl<W: Write> ZeekWriter<W> {
+    /// `header`: write the TSV header block (false when appending to a
+    /// file that has one); `now` gives the `#open`/`#close` times.
+    pub fn new(w: W, form: ZeekForm, header: bool, now: fn() -> i64) -> Self {
+        ZeekWriter {
+            w,
+            form,
+            buf: Vec::with_capacity(512),
+            header_done: !header || form == ZeekForm::Json,
+            now,
+        }
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        if !self.header_done {
+            self.header_done = true;
+            self.w.write_all(tsv_header((self.now)()).as_bytes())?;
+        }
+        Ok(())
+    }
+
+    pub fn write(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        self.header()?;
+        self.buf.clear();
+        match self.form {
+            ZeekForm::Tsv => encode_tsv(&mut self.buf, r),
+            ZeekForm::Json => encode_json(&mut self.buf, r),
+        }
+        self.w.write_all(&self.buf)
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    /// The header if no row came, then `#close` (TSV), and flushes.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.form == ZeekForm::Tsv {
+            self.header()?;
+            self.w.write_all(tsv_footer((self.now)()).as_bytes())?;
+        }
+        self.w.flush()
+    }
+
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn community_id_matches_the_spec_examples() {
+        // From the spec's baseline (community-id-spec, baseline/tcp.pcap).
+        let a: SocketAddr = "128.232.110.120:34855".parse().unwrap();
+        let b: SocketAddr = "66.35.250.204:80".parse().unwrap();
+        assert_eq!(community_id(a, b, 6, 0), "1:LQU9qZlK+B5F3KDmev6m5PMibrg=");
+        assert_eq!(community_id(b, a, 6, 0), community_id(a, b, 6, 0));
+    }
+
+    #[test]
+    fn names_follow_zeek() {
+        assert_eq!(version_name(0x0303), "TLSv12");
+        assert_eq!(version_name(0x7f12), "TLSv13-draft18");
+        assert_eq!(version_name(0x7e02), "unknown-32258");
+        assert_eq!(curve_name(29), "x25519");
+        assert_eq!(curve_name(0x0a0a), "grease_0x0A0A");
+        assert_eq!(cipher_name(0x1301), "TLS_AES_128_GCM_SHA256");
+        assert_eq!(alert_name(40), "handshake_failure");
+        assert_eq!(alert_name(200), "unknown-200");
+        assert_eq!(header_time(1_700_000_000), "2023-11-14-22-13-20");
+    }
+
+    #[test]
+    fn tsv_escapes_what_zeek_escapes() {
+        let mut out = Vec::new();
+        tsv_str(&mut out, "a\tb\\c", false);
+        tsv_str(&mut out, "-", false);
+        tsv_str(&mut out, "x,y", true);
+        assert_eq!(out, b"a\\x09b\\x5cc\\x2dx\\x2cy");
+    }
+}
