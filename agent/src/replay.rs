@@ -108,6 +108,13 @@ pub struct ReplayArgs {
     /// `-`: to standard output, instead of the table.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Analysis threads: connections are spread over N analyzers (both
+    /// directions, and a QUIC connection's every ID, in one), read by one
+    /// more thread; records, aggregates and counters are those of one
+    /// thread (docs/running.md, "Threads") [default: the cores available,
+    /// at most 8, when the captures add up to 64 MiB or more; else 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
     #[arg(long)]
     stats: bool,
@@ -178,6 +185,31 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
         bail!("standard input (-) can be read once only");
     }
     Ok(out)
+}
+
+/// Inputs that add up to less than this are replayed on one thread by
+/// default: starting shards is not worth it for them.
+const SHARD_FROM_BYTES: u64 = 64 << 20;
+
+/// Analysis threads by default, at most: past that the reading thread is
+/// the bottleneck.
+const MAX_DEFAULT_THREADS: usize = 8;
+
+/// `--threads` unless given: the cores available (at most
+/// [`MAX_DEFAULT_THREADS`]) for large inputs, else 1 (standard input's
+/// size is unknown: 1).
+fn default_threads(files: &[Input]) -> usize {
+    let mut bytes = 0u64;
+    for f in files {
+        match f {
+            Input::Stdin => return 1,
+            Input::File(p) => bytes += std::fs::metadata(p).map_or(0, |m| m.len()),
+        }
+    }
+    if bytes < SHARD_FROM_BYTES {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_DEFAULT_THREADS))
 }
 
 /// Skipped files named per reason in one line, up to this many.
@@ -261,6 +293,9 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         );
     }
     let with_filename = args.with_filename || (files.len() > 1 && !args.no_filename);
+    let threads = args
+        .threads
+        .map_or_else(|| default_threads(&files), usize::from);
     let cfg = Config {
         max_flows: args.max_flows,
         max_flow_buffer: args.max_flow_buffer,
@@ -338,25 +373,34 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             }
         };
         // Each file is its own trace: session IDs seen in one do not count in another.
-        let mut analyzer = Analyzer::new(cfg.clone());
-        analyzer.set_local(local.clone());
-        analyzer.set_capture(with_filename.then(|| name.clone()));
+        let make = |cfg: &Config| {
+            let mut analyzer = Analyzer::new(cfg.clone());
+            analyzer.set_local(local.clone());
+            analyzer.set_capture(with_filename.then(|| name.clone()));
+            analyzer
+        };
         if let Some(n) = left {
             source.limit(n);
         }
-        let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+        let (packets, stats, res) = if threads > 1 {
+            replay_sharded(source, threads, &cfg, &make, &mut sink, progress)?
+        } else {
+            let mut analyzer = make(&cfg);
+            let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+            pipeline::finish(&mut analyzer, &mut sink)?;
+            (packets, analyzer.stats().clone(), res)
+        };
         left = left.map(|n| n.saturating_sub(packets));
-        pipeline::finish(&mut analyzer, &mut sink)?;
         // Never silent: QUIC of versions tlsrum does not decode is named,
         // like a short snap length, once per capture.
-        let undecoded = &analyzer.stats().quic.undecoded_versions;
+        let undecoded = &stats.quic.undecoded_versions;
         if !undecoded.is_empty() {
             eprintln!(
                 "tlsrum: {name}: QUIC packets of versions tlsrum does not decode (no record): {}",
                 undecoded.describe()
             );
         }
-        total.merge(analyzer.stats());
+        total.merge(&stats);
         if let Err(e) = res {
             damaged += 1;
             eprintln!("tlsrum: {e:#}");
@@ -407,17 +451,7 @@ fn replay_file(
     sink: &mut dyn RecordSink,
     progress: bool,
 ) -> (u64, Result<()>) {
-    let bar = progress.then(|| {
-        let pb = indicatif::ProgressBar::new_spinner();
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} {human_pos} packets ({per_sec})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        pb.set_message(source.name().to_string());
-        pb
-    });
+    let bar = progress.then(|| spinner(source.name()));
     let result = loop {
         match pump(&mut source, Duration::ZERO, analyzer, None, sink) {
             Ok(Status::Open) => {
@@ -439,4 +473,61 @@ fn replay_file(
         eprintln!("tlsrum: {note}");
     }
     (source.packets(), result)
+}
+
+/// The progress display of one capture.
+fn spinner(name: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {human_pos} packets ({per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    pb.set_message(name.to_string());
+    pb
+}
+
+/// [`replay_file`] and the end of input on `threads` analyzers
+/// ([`crate::shard`]), each made by `make` with its share of the flow
+/// limits. Returns the packets read and the counters.
+fn replay_sharded(
+    mut source: PcapFile,
+    threads: usize,
+    cfg: &Config,
+    make: &(dyn Fn(&Config) -> Analyzer + Sync),
+    sink: &mut dyn RecordSink,
+    progress: bool,
+) -> Result<(u64, Stats, Result<()>)> {
+    // The limits hold for all shards together.
+    let share = Config {
+        max_flows: cfg.max_flows.div_ceil(threads),
+        max_memory: cfg.max_memory / threads,
+        // The shards share one store of session IDs.
+        max_session_ids: 1,
+        ..cfg.clone()
+    };
+    let bar = progress.then(|| spinner(source.name()));
+    let sharded = crate::shard::replay(
+        &mut source,
+        threads,
+        cfg.max_session_ids,
+        &|| make(&share),
+        sink,
+        &mut |read| {
+            if let Some(pb) = &bar {
+                pb.set_position(read);
+            }
+        },
+    );
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    if let Some(note) = source.snaplen_note() {
+        eprintln!("tlsrum: {note}");
+    }
+    let sharded = sharded?;
+    let res = match sharded.read_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
+    Ok((source.packets(), sharded.stats, res))
 }
