@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
+use analyzer::quic::version::VersionsSeen;
 use analyzer::record::ConnectionRecord;
 use analyzer::wire::{self, LinkType};
 use analyzer::{Analyzer, SessionIds, Stats};
@@ -87,8 +88,9 @@ enum FromShard {
     },
     /// Records of flows finished at the end of input.
     Finished(Vec<ConnectionRecord>),
-    /// The shard is done: its counters.
-    Done(Box<Stats>),
+    /// The shard is done: its counters, and the frame where each value of
+    /// its undecoded QUIC versions list first appeared.
+    Done(Box<Stats>, Vec<u64>),
 }
 
 /// Padded to its own cache line: shards write their progress per frame.
@@ -255,6 +257,7 @@ pub fn replay(
             collect(&from, sink, &mut dispatch.pool)?;
         }
         let mut stats = Stats::default();
+        let mut versions = Vec::new();
         for (tx, rx) in to.iter().zip(&from) {
             tx.send(ToShard::Finish)
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
@@ -265,8 +268,9 @@ pub fn replay(
                             sink.records(&records)?;
                         }
                     }
-                    Ok(FromShard::Done(s)) => {
+                    Ok(FromShard::Done(s, first)) => {
                         stats.merge(&s);
+                        versions.push((s.quic.undecoded_versions, first));
                         break;
                     }
                     Ok(FromShard::Round { .. }) | Err(_) => {
@@ -275,8 +279,41 @@ pub fn replay(
                 }
             }
         }
+        stats.quic.undecoded_versions = merge_versions(&versions);
         Ok(Sharded { stats, read_error })
     })
+}
+
+/// The shards' lists of undecoded QUIC versions as one analyzer lists
+/// them: values in order of first appearance in the capture, packets
+/// summed, those past the cap counted as other. (Exact unless a shard's
+/// own list overflowed: its later values are in its `other` only.)
+fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
+    let mut first: Vec<(u64, u32)> = Vec::new();
+    let mut packets: HashMap<u32, u64> = HashMap::new();
+    let mut other = 0;
+    for (seen, at) in shards {
+        for (&(v, n), &seq) in seen.values().iter().zip(at) {
+            match packets.get_mut(&v) {
+                Some(sum) => *sum += n,
+                None => {
+                    packets.insert(v, n);
+                    first.push((seq, v));
+                }
+            }
+            if let Some(f) = first.iter_mut().find(|f| f.1 == v) {
+                f.0 = f.0.min(seq);
+            }
+        }
+        other += seen.other();
+    }
+    first.sort_unstable();
+    let mut out = VersionsSeen::default();
+    for (_, v) in first {
+        out.add(v, packets.get(&v).copied().unwrap_or(0));
+    }
+    out.add_other(other);
+    out
 }
 
 /// The reading side: numbers frames, picks their shard, replays sweeps.
@@ -390,6 +427,8 @@ fn shard(
         shared: shared.clone(),
         me,
     }));
+    // Frames where the undecoded QUIC versions list gained each value.
+    let mut versions_at = Vec::new();
     for msg in rx {
         match msg {
             ToShard::Round { mut batch, end } => {
@@ -414,6 +453,8 @@ fn shard(
                             seq
                         }
                     };
+                    let versions = analyzer.stats().quic.undecoded_versions.values().len();
+                    versions_at.resize(versions, seq);
                     if analyzer.records_waiting() > 0 {
                         records.extend(analyzer.take_records().into_iter().map(|r| (seq, r)));
                     }
@@ -439,9 +480,82 @@ fn shard(
                         break;
                     }
                 }
-                let _ = tx.send(FromShard::Done(Box::new(analyzer.stats().clone())));
+                let _ = tx.send(FromShard::Done(
+                    Box::new(analyzer.stats().clone()),
+                    versions_at,
+                ));
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(shards: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
+            ids: Mutex::new(IdStore {
+                first: HashMap::new(),
+                order: VecDeque::new(),
+                cap: 2,
+            }),
+        })
+    }
+
+    /// An ID issued in one shard counts in another only for frames after
+    /// the issuing one; the store keeps its last `cap` IDs.
+    #[test]
+    fn an_issued_session_id_counts_in_every_shard_from_the_next_frame() {
+        let s = shared(2);
+        let (mut a, b) = (
+            SharedIds {
+                shared: s.clone(),
+                me: 0,
+            },
+            SharedIds {
+                shared: s.clone(),
+                me: 1,
+            },
+        );
+        s.progress[0].0.store(5, Ordering::Release);
+        a.issued(42);
+        s.progress[0].0.store(DONE, Ordering::Release);
+        s.progress[1].0.store(5, Ordering::Release);
+        assert!(!b.was_issued(42), "the same frame: not earlier");
+        s.progress[1].0.store(6, Ordering::Release);
+        assert!(b.was_issued(42));
+        assert!(!b.was_issued(43));
+        for id in [1, 2] {
+            a.issued(id);
+        }
+        assert!(!b.was_issued(42), "the oldest of three went (cap 2)");
+    }
+
+    /// A shard asking about frame 10 waits for a shard still at frame 4,
+    /// which issues the ID at frame 6: the answer one analyzer gives.
+    #[test]
+    fn a_shard_waits_for_a_slower_one_before_answering() {
+        let s = shared(2);
+        let b = SharedIds {
+            shared: s.clone(),
+            me: 1,
+        };
+        s.progress[0].0.store(4, Ordering::Release);
+        s.progress[1].0.store(10, Ordering::Release);
+        let slow = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let mut a = SharedIds { shared: s, me: 0 };
+                a.shared.progress[0].0.store(6, Ordering::Release);
+                a.issued(7);
+                a.shared.progress[0].0.store(11, Ordering::Release);
+            })
+        };
+        assert!(b.was_issued(7));
+        slow.join().unwrap();
     }
 }
