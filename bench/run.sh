@@ -28,6 +28,8 @@ options:
   --tshark-full         same as --tshark-packets 0
   --no-tshark           skip tshark
   --no-tlsrum           skip building and running tlsrum (generator + baselines only)
+  --threads N           also time tlsrum with --threads N (tool tlsrum-N), alternating
+                        with tlsrum on one thread (--threads 1), and report the ratio
   --regen               rebuild bench-data/big.pcap even if it is up to date
   -h, --help            this text
 EOF
@@ -42,6 +44,7 @@ TSHARK_PACKETS=200000
 DO_TSHARK=1
 DO_TLSRUM=1
 REGEN=0
+THREADS=""
 INPUTS=()
 
 while [ $# -gt 0 ]; do
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     --no-tshark) DO_TSHARK=0; shift ;;
     --no-tlsrum) DO_TLSRUM=0; shift ;;
     --regen) REGEN=1; shift ;;
+    --threads) THREADS="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; INPUTS+=("$@"); break ;;
     -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -193,13 +197,15 @@ fi
 # --- timed runs, alternating ----------------------------------------------------------------
 TOOLS=(pcapcount)
 [ "$DO_TLSRUM" = 1 ] && TOOLS+=(tlsrum)
+[ "$DO_TLSRUM" = 1 ] && [ -n "$THREADS" ] && TOOLS+=("tlsrum-$THREADS")
 [ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
 echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
 for ((run = 1; run <= RUNS; run++)); do
   for tool in "${TOOLS[@]}"; do
     case "$tool" in
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
-      tlsrum) run_timed tlsrum "$TLSRUM" replay --format ndjson "$BIG" ;;
+      tlsrum) run_timed tlsrum "$TLSRUM" replay --threads 1 --format ndjson "$BIG" ;;
+      tlsrum-*) run_timed "$tool" "$TLSRUM" replay --threads "$THREADS" --format ndjson "$BIG" ;;
       tshark) run_timed tshark tshark -r "$TSHARK_FILE" -Y tls.handshake -T fields \
                 -e frame.time_epoch -e tcp.stream -e tls.handshake.type ;;
     esac
@@ -213,6 +219,7 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
   echo
   echo "replay throughput on $BIG"
   echo "  $PKTS packets, $FILE_BYTES bytes; $CONNECTIONS connections, bulk ratio $BULK_RATIO; inputs: $INPUT_DESC"
+  echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (ratios need an otherwise idle machine)"
   echo "  $(nproc) cores, $(uname -r); seconds and packets/s: median of $RUNS runs; best p/s: fastest run;"
   echo "  peak RSS: largest maximum resident set size over the runs"
   echo
@@ -241,6 +248,8 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
         printf "  tlsrum/tshark    = %6.2fx  (tlsrum packets/s divided by tshark packets/s; >1: tlsrum is faster)\n", pps["tlsrum"] / pps["tshark"]
       if ("tlsrum" in pps)
         printf "  pcapcount/tlsrum = %6.2fx  (how far tlsrum is from the bare libpcap read floor; 1 = at the floor)\n", pps["pcapcount"] / pps["tlsrum"]
+      for (t in pps) if (t ~ /^tlsrum-/)
+        printf "  %s/tlsrum = %6.2fx  (packets/s with --threads %s over one thread, runs alternating)\n", t, pps[t] / pps["tlsrum"], substr(t, 8)
     }' "$TMP/pps"
   [ "$HAVE_GNU_TIME" = 1 ] || echo "  (peak RSS n/a: install the Debian package 'time' for /usr/bin/time)"
 } | tee "$REPORT"

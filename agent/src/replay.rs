@@ -111,7 +111,7 @@ pub struct ReplayArgs {
     /// Analysis threads: connections are spread over N analyzers (both
     /// directions, and a QUIC connection's every ID, in one), read by one
     /// more thread; records, aggregates and counters are those of one
-    /// thread (docs/running.md, "Threads") [default: the cores available,
+    /// thread (README, "Threads") [default: the cores available,
     /// at most 8, when the captures add up to 64 MiB or more; else 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
