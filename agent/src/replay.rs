@@ -111,8 +111,8 @@ pub struct ReplayArgs {
     /// Analysis threads: connections are spread over N analyzers (both
     /// directions, and a QUIC connection's every ID, in one), read by one
     /// more thread; records, aggregates and counters are those of one
-    /// thread (README, "Threads") [default: the cores available,
-    /// at most 8, when the captures add up to 64 MiB or more; else 1].
+    /// thread (README, "Threads") [default: 1; sharding does not pay yet,
+    /// see bench/README.md, "Threads"].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
@@ -187,30 +187,12 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
     Ok(out)
 }
 
-/// Inputs that add up to less than this are replayed on one thread by
-/// default: starting shards is not worth it for them.
-const SHARD_FROM_BYTES: u64 = 64 << 20;
-
-/// Analysis threads by default, at most: past that the reading thread is
-/// the bottleneck.
-const MAX_DEFAULT_THREADS: usize = 8;
-
-/// `--threads` unless given: the cores available (at most
-/// [`MAX_DEFAULT_THREADS`]) for large inputs, else 1 (standard input's
-/// size is unknown: 1).
-fn default_threads(files: &[Input]) -> usize {
-    let mut bytes = 0u64;
-    for f in files {
-        match f {
-            Input::Stdin => return 1,
-            Input::File(p) => bytes += std::fs::metadata(p).map_or(0, |m| m.len()),
-        }
-    }
-    if bytes < SHARD_FROM_BYTES {
-        return 1;
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_DEFAULT_THREADS))
-}
+/// `--threads` unless given: one. Measured side by side on the benchmark
+/// capture, 2 threads took 1.6x the CPU of one (a quarter of it waiting
+/// for session-ID answers, bench/README.md "Threads") and were slower on
+/// a busy 2-core machine; the default moves to the cores available once a
+/// quiet-machine run shows a gain.
+const DEFAULT_THREADS: usize = 1;
 
 /// Skipped files named per reason in one line, up to this many.
 const SKIPPED_NAMED: usize = 3;
@@ -293,9 +275,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         );
     }
     let with_filename = args.with_filename || (files.len() > 1 && !args.no_filename);
-    let threads = args
-        .threads
-        .map_or_else(|| default_threads(&files), usize::from);
+    let threads = args.threads.map_or(DEFAULT_THREADS, usize::from);
     let cfg = Config {
         max_flows: args.max_flows,
         max_flow_buffer: args.max_flow_buffer,
