@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
+use analyzer::handshake::Issued;
 use analyzer::quic::version::VersionsSeen;
 use analyzer::record::ConnectionRecord;
 use analyzer::wire::{self, LinkType};
@@ -132,7 +133,16 @@ impl SharedIds {
 
 impl SessionIds for SharedIds {
     fn was_issued(&self, hash: u64) -> bool {
-        let q = self.now();
+        self.answer(hash, self.now())
+    }
+
+    /// Asked at the ClientHello, answered when its record is built: by
+    /// then the other shards are usually past the frame, and nobody waits.
+    fn ask(&self, hash: u64) -> Issued {
+        Issued::Later(hash, self.now())
+    }
+
+    fn answer(&self, hash: u64, q: u64) -> bool {
         if self.issued_before(hash, q) {
             return true;
         }

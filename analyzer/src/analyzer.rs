@@ -14,7 +14,7 @@ use lru::LruCache;
 use crate::counters::Stats;
 use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
 use crate::flow::table::{Endpoint, FlowKey, FlowTable};
-use crate::handshake::{leaf_names, Finish, Leaf, TraceMemory};
+use crate::handshake::{leaf_names, Finish, Issued, Leaf, TraceMemory};
 use crate::record::ConnectionRecord;
 use crate::tcp::{Ctx, Status, TcpFlow};
 use crate::tls::keylog::KeyLog;
@@ -105,6 +105,15 @@ pub trait SessionIds: Send {
     fn was_issued(&self, hash: u64) -> bool;
     /// A server issued this ID (in the packet being processed).
     fn issued(&mut self, hash: u64);
+    /// [`was_issued`](Self::was_issued), or `Later` with a stamp of now
+    /// when the answer may not be known yet (sharded replay).
+    fn ask(&self, hash: u64) -> Issued {
+        Issued::Now(self.was_issued(hash))
+    }
+    /// The answer to a `Later` question, as of its stamp.
+    fn answer(&self, _hash: u64, _at: u64) -> bool {
+        false
+    }
 }
 
 /// The analyzer's own store: the most recently issued IDs.
@@ -138,6 +147,12 @@ impl TraceMemory for IssuedIds {
     }
     fn issued(&mut self, id: &[u8]) {
         self.ids.issued(hash(id));
+    }
+    fn ask_issued(&self, id: &[u8]) -> Issued {
+        self.ids.ask(hash(id))
+    }
+    fn answer_issued(&self, hash: u64, at: u64) -> bool {
+        self.ids.answer(hash, at)
     }
     fn leaf_names(&mut self, der: &[u8]) -> Leaf {
         let h = hash(der);

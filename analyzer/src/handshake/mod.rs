@@ -21,7 +21,7 @@ mod rules;
 mod timing;
 
 pub use event::{Close, Dir, Directive, Event, Space};
-pub use machine::{leaf_names, Handshake, Leaf, NoMemory, State, TraceMemory};
+pub use machine::{leaf_names, Handshake, Issued, Leaf, NoMemory, State, TraceMemory};
 pub use record_builder::{Finish, TransportView};
 pub use timing::{ms, Vantage};
 
