@@ -188,10 +188,9 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
 }
 
 /// `--threads` unless given: one. Measured side by side on the benchmark
-/// capture, 2 threads took 1.6x the CPU of one (a quarter of it waiting
-/// for session-ID answers, bench/README.md "Threads") and were slower on
-/// a busy 2-core machine; the default moves to the cores available once a
-/// quiet-machine run shows a gain.
+/// capture, 2 threads took ~1.15x the CPU of one and were not faster on a
+/// busy 2-core machine (bench/README.md "Threads"); the default moves to
+/// the cores available once a quiet-machine run shows the gain.
 const DEFAULT_THREADS: usize = 1;
 
 /// Skipped files named per reason in one line, up to this many.

@@ -17,8 +17,9 @@
 //!   the order of one thread. Records several shards finish at the same
 //!   frame (an idle sweep, the end of the capture) come shard by shard.
 //! - Session IDs servers issue go to one store all shards share
-//!   ([`SharedIds`]); a shard asking whether an ID was issued before frame
-//!   `q` waits until every other shard is past `q`.
+//!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
+//!   frame `q` is asked when its record is built; the answer waits, if
+//!   needed, until every other shard is past `q`.
 //! - Counters are summed. `--max-flows` and `--max-memory` are split
 //!   evenly among the shards: the totals hold, but which flow is evicted
 //!   when they bind can differ from one thread.
