@@ -111,7 +111,7 @@ pub struct ReplayArgs {
     /// Analysis threads: connections are spread over N analyzers (both
     /// directions, and a QUIC connection's every ID, in one), read by one
     /// more thread; records, aggregates and counters are those of one
-    /// thread (README, "Threads") [default: 1; sharding does not pay yet,
+    /// thread (README, "Threads") [default: 1; sharding is not yet shown to pay,
     /// see bench/README.md, "Threads"].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
