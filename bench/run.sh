@@ -31,6 +31,8 @@ options:
   --compare BIN         also time BIN (another tlsrum binary, e.g. one built from main
                         into another directory) as "baseline", alternating with tlsrum,
                         and report baseline/tlsrum
+  --threads N           also time tlsrum with --threads N (tool tlsrum-N), alternating
+                        with tlsrum on one thread (--threads 1), and report the ratio
   --regen               rebuild bench-data/big.pcap even if it is up to date
   -h, --help            this text
 EOF
@@ -46,6 +48,7 @@ DO_TSHARK=1
 DO_TLSRUM=1
 REGEN=0
 COMPARE=""
+THREADS=""
 INPUTS=()
 
 while [ $# -gt 0 ]; do
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --no-tlsrum) DO_TLSRUM=0; shift ;;
     --regen) REGEN=1; shift ;;
     --compare) COMPARE="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; INPUTS+=("$@"); break ;;
     -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -202,14 +206,16 @@ if [ -n "$COMPARE" ]; then
   [ -x "$COMPARE" ] || { echo "run.sh: --compare $COMPARE is not an executable" >&2; exit 1; }
   TOOLS+=(baseline)
 fi
+[ "$DO_TLSRUM" = 1 ] && [ -n "$THREADS" ] && TOOLS+=("tlsrum-$THREADS")
 [ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
 echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
 for ((run = 1; run <= RUNS; run++)); do
   for tool in "${TOOLS[@]}"; do
     case "$tool" in
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
-      tlsrum) run_timed tlsrum "$TLSRUM" replay --format ndjson "$BIG" ;;
+      tlsrum) run_timed tlsrum "$TLSRUM" replay --threads 1 --format ndjson "$BIG" ;;
       baseline) run_timed baseline "$COMPARE" replay --format ndjson "$BIG" ;;
+      tlsrum-*) run_timed "$tool" "$TLSRUM" replay --threads "$THREADS" --format ndjson "$BIG" ;;
       tshark) run_timed tshark tshark -r "$TSHARK_FILE" -Y tls.handshake -T fields \
                 -e frame.time_epoch -e tcp.stream -e tls.handshake.type ;;
     esac
@@ -223,6 +229,7 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
   echo
   echo "replay throughput on $BIG"
   echo "  $PKTS packets, $FILE_BYTES bytes; $CONNECTIONS connections, bulk ratio $BULK_RATIO; inputs: $INPUT_DESC"
+  echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (ratios need an otherwise idle machine)"
   echo "  $(nproc) cores, $(uname -r); seconds and packets/s: median of $RUNS runs; best p/s: fastest run;"
   echo "  peak RSS: largest maximum resident set size over the runs"
   echo
@@ -255,6 +262,8 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
         printf "  pcapcount/baseline = %6.2fx\n", pps["pcapcount"] / pps["baseline"]
       if ("tlsrum" in pps)
         printf "  pcapcount/tlsrum = %6.2fx  (how far tlsrum is from the bare libpcap read floor; 1 = at the floor)\n", pps["pcapcount"] / pps["tlsrum"]
+      for (t in pps) if (t ~ /^tlsrum-/)
+        printf "  %s/tlsrum = %6.2fx  (packets/s with --threads %s over one thread, runs alternating)\n", t, pps[t] / pps["tlsrum"], substr(t, 8)
     }' "$TMP/pps"
   [ "$HAVE_GNU_TIME" = 1 ] || echo "  (peak RSS n/a: install the Debian package 'time' for /usr/bin/time)"
 } | tee "$REPORT"

@@ -51,5 +51,6 @@ pub mod metrics;
 pub mod pcap_out;
 pub mod pipeline;
 pub mod replay;
+pub mod shard;
 pub mod sink;
 pub mod source;

@@ -119,6 +119,13 @@ pub struct ReplayArgs {
     /// `-`: to standard output, instead of the table.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Analysis threads: connections are spread over N analyzers (both
+    /// directions, and a QUIC connection's every ID, in one), read by one
+    /// more thread; records, aggregates and counters are those of one
+    /// thread (README, "Threads") [default: 1; sharding is not yet shown to pay,
+    /// see bench/README.md, "Threads"].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
     #[arg(long)]
     stats: bool,
@@ -191,6 +198,12 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
     }
     Ok(out)
 }
+
+/// `--threads` unless given: one. Measured side by side on the benchmark
+/// capture, 2 threads took ~1.15x the CPU of one and were not faster on a
+/// busy 2-core machine (bench/README.md "Threads"); the default moves to
+/// the cores available once a quiet-machine run shows the gain.
+const DEFAULT_THREADS: usize = 1;
 
 /// Skipped files named per reason in one line, up to this many.
 const SKIPPED_NAMED: usize = 3;
@@ -279,6 +292,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         );
     }
     let with_filename = args.with_filename || (files.len() > 1 && !args.no_filename);
+    let threads = args.threads.map_or(DEFAULT_THREADS, usize::from);
     let cfg = Config {
         max_flows: args.max_flows,
         max_flow_buffer: args.max_flow_buffer,
@@ -380,25 +394,34 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
             }
         };
         // Each file is its own trace: session IDs seen in one do not count in another.
-        let mut analyzer = Analyzer::new(cfg.clone());
-        analyzer.set_local(local.clone());
-        analyzer.set_capture(with_filename.then(|| name.clone()));
+        let make = |cfg: &Config| {
+            let mut analyzer = Analyzer::new(cfg.clone());
+            analyzer.set_local(local.clone());
+            analyzer.set_capture(with_filename.then(|| name.clone()));
+            analyzer
+        };
         if let Some(n) = left {
             source.limit(n);
         }
-        let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+        let (packets, stats, res) = if threads > 1 {
+            replay_sharded(source, threads, &cfg, &make, &mut sink, progress)?
+        } else {
+            let mut analyzer = make(&cfg);
+            let (packets, res) = replay_file(source, &mut analyzer, &mut sink, progress);
+            pipeline::finish(&mut analyzer, &mut sink)?;
+            (packets, analyzer.stats().clone(), res)
+        };
         left = left.map(|n| n.saturating_sub(packets));
-        pipeline::finish(&mut analyzer, &mut sink)?;
         // Never silent: QUIC of versions tlsrum does not decode is named,
         // like a short snap length, once per capture.
-        let undecoded = &analyzer.stats().quic.undecoded_versions;
+        let undecoded = &stats.quic.undecoded_versions;
         if !undecoded.is_empty() {
             eprintln!(
                 "tlsrum: {name}: QUIC packets of versions tlsrum does not decode (no record): {}",
                 undecoded.describe()
             );
         }
-        total.merge(analyzer.stats());
+        total.merge(&stats);
         if let Err(e) = res {
             damaged += 1;
             eprintln!("tlsrum: {e:#}");
@@ -469,17 +492,7 @@ fn replay_file(
     sink: &mut dyn RecordSink,
     progress: bool,
 ) -> (u64, Result<()>) {
-    let bar = progress.then(|| {
-        let pb = indicatif::ProgressBar::new_spinner();
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} {human_pos} packets ({per_sec})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        pb.set_message(source.name().to_string());
-        pb
-    });
+    let bar = progress.then(|| spinner(source.name()));
     let result = loop {
         match pump(&mut source, Duration::ZERO, analyzer, None, sink) {
             Ok(Status::Open) => {
@@ -530,4 +543,61 @@ fn zeek_outcome(name: &str, out: &zeek_log::file::Outcome) -> Exit {
     } else {
         Exit::Ok
     }
+}
+
+/// The progress display of one capture.
+fn spinner(name: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {human_pos} packets ({per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    pb.set_message(name.to_string());
+    pb
+}
+
+/// [`replay_file`] and the end of input on `threads` analyzers
+/// ([`crate::shard`]), each made by `make` with its share of the flow
+/// limits. Returns the packets read and the counters.
+fn replay_sharded(
+    mut source: PcapFile,
+    threads: usize,
+    cfg: &Config,
+    make: &(dyn Fn(&Config) -> Analyzer + Sync),
+    sink: &mut dyn RecordSink,
+    progress: bool,
+) -> Result<(u64, Stats, Result<()>)> {
+    // The limits hold for all shards together.
+    let share = Config {
+        max_flows: cfg.max_flows.div_ceil(threads),
+        max_memory: cfg.max_memory / threads,
+        // The shards share one store of session IDs.
+        max_session_ids: 1,
+        ..cfg.clone()
+    };
+    let bar = progress.then(|| spinner(source.name()));
+    let sharded = crate::shard::replay(
+        &mut source,
+        threads,
+        cfg.max_session_ids,
+        &|| make(&share),
+        sink,
+        &mut |read| {
+            if let Some(pb) = &bar {
+                pb.set_position(read);
+            }
+        },
+    );
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    if let Some(note) = source.snaplen_note() {
+        eprintln!("tlsrum: {note}");
+    }
+    let sharded = sharded?;
+    let res = match sharded.read_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
+    Ok((source.packets(), sharded.stats, res))
 }

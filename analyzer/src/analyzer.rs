@@ -15,7 +15,7 @@ use crate::counters::Stats;
 use crate::flow::reassembly::DEFAULT_MAX_BUFFERED;
 use crate::flow::table::{Endpoint, FlowKey, FlowTable, Slot};
 use crate::flow::tombstone::Tombstones;
-use crate::handshake::{leaf_names, Finish, Leaf, TraceMemory};
+use crate::handshake::{leaf_names, Finish, Issued, Leaf, TraceMemory};
 use crate::record::ConnectionRecord;
 use crate::tcp::{Ctx, Status, TcpFlow};
 use crate::tls::keylog::KeyLog;
@@ -98,10 +98,43 @@ const CERT_CACHE: usize = 4096;
 /// ([`TOMBSTONE_BYTES`](crate::flow::tombstone::TOMBSTONE_BYTES)).
 pub const RECENT_CONNECTIONS: usize = 65_536;
 
+/// Where one trace remembers the session IDs servers issued (as hashes),
+/// bounded. One analyzer keeps them itself; the shards of a sharded replay
+/// share one store, since a client may resume a session another shard saw
+/// issued.
+pub trait SessionIds: Send {
+    /// Was this ID issued earlier in the trace (before the packet being
+    /// processed)?
+    fn was_issued(&self, hash: u64) -> bool;
+    /// A server issued this ID (in the packet being processed).
+    fn issued(&mut self, hash: u64);
+    /// [`was_issued`](Self::was_issued), or `Later` with a stamp of now
+    /// when the answer may not be known yet (sharded replay).
+    fn ask(&self, hash: u64) -> Issued {
+        Issued::Now(self.was_issued(hash))
+    }
+    /// The answer to a `Later` question, as of its stamp.
+    fn answer(&self, _hash: u64, _at: u64) -> bool {
+        false
+    }
+}
+
+/// The analyzer's own store: the most recently issued IDs.
+struct RecentIds(LruCache<u64, ()>);
+
+impl SessionIds for RecentIds {
+    fn was_issued(&self, hash: u64) -> bool {
+        self.0.contains(&hash)
+    }
+    fn issued(&mut self, hash: u64) {
+        self.0.put(hash, ());
+    }
+}
+
 /// What one trace remembers across connections, bounded: hashes of session
 /// IDs servers issued, and the names of leaf certificates already parsed.
 struct IssuedIds {
-    ids: LruCache<u64, ()>,
+    ids: Box<dyn SessionIds>,
     certs: LruCache<u64, Leaf>,
 }
 
@@ -113,10 +146,16 @@ fn hash(bytes: &[u8]) -> u64 {
 
 impl TraceMemory for IssuedIds {
     fn was_issued(&self, id: &[u8]) -> bool {
-        self.ids.contains(&hash(id))
+        self.ids.was_issued(hash(id))
     }
     fn issued(&mut self, id: &[u8]) {
-        self.ids.put(hash(id), ());
+        self.ids.issued(hash(id));
+    }
+    fn ask_issued(&self, id: &[u8]) -> Issued {
+        self.ids.ask(hash(id))
+    }
+    fn answer_issued(&self, hash: u64, at: u64) -> bool {
+        self.ids.answer(hash, at)
     }
     fn leaf_names(&mut self, der: &[u8]) -> Leaf {
         let h = hash(der);
@@ -164,7 +203,7 @@ impl Analyzer {
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
             memory: IssuedIds {
-                ids: LruCache::new(nz(cfg.max_session_ids)),
+                ids: Box::new(RecentIds(LruCache::new(nz(cfg.max_session_ids)))),
                 certs: LruCache::new(nz(CERT_CACHE)),
             },
             ended: Tombstones::new(RECENT_CONNECTIONS),
@@ -221,6 +260,12 @@ impl Analyzer {
     /// a `role`. None: records carry none.
     pub fn set_local(&mut self, local: Option<LocalNets>) {
         self.local = local;
+    }
+
+    /// Session IDs are remembered in this store from now on instead of the
+    /// analyzer's own (sharded replay: one store for all shards).
+    pub fn set_session_ids(&mut self, ids: Box<dyn SessionIds>) {
+        self.memory.ids = ids;
     }
 
     /// Endpoint pairs of flows finished since the last call (either order).

@@ -751,6 +751,7 @@ impl TcpFlow {
             notes: act.notes,
             proxied_client: act.proxied[client_dir],
         };
+        act.hs.resolve_session_id(ctx.mem);
         let mut record = act.hs.to_record(view, why);
         if hold {
             self.held = Some(Box::new(Held { record, app_start }));

@@ -47,10 +47,28 @@ pub enum State {
     Failed,
 }
 
+/// Whether a session ID was issued earlier in the trace: known now, or to
+/// be asked when the record is built ([`TraceMemory::answer_issued`]) by a
+/// memory shared with analyzers running ahead or behind (sharded replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Issued {
+    Now(bool),
+    /// The ID's hash and the memory's own stamp of the moment asked.
+    Later(u64, u64),
+}
+
 /// What the classifier keeps across connections of one trace.
 pub trait TraceMemory {
     /// Was this session ID issued by a server earlier in the trace?
     fn was_issued(&self, id: &[u8]) -> bool;
+    /// [`was_issued`](Self::was_issued), or the question kept for later.
+    fn ask_issued(&self, id: &[u8]) -> Issued {
+        Issued::Now(self.was_issued(id))
+    }
+    /// The answer to an [`Issued::Later`] question, as of when it was asked.
+    fn answer_issued(&self, _hash: u64, _at: u64) -> bool {
+        false
+    }
     /// A server issued this session ID in a TLS <= 1.2 ServerHello.
     fn issued(&mut self, id: &[u8]);
     /// Subject, issuer and validity of a leaf certificate (servers send
@@ -129,6 +147,8 @@ pub struct Handshake {
     pub(super) version_negotiation: bool,
     pub(super) abbreviated: bool,
     pub(super) session_id_offered: bool,
+    /// The session-ID question the trace memory answers later.
+    session_id_later: Option<(u64, u64)>,
     /// The server answered in SSL 2.0 (not merely a v2-compatible ClientHello).
     pub(super) sslv2: bool,
     pub(super) sslv2_session_hit: bool,
@@ -241,6 +261,7 @@ impl Handshake {
             version_negotiation: false,
             abbreviated: false,
             session_id_offered: false,
+            session_id_later: None,
             sslv2: false,
             sslv2_session_hit: false,
             client_hello_lost: false,
@@ -824,13 +845,27 @@ impl Handshake {
             .any(|r| r.content_type == ct::APPLICATION_DATA && r.ts <= ts)
     }
 
+    /// Asks the trace memory a session-ID question it left for later
+    /// (before the record is built).
+    pub fn resolve_session_id(&mut self, mem: &dyn TraceMemory) {
+        if let Some((hash, at)) = self.session_id_later.take() {
+            self.session_id_offered |= mem.answer_issued(hash, at);
+        }
+    }
+
     fn accept_client_hello(&mut self, ch: ClientHello, ts: f64, mem: &mut dyn TraceMemory) {
         // A TLS 1.3 client's legacy session ID is random (compatibility
         // mode) unless a server handed it out earlier in the trace.
-        if !ch.session_id.is_empty()
-            && (!ch.offers_tls13() || mem.was_issued(ch.session_id.as_bytes()))
-        {
-            self.session_id_offered = true;
+        if !ch.session_id.is_empty() {
+            let issued = if ch.offers_tls13() {
+                mem.ask_issued(ch.session_id.as_bytes())
+            } else {
+                Issued::Now(true)
+            };
+            match issued {
+                Issued::Now(offered) => self.session_id_offered |= offered,
+                Issued::Later(hash, at) => self.session_id_later = Some((hash, at)),
+            }
         }
         self.started.get_or_insert(ts);
         // Keep the first hello only when a second one (after HRR) replaces it.

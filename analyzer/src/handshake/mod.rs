@@ -22,7 +22,7 @@ mod timing;
 mod zeek_view;
 
 pub use event::{Close, Dir, Directive, Event, Space};
-pub use machine::{leaf_names, Handshake, Leaf, NoMemory, State, TraceMemory};
+pub use machine::{leaf_names, Handshake, Issued, Leaf, NoMemory, State, TraceMemory};
 pub use record_builder::{Finish, TransportView};
 pub use timing::{ms, Vantage};
 pub use zeek_view::{host_names, MAX_CHAIN, MAX_HISTORY};

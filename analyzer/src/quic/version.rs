@@ -425,6 +425,12 @@ impl VersionsSeen {
         self.seen.is_empty() && self.other == 0
     }
 
+    /// Packets of values past the cap, counted elsewhere (sharded replay
+    /// rebuilds the list from its shards' in order of first appearance).
+    pub fn add_other(&mut self, packets: u64) {
+        self.other += packets;
+    }
+
     /// Adds another instance's values (the counters macro's nested merge).
     pub fn merge(&mut self, o: &Self) {
         for &(v, n) in &o.seen {

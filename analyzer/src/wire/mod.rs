@@ -52,6 +52,25 @@ pub struct Packet<'a> {
     pub seen_before: bool,
 }
 
+impl Packet<'_> {
+    /// The connection this packet belongs to, the same for both directions:
+    /// its two (address, port) endpoints, smaller first. TCP and UDP alike
+    /// (a QUIC connection's every connection ID travels on one address
+    /// pair until it migrates). Sharded replay hashes it to pick a shard.
+    pub fn conversation(&self) -> ((IpAddr, u16), (IpAddr, u16)) {
+        let (sp, dp) = match self.transport {
+            Transport::Tcp(h) => (h.src_port, h.dst_port),
+            Transport::Udp { src_port, dst_port } => (src_port, dst_port),
+        };
+        let (a, b) = ((self.src, sp), (self.dst, dp));
+        if a <= b {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+}
+
 /// Why a frame yielded no TCP/UDP packet. Counted by the analyzer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

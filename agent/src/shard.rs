@@ -1,0 +1,572 @@
+//! Flow-sharded replay (`tlsrum replay --threads N`): this thread reads the
+//! capture, decodes each frame just far enough to find its connection
+//! ([`Packet::conversation`], the analyzer's own decoder, so tunnels and
+//! VLANs land by their inner connection) and hands the frames, copied
+//! into batches, to N shards, each a thread with its own [`Analyzer`].
+//!
+//! What keeps the output that of one thread:
+//! - Both directions of a connection, and all connection IDs of a QUIC
+//!   connection (one UDP address pair), land in one shard. A QUIC client
+//!   that migrates (or is NAT-rebound) moves to another shard's view:
+//!   RFC 9000 §9 forbids migrating before the handshake is confirmed, so
+//!   this only touches packets after a record's handshake part.
+//! - Frames are numbered in capture order. The idle sweep one analyzer
+//!   runs when the capture clock passes a second is replayed in every
+//!   shard at the same frame ([`Analyzer::tick`]).
+//! - Records are merged by the number of the frame that completed them:
+//!   the order of one thread. Records several shards finish at the same
+//!   frame (an idle sweep, the end of the capture) come shard by shard.
+//! - Session IDs servers issue go to one store all shards share
+//!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
+//!   frame `q` is asked when its record is built; the answer waits, if
+//!   needed, until every other shard is past `q`.
+//! - Counters are summed. `--max-flows` and `--max-memory` are split
+//!   evenly among the shards: the totals hold, but which flow is evicted
+//!   when they bind can differ from one thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use analyzer::handshake::Issued;
+use analyzer::quic::version::VersionsSeen;
+use analyzer::record::ConnectionRecord;
+use analyzer::wire::{self, LinkType};
+use analyzer::{Analyzer, SessionIds, Stats};
+use anyhow::{anyhow, bail, Result};
+
+use crate::sink::RecordSink;
+use crate::source::{Captured, Source, Status};
+
+/// Frames per shard in one round: every shard gets one batch per round,
+/// so that each knows how far the capture has gone.
+const ROUND_PER_SHARD: usize = 2048;
+
+/// Rounds handed out before the oldest one's records are collected.
+const DEPTH: usize = 3;
+
+/// Flows finished per step at the end of input (as `pipeline::finish`).
+const FINISH_BATCH: usize = 4096;
+
+/// "Past every frame": a shard at the end of its input, or gone.
+const DONE: u64 = u64::MAX;
+
+/// One frame or one sweep for a shard.
+#[derive(Clone, Copy)]
+enum Item {
+    Frame {
+        seq: u64,
+        ts: f64,
+        link: LinkType,
+        start: usize,
+        end: usize,
+    },
+    /// The idle sweep one analyzer would run before frame `seq`.
+    Tick { seq: u64, ts: f64 },
+}
+
+/// One shard's part of a round: frame bytes back to back, and the items.
+#[derive(Default)]
+struct Batch {
+    data: Vec<u8>,
+    items: Vec<Item>,
+}
+
+enum ToShard {
+    /// A round's batch; `end`: the number after the round's last frame.
+    Round { batch: Batch, end: u64 },
+    /// End of input: finish every flow.
+    Finish,
+}
+
+enum FromShard {
+    /// The batch back (emptied, for reuse) and the records it completed,
+    /// each with the number of the frame that completed it.
+    Round {
+        batch: Batch,
+        records: Vec<(u64, ConnectionRecord)>,
+    },
+    /// Records of flows finished at the end of input.
+    Finished(Vec<ConnectionRecord>),
+    /// The shard is done: its counters, and the frame where each value of
+    /// its undecoded QUIC versions list first appeared.
+    Done(Box<Stats>, Vec<u64>),
+}
+
+/// Padded to its own cache line: shards write their progress per frame.
+#[repr(align(128))]
+struct Progress(AtomicU64);
+
+/// What the shards share: how far each is, and the issued session IDs.
+struct Shared {
+    /// Shard i has processed all its frames numbered below `progress[i]`.
+    progress: Vec<Progress>,
+    ids: Mutex<IdStore>,
+}
+
+/// Session ID hash -> the first frame that issued it; bounded, oldest
+/// entry out first (one analyzer drops the least recently issued: they
+/// differ only past `max_session_ids` IDs).
+struct IdStore {
+    first: HashMap<u64, u64>,
+    order: VecDeque<u64>,
+    cap: usize,
+}
+
+/// One shard's handle on the shared session IDs.
+pub struct SharedIds {
+    shared: Arc<Shared>,
+    me: usize,
+}
+
+impl SharedIds {
+    fn now(&self) -> u64 {
+        self.shared.progress[self.me].0.load(Ordering::Relaxed)
+    }
+
+    fn issued_before(&self, hash: u64, q: u64) -> bool {
+        let ids = self.shared.ids.lock().unwrap_or_else(|e| e.into_inner());
+        ids.first.get(&hash).is_some_and(|&s| s < q)
+    }
+}
+
+impl SessionIds for SharedIds {
+    fn was_issued(&self, hash: u64) -> bool {
+        self.answer(hash, self.now())
+    }
+
+    /// Asked at the ClientHello, answered when its record is built: by
+    /// then the other shards are usually past the frame, and nobody waits.
+    fn ask(&self, hash: u64) -> Issued {
+        Issued::Later(hash, self.now())
+    }
+
+    fn answer(&self, hash: u64, q: u64) -> bool {
+        if self.issued_before(hash, q) {
+            return true;
+        }
+        // Another shard may not have reached frame q yet: wait until all
+        // have, so the answer is the one a single analyzer gives.
+        for (i, p) in self.shared.progress.iter().enumerate() {
+            let mut spins = 0u32;
+            while i != self.me && p.0.load(Ordering::Acquire) < q {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        self.issued_before(hash, q)
+    }
+
+    fn issued(&mut self, hash: u64) {
+        let s = self.now();
+        let mut ids = self.shared.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let store = &mut *ids;
+        match store.first.get_mut(&hash) {
+            Some(first) => *first = (*first).min(s),
+            None => {
+                store.first.insert(hash, s);
+                store.order.push_back(hash);
+                if store.order.len() > store.cap {
+                    if let Some(old) = store.order.pop_front() {
+                        store.first.remove(&old);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Marks its shard past every frame when the shard ends, even by a panic,
+/// so that no other shard waits for it forever.
+struct PastEverything<'a>(&'a Progress);
+
+impl Drop for PastEverything<'_> {
+    fn drop(&mut self) {
+        self.0 .0.store(DONE, Ordering::Release);
+    }
+}
+
+/// What a sharded replay of one capture gives back.
+pub struct Sharded {
+    pub stats: Stats,
+    /// Reading the capture failed after this many frames (what was read
+    /// is analyzed and its records written).
+    pub read_error: Option<anyhow::Error>,
+}
+
+/// Replays `source` on `threads` shards made by `make` (each is handed the
+/// shared session-ID store); records go to `sink` in the order one
+/// analyzer gives; `progress` is told the frames read after each round.
+pub fn replay(
+    source: &mut dyn Source,
+    threads: usize,
+    max_session_ids: usize,
+    make: &(dyn Fn() -> Analyzer + Sync),
+    sink: &mut dyn RecordSink,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Sharded> {
+    let n = threads.max(1);
+    let shared = Arc::new(Shared {
+        progress: (0..n).map(|_| Progress(AtomicU64::new(0))).collect(),
+        ids: Mutex::new(IdStore {
+            first: HashMap::new(),
+            order: VecDeque::new(),
+            cap: max_session_ids.max(1),
+        }),
+    });
+    std::thread::scope(|scope| {
+        let mut to: Vec<Sender<ToShard>> = Vec::with_capacity(n);
+        let mut from: Vec<Receiver<FromShard>> = Vec::with_capacity(n);
+        for me in 0..n {
+            let (tx_in, rx_in) = channel();
+            let (tx_out, rx_out) = channel();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("tlsrum-shard-{me}"))
+                .spawn_scoped(scope, move || shard(me, shared, make, rx_in, tx_out))?;
+            to.push(tx_in);
+            from.push(rx_out);
+        }
+        let mut dispatch = Dispatch {
+            n,
+            seq: 0,
+            last_sweep: f64::MIN,
+            batches: Vec::new(),
+            pool: Vec::new(),
+        };
+        let mut in_flight = 0usize;
+        let mut read_error = None;
+        loop {
+            let status = dispatch.fill(source);
+            let end = dispatch.seq;
+            for (tx, batch) in to.iter().zip(dispatch.batches.drain(..)) {
+                tx.send(ToShard::Round { batch, end })
+                    .map_err(|_| anyhow!("an analysis shard stopped"))?;
+            }
+            in_flight += 1;
+            if in_flight > DEPTH {
+                collect(&from, sink, &mut dispatch.pool)?;
+                in_flight -= 1;
+            }
+            progress(dispatch.seq);
+            match status {
+                Ok(Status::Open) => {}
+                Ok(Status::Ended) => break,
+                Err(e) => {
+                    read_error = Some(e);
+                    break;
+                }
+            }
+        }
+        for _ in 0..in_flight {
+            collect(&from, sink, &mut dispatch.pool)?;
+        }
+        let mut stats = Stats::default();
+        let mut versions = Vec::new();
+        for (tx, rx) in to.iter().zip(&from) {
+            tx.send(ToShard::Finish)
+                .map_err(|_| anyhow!("an analysis shard stopped"))?;
+            loop {
+                match rx.recv() {
+                    Ok(FromShard::Finished(records)) => {
+                        if !records.is_empty() {
+                            sink.records(&records)?;
+                        }
+                    }
+                    Ok(FromShard::Done(s, first)) => {
+                        stats.merge(&s);
+                        versions.push((s.quic.undecoded_versions, first));
+                        break;
+                    }
+                    Ok(FromShard::Round { .. }) | Err(_) => {
+                        bail!("an analysis shard stopped")
+                    }
+                }
+            }
+        }
+        stats.quic.undecoded_versions = merge_versions(&versions);
+        Ok(Sharded { stats, read_error })
+    })
+}
+
+/// The shards' lists of undecoded QUIC versions as one analyzer lists
+/// them: values in order of first appearance in the capture, packets
+/// summed, those past the cap counted as other. (Exact unless a shard's
+/// own list overflowed: its later values are in its `other` only.)
+fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
+    let mut first: Vec<(u64, u32)> = Vec::new();
+    let mut packets: HashMap<u32, u64> = HashMap::new();
+    let mut other = 0;
+    for (seen, at) in shards {
+        for (&(v, n), &seq) in seen.values().iter().zip(at) {
+            match packets.get_mut(&v) {
+                Some(sum) => *sum += n,
+                None => {
+                    packets.insert(v, n);
+                    first.push((seq, v));
+                }
+            }
+            if let Some(f) = first.iter_mut().find(|f| f.1 == v) {
+                f.0 = f.0.min(seq);
+            }
+        }
+        other += seen.other();
+    }
+    first.sort_unstable();
+    let mut out = VersionsSeen::default();
+    for (_, v) in first {
+        out.add(v, packets.get(&v).copied().unwrap_or(0));
+    }
+    out.add_other(other);
+    out
+}
+
+/// The reading side: numbers frames, picks their shard, replays sweeps.
+struct Dispatch {
+    n: usize,
+    /// The next frame's number.
+    seq: u64,
+    /// When one analyzer would last have swept (`Analyzer::push_packet`).
+    last_sweep: f64,
+    /// This round's batches, one per shard.
+    batches: Vec<Batch>,
+    /// Emptied batches back from the shards.
+    pool: Vec<Batch>,
+}
+
+impl Dispatch {
+    /// Reads a round: until every shard could have its share, or the end.
+    fn fill(&mut self, source: &mut dyn Source) -> Result<Status> {
+        while self.batches.len() < self.n {
+            self.batches.push(self.pool.pop().unwrap_or_default());
+        }
+        let want = self.seq + (ROUND_PER_SHARD * self.n) as u64;
+        let mut odd = false;
+        while self.seq < want {
+            let status = source.poll(std::time::Duration::ZERO, &mut |c| match c {
+                Captured::Frame { ts, link, data } => self.frame(ts, link, data),
+                // Capture files hand over frames only.
+                Captured::Packet { .. } => odd = true,
+            })?;
+            if odd {
+                bail!("sharded replay reads frames, and this source hands over packets");
+            }
+            if status == Status::Ended {
+                return Ok(Status::Ended);
+            }
+        }
+        Ok(Status::Open)
+    }
+
+    fn frame(&mut self, ts: f64, link: LinkType, data: &[u8]) {
+        let seq = self.seq;
+        self.seq += 1;
+        let shard = match wire::decode(link, data) {
+            Ok(p) => {
+                // As `Analyzer::push_packet`: a decoded packet sweeps when
+                // the clock passed a second since the last sweep.
+                if ts > self.last_sweep + 1.0 {
+                    self.last_sweep = ts;
+                    for b in &mut self.batches {
+                        b.items.push(Item::Tick { seq, ts });
+                    }
+                }
+                let mut h = DefaultHasher::new();
+                p.conversation().hash(&mut h);
+                (h.finish() % self.n as u64) as usize
+            }
+            // Undecodable frames are only counted: any shard will do.
+            Err(_) => (seq % self.n as u64) as usize,
+        };
+        let b = &mut self.batches[shard];
+        let start = b.data.len();
+        b.data.extend_from_slice(data);
+        b.items.push(Item::Frame {
+            seq,
+            ts,
+            link,
+            start,
+            end: b.data.len(),
+        });
+    }
+}
+
+/// Takes the oldest round's records from every shard and writes them in
+/// frame order (shard by shard within a frame).
+fn collect(
+    from: &[Receiver<FromShard>],
+    sink: &mut dyn RecordSink,
+    pool: &mut Vec<Batch>,
+) -> Result<()> {
+    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
+    for rx in from {
+        match rx.recv() {
+            Ok(FromShard::Round { batch, mut records }) => {
+                pool.push(batch);
+                all.append(&mut records);
+            }
+            _ => bail!("an analysis shard stopped"),
+        }
+    }
+    if all.is_empty() {
+        return Ok(());
+    }
+    // Stable: within a frame, shard order stays.
+    all.sort_by_key(|(seq, _)| *seq);
+    let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
+    sink.records(&records)
+}
+
+/// One shard: its analyzer over the frames it is handed.
+fn shard(
+    me: usize,
+    shared: Arc<Shared>,
+    make: &(dyn Fn() -> Analyzer + Sync),
+    rx: Receiver<ToShard>,
+    tx: Sender<FromShard>,
+) {
+    let progress = &shared.progress[me];
+    let _past = PastEverything(progress);
+    let mut analyzer = make();
+    analyzer.set_session_ids(Box::new(SharedIds {
+        shared: shared.clone(),
+        me,
+    }));
+    // Frames where the undecoded QUIC versions list gained each value.
+    let mut versions_at = Vec::new();
+    for msg in rx {
+        match msg {
+            ToShard::Round { mut batch, end } => {
+                let mut records = Vec::new();
+                for item in &batch.items {
+                    let seq = match *item {
+                        Item::Frame {
+                            seq,
+                            ts,
+                            link,
+                            start,
+                            end,
+                        } => {
+                            progress.0.store(seq, Ordering::Release);
+                            let frame = batch.data.get(start..end).unwrap_or_default();
+                            analyzer.push_frame(ts, link, frame);
+                            seq
+                        }
+                        Item::Tick { seq, ts } => {
+                            progress.0.store(seq, Ordering::Release);
+                            analyzer.tick(ts);
+                            seq
+                        }
+                    };
+                    let versions = analyzer.stats().quic.undecoded_versions.values().len();
+                    versions_at.resize(versions, seq);
+                    if analyzer.records_waiting() > 0 {
+                        records.extend(analyzer.take_records().into_iter().map(|r| (seq, r)));
+                    }
+                }
+                progress.0.store(end, Ordering::Release);
+                batch.data.clear();
+                batch.items.clear();
+                if tx.send(FromShard::Round { batch, records }).is_err() {
+                    return;
+                }
+            }
+            ToShard::Finish => {
+                progress.0.store(DONE, Ordering::Release);
+                loop {
+                    let done = analyzer.finish_some(FINISH_BATCH);
+                    if tx
+                        .send(FromShard::Finished(analyzer.take_records()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                let _ = tx.send(FromShard::Done(
+                    Box::new(analyzer.stats().clone()),
+                    versions_at,
+                ));
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(shards: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
+            ids: Mutex::new(IdStore {
+                first: HashMap::new(),
+                order: VecDeque::new(),
+                cap: 2,
+            }),
+        })
+    }
+
+    /// An ID issued in one shard counts in another only for frames after
+    /// the issuing one; the store keeps its last `cap` IDs.
+    #[test]
+    fn an_issued_session_id_counts_in_every_shard_from_the_next_frame() {
+        let s = shared(2);
+        let (mut a, b) = (
+            SharedIds {
+                shared: s.clone(),
+                me: 0,
+            },
+            SharedIds {
+                shared: s.clone(),
+                me: 1,
+            },
+        );
+        s.progress[0].0.store(5, Ordering::Release);
+        a.issued(42);
+        s.progress[0].0.store(DONE, Ordering::Release);
+        s.progress[1].0.store(5, Ordering::Release);
+        assert!(!b.was_issued(42), "the same frame: not earlier");
+        s.progress[1].0.store(6, Ordering::Release);
+        assert!(b.was_issued(42));
+        assert!(!b.was_issued(43));
+        for id in [1, 2] {
+            a.issued(id);
+        }
+        assert!(!b.was_issued(42), "the oldest of three went (cap 2)");
+    }
+
+    /// A shard asking about frame 10 waits for a shard still at frame 4,
+    /// which issues the ID at frame 6: the answer one analyzer gives.
+    #[test]
+    fn a_shard_waits_for_a_slower_one_before_answering() {
+        let s = shared(2);
+        let b = SharedIds {
+            shared: s.clone(),
+            me: 1,
+        };
+        s.progress[0].0.store(4, Ordering::Release);
+        s.progress[1].0.store(10, Ordering::Release);
+        let slow = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let mut a = SharedIds { shared: s, me: 0 };
+                a.shared.progress[0].0.store(6, Ordering::Release);
+                a.issued(7);
+                a.shared.progress[0].0.store(11, Ordering::Release);
+            })
+        };
+        assert!(b.was_issued(7));
+        slow.join().unwrap();
+    }
+}
