@@ -23,6 +23,11 @@ NEWER_GROUPS = {4587: "SecP256r1MLKEM768", 4588: "X25519MLKEM768", 4589: "SecP38
                 25497: "X25519Kyber768Draft00", 25498: "SecP256r1Kyber768Draft00"}
 
 
+# consts.zeek's cipher_desc where it is not the IANA name upper-cased.
+ZEEK_CIPHERS = {0x002C: "unknown-44", 0x002D: "unknown-45", 0x002E: "unknown-46",
+                0x1306: "TLS_AEGIS_256_SHA384"}
+
+
 def zeek_version(v):
     names = {0x0002: "SSLv2", 0x0300: "SSLv3", 0x0301: "TLSv10", 0x0302: "TLSv11",
              0x0303: "TLSv12", 0x0304: "TLSv13"}
@@ -130,6 +135,10 @@ def oracle(conn, names):
     cipher = int(first(sh["tls.handshake.ciphersuite"]), 0)
     want["cipher"] = names.get(cipher, f"unknown-{cipher}")
     draft14 = want["cipher"] == "Unknown"  # tshark 4.0 misreads draft 14's ServerHello
+    # Zeek's SSL::cipher_desc names are its constants': IANA's upper-cased
+    # (TLS_DH_ANON_...), with a few suites named otherwise or not at all.
+    if not want["cipher"].startswith("unknown-"):
+        want["cipher"] = ZEEK_CIPHERS.get(cipher, want["cipher"].upper())
     # Groups tshark 4.0 does not name yet, by Zeek's SSL::ec_curves.
     for code, name in NEWER_GROUPS.items():
         if names.get(("group", code)) in (None, "Unknown"):

@@ -83,9 +83,59 @@ pub fn version_name(v: u16) -> String {
     }
 }
 
-/// Zeek's `SSL::cipher_desc`: the IANA names, `unknown-N` otherwise.
+/// Zeek's `SSL::cipher_desc` (`base/protocols/ssl/consts.zeek`). Its names
+/// are its constants' names: IANA's upper-cased (`TLS_DH_ANON_…`,
+/// `TLS_ECDH_ANON_…`), plus suites IANA does not list or names otherwise,
+/// and `unknown-N` for the rest (0x002C–0x002E among them).
 pub fn cipher_name(id: u16) -> String {
-    crate::tls::enums::cipher_suite_name(id).map_or_else(|| format!("unknown-{id}"), str::to_string)
+    let zeek_only = match id {
+        0x001c => "SSL_FORTEZZA_KEA_WITH_NULL_SHA",
+        0x001d => "SSL_FORTEZZA_KEA_WITH_FORTEZZA_CBC_SHA",
+        0x002c..=0x002e => return format!("unknown-{id}"),
+        0x0072 => "TLS_DHE_DSS_WITH_3DES_EDE_CBC_RMD",
+        0x0073 => "TLS_DHE_DSS_WITH_AES_128_CBC_RMD",
+        0x0074 => "TLS_DHE_DSS_WITH_AES_256_CBC_RMD",
+        0x0077 => "TLS_DHE_RSA_WITH_3DES_EDE_CBC_RMD",
+        0x0078 => "TLS_DHE_RSA_WITH_AES_128_CBC_RMD",
+        0x0079 => "TLS_DHE_RSA_WITH_AES_256_CBC_RMD",
+        0x007c => "TLS_RSA_WITH_3DES_EDE_CBC_RMD",
+        0x007d => "TLS_RSA_WITH_AES_128_CBC_RMD",
+        0x007e => "TLS_RSA_WITH_AES_256_CBC_RMD",
+        0x0080 => "TLS_GOSTR341094_WITH_28147_CNT_IMIT",
+        0x0081 => "TLS_GOSTR341001_WITH_28147_CNT_IMIT",
+        0x0082 => "TLS_GOSTR341094_WITH_NULL_GOSTR3411",
+        0x0083 => "TLS_GOSTR341001_WITH_NULL_GOSTR3411",
+        0x1306 => "TLS_AEGIS_256_SHA384",
+        0x16b7 => "TLS_CECPQ1_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        0x16b8 => "TLS_CECPQ1_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        0x16b9 => "TLS_CECPQ1_RSA_WITH_AES_256_GCM_SHA384",
+        0x16ba => "TLS_CECPQ1_ECDSA_WITH_AES_256_GCM_SHA384",
+        0xc100 => "TLS_GOSTR341112_256_WITH_KUZNYECHIK_CTR_OMAC",
+        0xc101 => "TLS_GOSTR341112_256_WITH_MAGMA_CTR_OMAC",
+        0xc102 => "TLS_GOSTR341112_256_WITH_28147_CNT_IMIT",
+        0xc103 => "TLS_GOSTR341112_256_WITH_KUZNYECHIK_MGM_L",
+        0xc104 => "TLS_GOSTR341112_256_WITH_MAGMA_MGM_L",
+        0xc105 => "TLS_GOSTR341112_256_WITH_KUZNYECHIK_MGM_S",
+        0xc106 => "TLS_GOSTR341112_256_WITH_MAGMA_MGM_S",
+        0xcc13 => "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256_OLD",
+        0xcc14 => "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256_OLD",
+        0xcc15 => "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256_OLD",
+        0xd004 => "TLS_ECDHE_PSK_WITH_AES_128_CCM_SHA256_OLD",
+        0xfefe => "SSL_RSA_FIPS_WITH_DES_CBC_SHA",
+        0xfeff => "SSL_RSA_FIPS_WITH_3DES_EDE_CBC_SHA",
+        0xffe0 => "SSL_RSA_FIPS_WITH_3DES_EDE_CBC_SHA_2",
+        0xffe1 => "SSL_RSA_FIPS_WITH_DES_CBC_SHA_2",
+        0xff80 => "SSL_RSA_WITH_RC2_CBC_MD5",
+        0xff81 => "SSL_RSA_WITH_IDEA_CBC_MD5",
+        0xff82 => "SSL_RSA_WITH_DES_CBC_MD5",
+        0xff83 => "SSL_RSA_WITH_3DES_EDE_CBC_MD5",
+        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}"),
+        _ => {
+            return crate::tls::enums::cipher_suite_name(id)
+                .map_or_else(|| format!("unknown-{id}"), str::to_ascii_uppercase)
+        }
+    };
+    zeek_only.into()
 }
 
 /// Zeek's `SSL::ec_curves`.
@@ -158,6 +208,8 @@ pub fn curve_name(id: u16) -> String {
 /// Zeek's `SSL::alert_descriptions`.
 fn alert_name(desc: u8) -> String {
     match desc {
+        // missing_extension (RFC 8446) is not in Zeek's table.
+        109 => "unknown-109".into(),
         117 => "general_error".into(),
         121 => "ech_required".into(),
         d => match crate::tls::enums::alert_name(d) {
@@ -276,9 +328,10 @@ pub fn row(r: &ConnectionRecord) -> Vec<Value> {
 
 /// Zeek's ASCII writer escapes: the separator, backslash and bytes that
 /// are not printable ASCII as `\xNN`; a string that is exactly the unset
-/// or empty marker is escaped too, so a reader can tell them apart.
+/// marker `-` gets its first byte escaped. A string `(empty)` is written as
+/// it is (Zeek's `formatters/Ascii.cc` checks the unset marker only).
 fn tsv_str(out: &mut Vec<u8>, s: &str, in_set: bool) {
-    if s == "-" || s == "(empty)" {
+    if s == "-" {
         let _ = write!(out, "\\x{:02x}", s.as_bytes()[0]);
         out.extend_from_slice(&s.as_bytes()[1..]);
         return;
@@ -492,5 +545,26 @@ mod tests {
         tsv_str(&mut out, "-", false);
         tsv_str(&mut out, "x,y", true);
         assert_eq!(out, b"a\\x09b\\x5cc\\x2dx\\x2cy");
+        let mut out = Vec::new();
+        tsv_str(&mut out, "(empty)", false);
+        assert_eq!(out, b"(empty)");
+    }
+
+    #[test]
+    fn cipher_and_alert_names_are_zeeks() {
+        // consts.zeek's constant names: `ANON` upper-cased.
+        assert_eq!(cipher_name(0x0034), "TLS_DH_ANON_WITH_AES_128_CBC_SHA");
+        assert_eq!(cipher_name(0xc018), "TLS_ECDH_ANON_WITH_AES_128_CBC_SHA");
+        assert_eq!(
+            cipher_name(0xcc13),
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256_OLD"
+        );
+        assert_eq!(cipher_name(0x1306), "TLS_AEGIS_256_SHA384");
+        assert_eq!(cipher_name(0x002c), "unknown-44");
+        assert_eq!(cipher_name(0xc02f), "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256");
+        assert_eq!(cipher_name(0x0a0a), "grease_0x0A0A");
+        assert_eq!(cipher_name(0x0300), "unknown-768");
+        assert_eq!(alert_name(109), "unknown-109");
+        assert_eq!(alert_name(121), "ech_required");
     }
 }
