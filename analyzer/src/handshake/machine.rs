@@ -1018,7 +1018,7 @@ impl Handshake {
         let cx = super::zeek_view::Context {
             quic: self.transport == Transport::Quic,
             version: sh.map(|sh| sh.version().0),
-            cipher: sh.and_then(|sh| crate::tls::enums::cipher_suite_name(sh.cipher_suite)),
+            cipher: sh.map(|sh| sh.cipher_suite),
             sni: self
                 .client_hello
                 .as_deref()

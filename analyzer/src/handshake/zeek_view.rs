@@ -87,7 +87,7 @@ pub(super) struct Context<'a> {
     /// before any ServerHello.
     pub version: Option<u16>,
     /// The cipher suite so far (ServerHello or HelloRetryRequest).
-    pub cipher: Option<&'a str>,
+    pub cipher: Option<u16>,
     /// The client's server name, for `sni_matches_cert`.
     pub sni: Option<&'a str>,
 }
@@ -171,7 +171,7 @@ impl ZeekView {
                 match msg_type {
                     16 if dir == Dir::Client => self.client_key_exchange = true,
                     11 => self.certificates(dir, body, cx.sni, mem),
-                    12 if cx.cipher.is_some_and(|c| c.contains("_ECDH")) => {
+                    12 if cx.cipher.is_some_and(zeek_parses_ecdh_ske) => {
                         // ECParameters: curve_type 3 (named_curve), NamedCurve.
                         if let [3, hi, lo, ..] = *body {
                             self.ske_curve = Some(u16::from_be_bytes([hi, lo]));
@@ -203,11 +203,22 @@ impl ZeekView {
         let Ok(list) = crate::tls::handshake::parse_certificate_list(body) else {
             return;
         };
+        // Zeek's analyzer hands each non-empty certificate to file analysis
+        // (`proc-certificate.pac` skips zero-length ones), and the first
+        // such file of either side sets *both* chains, server's and
+        // client's, to empty vectors (`ssl/files.zeek`, `file_sniff`). So a
+        // server's certificates make `client_cert_chain_fps` `(empty)`,
+        // and a Certificate message with no certificate sets neither.
+        if list.iter().all(|der| der.is_empty()) {
+            return;
+        }
+        self.server_fps.get_or_insert_with(Vec::new);
+        self.client_fps.get_or_insert_with(Vec::new);
         let fps = match dir {
             Dir::Client => &mut self.client_fps,
             Dir::Server => &mut self.server_fps,
         };
-        let fps = fps.get_or_insert_with(Vec::new);
+        let Some(fps) = fps.as_mut() else { return };
         // Zeek's chain vector exists once a certificate came, but only
         // certificates its X509 analyzer parses get a fingerprint. A full
         // X.509 parse of every chain certificate cost 16% of replay's time
@@ -216,7 +227,9 @@ impl ZeekView {
         for der in parsed.take(MAX_CHAIN.saturating_sub(fps.len())) {
             fps.push(Sha256::digest(der).into());
         }
-        if let (Dir::Server, Some(leaf), Some(sni)) = (dir, list.first(), sni) {
+        // Zeek's `cert_chain[0]`: the first certificate that became a file.
+        let first = list.iter().find(|der| !der.is_empty());
+        if let (Dir::Server, Some(leaf), Some(sni)) = (dir, first, sni) {
             // The trace memory caches leaves: servers send the same one to
             // every client.
             let leaf = mem.leaf_names(leaf);
@@ -231,6 +244,19 @@ impl ZeekView {
     pub(super) fn history(&self) -> String {
         String::from_utf8_lossy(&self.history).into_owned()
     }
+}
+
+/// Whether Zeek reads a ServerKeyExchange under this suite as ECDHE or
+/// ECDH_anon parameters (`tls-handshake-protocol.pac`, `ServerKeyExchange`):
+/// its list holds the ECDHE and ECDH_anon suites but for the ECDHE_PSK
+/// ones of RFC 7905 (0xCCAC) and RFC 8442 (0xD001–0xD005); static ECDH
+/// suites send none.
+fn zeek_parses_ecdh_ske(suite: u16) -> bool {
+    if matches!(suite, 0xccac | 0xd001..=0xd005) {
+        return false;
+    }
+    crate::tls::enums::cipher_suite_name(suite)
+        .is_some_and(|n| n.contains("_ECDHE_") || n.contains("_ECDH_anon_"))
 }
 
 /// One DER TLV at the start of `b`: its tag, contents and what follows.
@@ -269,39 +295,59 @@ fn der_envelope_ok(der: &[u8]) -> bool {
     matches!(tlv(rest), Some((0x03, _, [])))
 }
 
-/// The names Zeek's `x509_check_cert_hostname` matches a host name
-/// against: the subjectAltName DNS names, or the subject common names when
-/// there are none. `*.` in a name stands for exactly one label.
+/// The names Zeek's `x509_check_cert_hostname` (x509 `functions.bif`)
+/// matches a host name against: the subjectAltName's DNS names when the
+/// certificate has a subjectAltName extension at all (its subject is then
+/// ignored, even when the extension holds no DNS name), else the subject's
+/// last common name.
 pub fn host_names(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<String> {
-    use x509_parser::extensions::GeneralName;
+    use x509_parser::extensions::{GeneralName, ParsedExtension};
+    use x509_parser::oid_registry::OID_X509_EXT_SUBJECT_ALT_NAME;
     let mut names: Vec<String> = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let GeneralName::DNSName(d) = n {
-                names.push((*d).to_string());
+    let san = cert
+        .extensions()
+        .iter()
+        .find(|e| e.oid == OID_X509_EXT_SUBJECT_ALT_NAME);
+    if let Some(san) = san {
+        if let ParsedExtension::SubjectAlternativeName(san) = san.parsed_extension() {
+            for n in &san.general_names {
+                if let GeneralName::DNSName(d) = n {
+                    names.push((*d).to_string());
+                }
             }
         }
+        return names;
     }
-    if names.is_empty() {
-        names.extend(
-            cert.subject()
-                .iter_common_name()
-                .filter_map(|cn| cn.as_str().ok())
-                .map(str::to_string),
-        );
-    }
+    names.extend(
+        cert.subject()
+            .iter_common_name()
+            .last()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_string),
+    );
     names
 }
 
-/// One certificate name against a host name, ASCII case-insensitively.
+/// One certificate name against a host name: Zeek's `check_hostname`
+/// (x509 `functions.bif`). Equal bytes (case-sensitive, as Zeek compares),
+/// or a wildcard: the name's first `*` is the last character of its first
+/// label, the name has at least three labels, everything from the first
+/// `.` on is equal in both, and the characters before the `*` equal the
+/// host's first characters.
 fn hostname_matches(host: &str, name: &str) -> bool {
-    let (host, name) = (host.to_ascii_lowercase(), name.to_ascii_lowercase());
-    match name.strip_prefix("*.") {
-        Some(rest) => host
-            .split_once('.')
-            .is_some_and(|(label, tail)| !label.is_empty() && tail == rest),
-        None => host == name,
+    if host == name {
+        return true;
     }
+    let (Some(wild), Some(dot)) = (name.find('*'), name.find('.')) else {
+        return false;
+    };
+    if !name[dot + 1..].contains('.') || wild + 1 != dot {
+        return false;
+    }
+    let Some(host_dot) = host.find('.') else {
+        return false;
+    };
+    host[host_dot..] == name[dot..] && (wild == 0 || host.get(..wild) == Some(&name[..wild]))
 }
 
 impl ZeekView {
@@ -346,9 +392,62 @@ mod tests {
     #[test]
     fn wildcards_cover_one_label() {
         assert!(hostname_matches("www.example.com", "*.example.com"));
-        assert!(hostname_matches("WWW.Example.com", "www.example.COM"));
+        assert!(hostname_matches("www.example.com", "www.example.com"));
         assert!(!hostname_matches("a.b.example.com", "*.example.com"));
         assert!(!hostname_matches("example.com", "*.example.com"));
         assert!(!hostname_matches("www.example.org", "*.example.com"));
+    }
+
+    /// A TLS <= 1.2 Certificate body holding these certificates.
+    fn certificate_body(certs: &[&[u8]]) -> Vec<u8> {
+        let len = |n: usize| [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        let list: Vec<u8> = certs
+            .iter()
+            .flat_map(|c| len(c.len()).into_iter().chain(c.iter().copied()))
+            .collect();
+        len(list.len()).into_iter().chain(list).collect()
+    }
+
+    #[test]
+    fn a_servers_certificate_sets_both_chains() {
+        use super::super::event::Dir;
+        use super::super::machine::NoMemory;
+        use super::ZeekView;
+        // SEQUENCE { SEQUENCE {}, SEQUENCE {}, BIT STRING {0} }
+        let der: &[u8] = &[0x30, 0x07, 0x30, 0x00, 0x30, 0x00, 0x03, 0x01, 0x00];
+        let mut v = ZeekView::default();
+        v.certificates(Dir::Server, &certificate_body(&[der]), None, &mut NoMemory);
+        assert_eq!(v.server_fps.as_ref().map(Vec::len), Some(1));
+        // Zeek's file_sniff sets client_cert_chain_fps to an empty vector too.
+        assert_eq!(v.client_fps.as_deref(), Some(&[][..]));
+        // An empty Certificate message (a client without a certificate)
+        // gives Zeek no file: neither chain is set.
+        let mut v = ZeekView::default();
+        v.certificates(Dir::Client, &certificate_body(&[]), None, &mut NoMemory);
+        assert!(v.client_fps.is_none() && v.server_fps.is_none());
+    }
+
+    #[test]
+    fn ske_curve_only_under_zeeks_ecdh_suites() {
+        use super::zeek_parses_ecdh_ske;
+        assert!(zeek_parses_ecdh_ske(0xc02f)); // ECDHE_RSA_WITH_AES_128_GCM
+        assert!(zeek_parses_ecdh_ske(0xc018)); // ECDH_anon_WITH_AES_128_CBC
+        assert!(zeek_parses_ecdh_ske(0xc035)); // ECDHE_PSK_WITH_AES_128_CBC
+        assert!(!zeek_parses_ecdh_ske(0xccac)); // ECDHE_PSK_WITH_CHACHA20
+        assert!(!zeek_parses_ecdh_ske(0xd001)); // ECDHE_PSK_WITH_AES_128_GCM
+        assert!(!zeek_parses_ecdh_ske(0xc004)); // static ECDH_ECDSA
+        assert!(!zeek_parses_ecdh_ske(0x009e)); // DHE_RSA
+    }
+
+    #[test]
+    fn hostnames_match_as_zeeks_check_hostname() {
+        // Zeek compares bytes: no case folding.
+        assert!(!hostname_matches("WWW.Example.com", "www.example.COM"));
+        // Not below the third level.
+        assert!(!hostname_matches("example.com", "*.com"));
+        // Characters may come before the `*`, none after it.
+        assert!(hostname_matches("web1.example.com", "web*.example.com"));
+        assert!(!hostname_matches("mail.example.com", "web*.example.com"));
+        assert!(!hostname_matches("www.example.com", "*w.example.com"));
     }
 }
