@@ -408,13 +408,14 @@ impl Analyzer {
             || self.cfg.server_ports.contains(&dst_port)
     }
 
-    fn ctx(&mut self) -> Ctx<'_> {
+    fn ctx(&mut self, now: f64) -> Ctx<'_> {
         Ctx {
             mem: &mut self.memory,
             keylog: self.cfg.keylog.as_deref(),
             stats: &mut self.stats,
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
+            now,
         }
     }
 
@@ -481,7 +482,8 @@ impl Analyzer {
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
                 if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
-                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx()) {
+                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx(ts))
+                    {
                         self.out.push(record);
                     }
                 }
@@ -521,6 +523,7 @@ impl Analyzer {
             stats: &mut self.stats,
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
+            now: ts,
         };
         let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
@@ -616,7 +619,7 @@ impl Analyzer {
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
         }
-        if let Some(record) = flow.finish(why, timed, hold, &mut self.ctx()) {
+        if let Some(record) = flow.finish(why, timed, hold, &mut self.ctx(flow.last_ts)) {
             self.out.push(record);
         }
         if !hold {
@@ -755,6 +758,43 @@ mod tests {
         );
         assert_eq!(s.unidentified_flows, 0);
         assert_eq!(a.take_finished_flows().len(), 3);
+    }
+
+    /// Zeek's `ts` is when the first TLS record was whole (its analyzer
+    /// raises the first event then): a ClientHello split over two
+    /// segments (large key shares) has the second segment's time, while
+    /// the record's own `ts` stays the connection's first packet.
+    #[test]
+    fn zeek_ts_is_when_the_client_hello_was_whole() {
+        let mut a = Analyzer::new(Config::default());
+        let ch = client_hello();
+        let (head, tail) = ch.split_at(20);
+        let frames = [
+            (1.0, tcp((1, 40000), (2, 443), 100, 0, SYN, &[])),
+            (1.01, tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[])),
+            (1.02, tcp((1, 40000), (2, 443), 101, 501, ACK, &[])),
+            (1.03, tcp((1, 40000), (2, 443), 101, 501, ACK, head)),
+            (
+                1.05,
+                tcp(
+                    (1, 40000),
+                    (2, 443),
+                    101 + head.len() as u32,
+                    501,
+                    ACK,
+                    tail,
+                ),
+            ),
+        ];
+        for (ts, f) in &frames {
+            a.push_frame(*ts, LinkType::RawIp, f);
+        }
+        a.finish();
+        let records = a.take_records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].ts, 1.0);
+        let zeek = records[0].zeek.as_deref().expect("zeek facts");
+        assert_eq!(zeek.ts, 1.05);
     }
 
     const FIN: u8 = 0x01;

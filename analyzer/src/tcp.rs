@@ -78,6 +78,9 @@ pub struct Ctx<'a> {
     pub max_flow_buffer: usize,
     /// Largest handshake message kept ([`RecordStream`]).
     pub max_handshake_message: usize,
+    /// Capture time of the packet being handled (or of the flow's last
+    /// packet when it is finished): what Zeek calls `network_time`.
+    pub now: f64,
 }
 
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
@@ -906,6 +909,7 @@ impl Upper {
             ..
         } = self;
         let mut ccs_encrypts = false;
+        let now = ctx.now;
         let mem = &mut *ctx.mem;
         let resyncs = stream[dir].resyncs();
         let res = stream[dir].push(chunk, &mut |ev| {
@@ -916,32 +920,41 @@ impl Upper {
                     body,
                     record,
                     ..
-                } => hs.on(
-                    side,
-                    Event::Message {
-                        msg_type,
-                        body,
-                        ts: record.ts,
-                        record: Some(record),
-                    },
-                    mem,
-                ),
+                } => {
+                    hs.zeek_plaintext_seen(now);
+                    hs.on(
+                        side,
+                        Event::Message {
+                            msg_type,
+                            body,
+                            ts: record.ts,
+                            record: Some(record),
+                        },
+                        mem,
+                    )
+                }
                 StreamEvent::Alert {
                     level, description, ..
-                } => hs.on(side, Event::Alert { level, description }, mem),
+                } => {
+                    hs.zeek_plaintext_seen(now);
+                    hs.on(side, Event::Alert { level, description }, mem)
+                }
                 StreamEvent::Sslv2 {
                     msg_type,
                     body,
                     record,
-                } => hs.on(
-                    side,
-                    Event::Sslv2 {
-                        msg_type,
-                        body,
-                        record,
-                    },
-                    mem,
-                ),
+                } => {
+                    hs.zeek_plaintext_seen(now);
+                    hs.on(
+                        side,
+                        Event::Sslv2 {
+                            msg_type,
+                            body,
+                            record,
+                        },
+                        mem,
+                    )
+                }
                 // The server's first encrypted TLS 1.3 record, kept whole
                 // because a key log has the secret to open it.
                 StreamEvent::Encrypted {
@@ -1036,9 +1049,9 @@ mod struct_sizes {
         let sizes = [
             ("TcpFlow", size_of::<super::TcpFlow>(), 208),
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
-            // Active and Handshake: 112 bytes of each are the Zeek view
+            // Active and Handshake: 120 bytes of each are the Zeek view
             // (handshake/zeek_view.rs), kept whatever the output format.
-            ("Active", size_of::<super::Active>(), 1512),
+            ("Active", size_of::<super::Active>(), 1520),
             (
                 "Reassembler",
                 size_of::<crate::flow::reassembly::Reassembler>(),
@@ -1049,7 +1062,7 @@ mod struct_sizes {
                 size_of::<crate::tls::record::RecordStream>(),
                 144,
             ),
-            ("Handshake", size_of::<crate::handshake::Handshake>(), 744),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 752),
             (
                 "ClientHello",
                 size_of::<crate::tls::handshake::ClientHello>(),

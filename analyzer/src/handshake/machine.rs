@@ -246,6 +246,12 @@ impl HeapSize for Handshake {
 }
 
 impl Handshake {
+    /// A plaintext record of either side was complete at `now` (Zeek's
+    /// `ts` is the first such time).
+    pub fn zeek_plaintext_seen(&mut self, now: f64) {
+        self.zeek.first_plaintext.set_once(now);
+    }
+
     pub fn new(transport: Transport) -> Self {
         Handshake {
             transport,

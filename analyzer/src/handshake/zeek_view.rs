@@ -45,6 +45,34 @@ pub(super) struct ZeekView {
     pub(super) server_fps: Option<Vec<[u8; 32]>>,
     pub(super) client_fps: Option<Vec<[u8; 32]>>,
     pub(super) sni_matches_cert: Option<bool>,
+    /// When the first plaintext TLS record of either side was complete:
+    /// Zeek's `ts` (`set_session` at the first SSL event, which its
+    /// analyzer raises once a record is whole). A ClientHello split over
+    /// segments (large key shares) has its ts at the last one.
+    pub(super) first_plaintext: FirstTime,
+}
+
+/// A capture time set once; NaN until then (8 bytes where `Option<f64>`
+/// takes 16, on every open handshake).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FirstTime(f64);
+
+impl Default for FirstTime {
+    fn default() -> Self {
+        FirstTime(f64::NAN)
+    }
+}
+
+impl FirstTime {
+    pub(super) fn set_once(&mut self, ts: f64) {
+        if self.0.is_nan() {
+            self.0 = ts;
+        }
+    }
+
+    pub(super) fn get(self) -> Option<f64> {
+        (!self.0.is_nan()).then_some(self.0)
+    }
 }
 
 impl HeapSize for ZeekView {
@@ -354,7 +382,7 @@ impl ZeekView {
     /// The facts the record carries, with what the hellos say.
     pub(super) fn facts(&self, hello: Hellos) -> ZeekFacts {
         ZeekFacts {
-            ts: hello.ts,
+            ts: self.first_plaintext.get().unwrap_or(hello.ts),
             version: hello.version,
             cipher: hello.cipher,
             curve: hello.key_share.or(self.ske_curve),
