@@ -60,21 +60,19 @@ pub fn alpn_chars(value: &[u8]) -> [u8; 2] {
 /// The first 12 hex digits of SHA-256, or twelve zeros for an empty input
 /// (the specification's marker for "no values").
 pub fn hash12(s: &str) -> String {
-    let mut out = Vec::with_capacity(12);
-    push_hash12(&mut out, s.as_bytes());
-    ascii(out)
+    ascii(hash12_digits(s.as_bytes()).to_vec())
 }
 
-/// Appends [`hash12`] of `s` to `out`.
-fn push_hash12(out: &mut Vec<u8>, s: &[u8]) {
-    if s.is_empty() {
-        out.extend_from_slice(b"000000000000");
-        return;
+/// [`hash12`]'s twelve digits, without a String.
+fn hash12_digits(s: &[u8]) -> [u8; 12] {
+    let mut out = [b'0'; 12];
+    if !s.is_empty() {
+        let digest = Sha256::digest(s);
+        for (pair, &b) in out.chunks_exact_mut(2).zip(&digest[..6]) {
+            pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0f)]]);
+        }
     }
-    let digest = Sha256::digest(s);
-    for &b in &digest[..6] {
-        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0f)]]);
-    }
+    out
 }
 
 /// Appends `v` as 4 lower-case hex digits. A table, not `write!`: core::fmt
@@ -149,35 +147,33 @@ pub const SESSION_DEPENDENT: [u16; 4] = [
     ext::EARLY_DATA,
 ];
 
-/// The cipher suites of JA4's `b` part: GREASE dropped, sorted.
-fn client_suites(ch: &ClientHello) -> Vec<u16> {
-    let mut suites: Vec<u16> = ch
-        .cipher_suites
-        .iter()
-        .copied()
-        .filter(|&s| !is_grease(s))
-        .collect();
-    suites.sort_unstable();
-    suites
+/// Fills `list` with the cipher suites of JA4's `b` part: GREASE
+/// dropped, sorted.
+fn client_suites(ch: &ClientHello, list: &mut Vec<u16>) {
+    list.clear();
+    list.extend(ch.cipher_suites.iter().copied().filter(|&s| !is_grease(s)));
+    list.sort_unstable();
 }
 
 /// JA4's `a` part (`t13d1516h2`) and its `c` part before hashing (into
 /// `c`), with the extensions in `leave_out` ignored as GREASE is (neither
-/// counted nor hashed).
+/// counted nor hashed). `exts` is scratch space.
 fn client_a_c(
     ch: &ClientHello,
     quic: bool,
     leave_out: &[u16],
     suites: usize,
+    exts: &mut Vec<u16>,
     a: &mut Vec<u8>,
     c: &mut Vec<u8>,
 ) {
-    let mut exts: Vec<u16> = ch
-        .extensions
-        .iter()
-        .copied()
-        .filter(|&e| !is_grease(e) && !leave_out.contains(&e))
-        .collect();
+    exts.clear();
+    exts.extend(
+        ch.extensions
+            .iter()
+            .copied()
+            .filter(|&e| !is_grease(e) && !leave_out.contains(&e)),
+    );
     // The highest version in supported_versions (GREASE ignored) when
     // the extension is there, else the hello's own version field.
     let version = ch
@@ -202,7 +198,7 @@ fn client_a_c(
 
     exts.retain(|&e| e != ext::SERVER_NAME && e != ext::ALPN);
     exts.sort_unstable();
-    push_hex_list(c, exts);
+    push_hex_list(c, exts.iter().copied());
     let mut sigs = ch
         .signature_algorithms
         .iter()
@@ -227,21 +223,23 @@ pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
 }
 
 /// [`ja4`] and [`ja4_stable`] together: they share the suites hash, and
-/// are one value when the hello has no session-dependent extension.
+/// are one value when the hello has no session-dependent extension. One
+/// scratch list and one text buffer serve every part.
 pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
-    let suites = client_suites(ch);
-    let mut text = Vec::with_capacity(5 * ch.cipher_suites.len().max(ch.extensions.len()));
-    push_hex_list(&mut text, suites.iter().copied());
-    let mut b = Vec::with_capacity(12);
-    push_hash12(&mut b, &text);
+    let mut list = Vec::with_capacity(ch.cipher_suites.len().max(ch.extensions.len()));
+    client_suites(ch, &mut list);
+    let suites = list.len();
+    let mut text = Vec::with_capacity(5 * list.capacity());
+    push_hex_list(&mut text, list.iter().copied());
+    let b = hash12_digits(&text);
     let mut hashed = |leave_out: &[u16]| {
         let mut out = Vec::with_capacity(36);
         text.clear();
-        client_a_c(ch, quic, leave_out, suites.len(), &mut out, &mut text);
+        client_a_c(ch, quic, leave_out, suites, &mut list, &mut out, &mut text);
         out.push(b'_');
         out.extend_from_slice(&b);
         out.push(b'_');
-        push_hash12(&mut out, &text);
+        out.extend_from_slice(&hash12_digits(&text));
         ascii(out)
     };
     let ja4 = hashed(&[]);
@@ -256,9 +254,10 @@ pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
 /// JA4_r, the same before hashing: sorted suites, sorted extensions (SNI
 /// and ALPN left out), signature algorithms in the client's order.
 pub fn ja4_r(ch: &ClientHello, quic: bool) -> String {
-    let suites = client_suites(ch);
+    let (mut suites, mut exts) = (Vec::new(), Vec::new());
+    client_suites(ch, &mut suites);
     let (mut out, mut c) = (Vec::new(), Vec::new());
-    client_a_c(ch, quic, &[], suites.len(), &mut out, &mut c);
+    client_a_c(ch, quic, &[], suites.len(), &mut exts, &mut out, &mut c);
     out.push(b'_');
     push_hex_list(&mut out, suites);
     out.push(b'_');
@@ -284,7 +283,7 @@ pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
     out.push(b'_');
     let mut c = Vec::with_capacity(5 * sh.extensions.len());
     push_hex_list(&mut c, sh.extensions.iter().copied());
-    push_hash12(&mut out, &c);
+    out.extend_from_slice(&hash12_digits(&c));
     ascii(out)
 }
 
@@ -422,6 +421,29 @@ mod tests {
         assert_eq!(ja4(&ch, false)[..10], *"t13d1516h2");
         assert_ne!(ja4(&ch, false), stable);
         assert_eq!(ja4_stable(&ch, false), stable);
+    }
+
+    #[test]
+    fn together_as_apart() {
+        let mut ch = example();
+        for quic in [false, true] {
+            let (raw, stable) = ja4_and_stable(&ch, quic);
+            assert_eq!(raw[1..], *"13d1516h2_8daaf6152771_e5627efa2ab1");
+            assert_eq!(stable, ja4_stable(&ch, quic));
+            assert_eq!(stable[..23], *"t13d1514h2_8daaf6152771".replace('t', &raw[..1]));
+        }
+        ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
+        let (raw, stable) = ja4_and_stable(&ch, false);
+        assert_eq!(raw, stable);
+    }
+
+    /// Only a hand-made `ja4_alpn` can hold a non-ASCII byte: it shows as
+    /// the char of that code point, as before the byte buffers.
+    #[test]
+    fn non_ascii_alpn_bytes_are_chars() {
+        let mut ch = example();
+        ch.ja4_alpn = Some([0xe9, b'2']);
+        assert!(ja4(&ch, false).starts_with("t13d1516\u{e9}2_"));
     }
 
     /// The example of FoxIO's own JA4S test (rust/ja4/src/tls.rs).
