@@ -430,7 +430,10 @@ mod tests {
             let (raw, stable) = ja4_and_stable(&ch, quic);
             assert_eq!(raw[1..], *"13d1516h2_8daaf6152771_e5627efa2ab1");
             assert_eq!(stable, ja4_stable(&ch, quic));
-            assert_eq!(stable[..23], *"t13d1514h2_8daaf6152771".replace('t', &raw[..1]));
+            assert_eq!(
+                stable[..23],
+                *"t13d1514h2_8daaf6152771".replace('t', &raw[..1])
+            );
         }
         ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
         let (raw, stable) = ja4_and_stable(&ch, false);
