@@ -133,6 +133,7 @@ impl Handshake {
             .first_server_hello
             .as_deref()
             .or(self.server_hello.as_ref());
+        let (ja4, ja4_stable) = first_ch.map(|c| ja4::ja4_and_stable(c, quic)).unzip();
         ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
@@ -155,8 +156,8 @@ impl Handshake {
             certs: self.certs.clone(),
             failure: self.failure.clone(),
             notes,
-            ja4: first_ch.map(|c| ja4::ja4(c, quic)),
-            ja4_stable: first_ch.map(|c| ja4::ja4_stable(c, quic)),
+            ja4,
+            ja4_stable,
             ja4s: first_sh.map(|s| ja4::ja4s(s, quic)),
             alpn_negotiated: self.alpn_negotiated(),
             family: Family::of(view.client.0),

@@ -32,8 +32,6 @@
 //! assert_eq!(hash12(""), "000000000000");
 //! ```
 
-use std::fmt::Write as _;
-
 use sha2::{Digest, Sha256};
 
 use super::enums::{extension_type as ext, is_grease};
@@ -42,12 +40,13 @@ use super::handshake::{ClientHello, ServerHello};
 /// "No ALPN": no extension, no value, or an empty first value.
 pub const NO_ALPN: [u8; 2] = *b"00";
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// The two ALPN characters of JA4/JA4S from the first ALPN value's raw
 /// bytes: its first and last byte when both are ASCII alphanumerics (one
 /// byte counts as both), else the first and last hex digit of the value
 /// (`0xab 0xcd` -> `ad`); `00` for an empty value.
 pub fn alpn_chars(value: &[u8]) -> [u8; 2] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let (Some(&first), Some(&last)) = (value.first(), value.last()) else {
         return NO_ALPN;
     };
@@ -61,51 +60,80 @@ pub fn alpn_chars(value: &[u8]) -> [u8; 2] {
 /// The first 12 hex digits of SHA-256, or twelve zeros for an empty input
 /// (the specification's marker for "no values").
 pub fn hash12(s: &str) -> String {
-    if s.is_empty() {
-        return "000000000000".into();
-    }
-    let digest = Sha256::digest(s.as_bytes());
-    let mut out = String::with_capacity(12);
-    for b in &digest[..6] {
-        let _ = write!(out, "{b:02x}");
+    ascii(hash12_digits(s.as_bytes()).to_vec())
+}
+
+/// [`hash12`]'s twelve digits, without a String.
+fn hash12_digits(s: &[u8]) -> [u8; 12] {
+    let mut out = [b'0'; 12];
+    if !s.is_empty() {
+        let digest = Sha256::digest(s);
+        for (pair, &b) in out.chunks_exact_mut(2).zip(&digest[..6]) {
+            pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0f)]]);
+        }
     }
     out
+}
+
+/// Appends `v` as 4 lower-case hex digits. A table, not `write!`: core::fmt
+/// made JA4 strings ~12% of a replay's time.
+fn push_hex4(out: &mut Vec<u8>, v: u16) {
+    let [hi, lo] = v.to_be_bytes();
+    out.extend_from_slice(&[
+        HEX[usize::from(hi >> 4)],
+        HEX[usize::from(hi & 0x0f)],
+        HEX[usize::from(lo >> 4)],
+        HEX[usize::from(lo & 0x0f)],
+    ]);
+}
+
+/// Appends `values` as comma-separated 4-digit lower-case hex.
+fn push_hex_list(out: &mut Vec<u8>, values: impl IntoIterator<Item = u16>) {
+    for (i, v) in values.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_hex4(out, v);
+    }
+}
+
+/// Appends a count as two decimal digits, capped at 99.
+fn push_count(out: &mut Vec<u8>, n: usize) {
+    let n = n.min(99) as u8;
+    out.extend_from_slice(&[b'0' + n / 10, b'0' + n % 10]);
+}
+
+/// A fingerprint built as bytes (so its parts hash without a copy) as a
+/// String. It is ASCII unless a hand-made `ja4_alpn` holds other bytes
+/// ([`alpn_chars`] gives ASCII only); those become the char of that code
+/// point, as `char::from` did.
+fn ascii(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes)
+        .unwrap_or_else(|e| e.into_bytes().into_iter().map(char::from).collect())
 }
 
 /// The 2-character version code (JA4.md "TLS and DTLS Version").
-fn version_code(v: u16) -> &'static str {
+fn version_code(v: u16) -> &'static [u8; 2] {
     match v {
-        0x0304 => "13",
-        0x0303 => "12",
-        0x0302 => "11",
-        0x0301 => "10",
-        0x0300 => "s3",
-        0x0002 => "s2",
-        0xfeff => "d1",
-        0xfefd => "d2",
-        0xfefc => "d3",
-        _ => "00",
+        0x0304 => b"13",
+        0x0303 => b"12",
+        0x0302 => b"11",
+        0x0301 => b"10",
+        0x0300 => b"s3",
+        0x0002 => b"s2",
+        0xfeff => b"d1",
+        0xfefd => b"d2",
+        0xfefc => b"d3",
+        _ => b"00",
     }
 }
 
-fn transport_char(quic: bool) -> char {
+fn transport_char(quic: bool) -> u8 {
     if quic {
-        'q'
+        b'q'
     } else {
-        't'
+        b't'
     }
-}
-
-/// Comma-separated 4-digit lower-case hex.
-fn hex_list(values: impl IntoIterator<Item = u16>) -> String {
-    let mut out = String::new();
-    for v in values {
-        if !out.is_empty() {
-            out.push(',');
-        }
-        let _ = write!(out, "{v:04x}");
-    }
-    out
 }
 
 /// The extensions whose presence or content depends on the session
@@ -119,28 +147,33 @@ pub const SESSION_DEPENDENT: [u16; 4] = [
     ext::EARLY_DATA,
 ];
 
-/// A fingerprint's parts before hashing.
-struct Parts {
-    a: String,
-    b: String,
-    c: String,
+/// Fills `list` with the cipher suites of JA4's `b` part: GREASE
+/// dropped, sorted.
+fn client_suites(ch: &ClientHello, list: &mut Vec<u16>) {
+    list.clear();
+    list.extend(ch.cipher_suites.iter().copied().filter(|&s| !is_grease(s)));
+    list.sort_unstable();
 }
 
-/// JA4's parts, with the extensions in `leave_out` ignored as GREASE is
-/// (neither counted nor hashed).
-fn client_parts(ch: &ClientHello, quic: bool, leave_out: &[u16]) -> Parts {
-    let mut suites: Vec<u16> = ch
-        .cipher_suites
-        .iter()
-        .copied()
-        .filter(|&s| !is_grease(s))
-        .collect();
-    let mut exts: Vec<u16> = ch
-        .extensions
-        .iter()
-        .copied()
-        .filter(|&e| !is_grease(e) && !leave_out.contains(&e))
-        .collect();
+/// JA4's `a` part (`t13d1516h2`) and its `c` part before hashing (into
+/// `c`), with the extensions in `leave_out` ignored as GREASE is (neither
+/// counted nor hashed). `exts` is scratch space.
+fn client_a_c(
+    ch: &ClientHello,
+    quic: bool,
+    leave_out: &[u16],
+    suites: usize,
+    exts: &mut Vec<u16>,
+    a: &mut Vec<u8>,
+    c: &mut Vec<u8>,
+) {
+    exts.clear();
+    exts.extend(
+        ch.extensions
+            .iter()
+            .copied()
+            .filter(|&e| !is_grease(e) && !leave_out.contains(&e)),
+    );
     // The highest version in supported_versions (GREASE ignored) when
     // the extension is there, else the hello's own version field.
     let version = ch
@@ -152,88 +185,115 @@ fn client_parts(ch: &ClientHello, quic: bool, leave_out: &[u16]) -> Parts {
         .filter(|_| exts.contains(&ext::SUPPORTED_VERSIONS))
         .unwrap_or(ch.legacy_version);
     let sni = if exts.contains(&ext::SERVER_NAME) {
-        'd'
+        b'd'
     } else {
-        'i'
+        b'i'
     };
-    let alpn = ch.ja4_alpn.unwrap_or(NO_ALPN);
-    let a = format!(
-        "{}{}{sni}{:02}{:02}{}{}",
-        transport_char(quic),
-        version_code(version),
-        suites.len().min(99),
-        exts.len().min(99),
-        char::from(alpn[0]),
-        char::from(alpn[1]),
-    );
-    suites.sort_unstable();
+    a.push(transport_char(quic));
+    a.extend_from_slice(version_code(version));
+    a.push(sni);
+    push_count(a, suites);
+    push_count(a, exts.len());
+    a.extend_from_slice(&ch.ja4_alpn.unwrap_or(NO_ALPN));
+
     exts.retain(|&e| e != ext::SERVER_NAME && e != ext::ALPN);
     exts.sort_unstable();
-    let mut c = hex_list(exts);
-    let sigs = hex_list(
-        ch.signature_algorithms
-            .iter()
-            .copied()
-            .filter(|&s| !is_grease(s)),
-    );
-    if !sigs.is_empty() {
-        c.push('_');
-        c.push_str(&sigs);
-    }
-    Parts {
-        a,
-        b: hex_list(suites),
-        c,
+    push_hex_list(c, exts.iter().copied());
+    let mut sigs = ch
+        .signature_algorithms
+        .iter()
+        .copied()
+        .filter(|&s| !is_grease(s))
+        .peekable();
+    if sigs.peek().is_some() {
+        c.push(b'_');
+        push_hex_list(c, sigs);
     }
 }
 
 /// JA4 of a ClientHello: `t13d1516h2_8daaf6152771_e5627efa2ab1`.
 pub fn ja4(ch: &ClientHello, quic: bool) -> String {
-    hashed(&client_parts(ch, quic, &[]))
+    ja4_and_stable(ch, quic).0
 }
 
 /// JA4 without the [`SESSION_DEPENDENT`] extensions: the same value for a
 /// client's fresh and resuming ClientHellos.
 pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
-    hashed(&client_parts(ch, quic, &SESSION_DEPENDENT))
+    ja4_and_stable(ch, quic).1
 }
 
-fn hashed(p: &Parts) -> String {
-    format!("{}_{}_{}", p.a, hash12(&p.b), hash12(&p.c))
+/// [`ja4`] and [`ja4_stable`] together: they share the suites hash, and
+/// are one value when the hello has no session-dependent extension. One
+/// scratch list and one text buffer serve every part.
+pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
+    let mut list = Vec::with_capacity(ch.cipher_suites.len().max(ch.extensions.len()));
+    client_suites(ch, &mut list);
+    let suites = list.len();
+    let mut text = Vec::with_capacity(5 * list.capacity());
+    push_hex_list(&mut text, list.iter().copied());
+    let b = hash12_digits(&text);
+    let mut hashed = |leave_out: &[u16]| {
+        let mut out = Vec::with_capacity(36);
+        text.clear();
+        client_a_c(ch, quic, leave_out, suites, &mut list, &mut out, &mut text);
+        out.push(b'_');
+        out.extend_from_slice(&b);
+        out.push(b'_');
+        out.extend_from_slice(&hash12_digits(&text));
+        ascii(out)
+    };
+    let ja4 = hashed(&[]);
+    let stable = if ch.extensions.iter().any(|e| SESSION_DEPENDENT.contains(e)) {
+        hashed(&SESSION_DEPENDENT)
+    } else {
+        ja4.clone()
+    };
+    (ja4, stable)
 }
 
 /// JA4_r, the same before hashing: sorted suites, sorted extensions (SNI
 /// and ALPN left out), signature algorithms in the client's order.
 pub fn ja4_r(ch: &ClientHello, quic: bool) -> String {
-    let p = client_parts(ch, quic, &[]);
-    format!("{}_{}_{}", p.a, p.b, p.c)
+    let (mut suites, mut exts) = (Vec::new(), Vec::new());
+    client_suites(ch, &mut suites);
+    let (mut out, mut c) = (Vec::new(), Vec::new());
+    client_a_c(ch, quic, &[], suites.len(), &mut exts, &mut out, &mut c);
+    out.push(b'_');
+    push_hex_list(&mut out, suites);
+    out.push(b'_');
+    out.extend_from_slice(&c);
+    ascii(out)
 }
 
-fn server_parts(sh: &ServerHello, quic: bool) -> (String, String) {
-    let alpn = sh.ja4_alpn.unwrap_or(NO_ALPN);
-    let ab = format!(
-        "{}{}{:02}{}{}_{:04x}",
-        transport_char(quic),
-        version_code(sh.version().0),
-        sh.extensions.len().min(99),
-        char::from(alpn[0]),
-        char::from(alpn[1]),
-        sh.cipher_suite,
-    );
-    (ab, hex_list(sh.extensions.iter().copied()))
+/// JA4S's `a_b` part (`t120400_c030`).
+fn push_server_ab(out: &mut Vec<u8>, sh: &ServerHello, quic: bool) {
+    out.push(transport_char(quic));
+    out.extend_from_slice(version_code(sh.version().0));
+    push_count(out, sh.extensions.len());
+    out.extend_from_slice(&sh.ja4_alpn.unwrap_or(NO_ALPN));
+    out.push(b'_');
+    push_hex4(out, sh.cipher_suite);
 }
 
 /// JA4S of a ServerHello: `t120400_c030_4e8089b08790` (extensions hashed
 /// in the server's order).
 pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
-    let (ab, c) = server_parts(sh, quic);
-    format!("{ab}_{}", hash12(&c))
+    let mut out = Vec::with_capacity(25);
+    push_server_ab(&mut out, sh, quic);
+    out.push(b'_');
+    let mut c = Vec::with_capacity(5 * sh.extensions.len());
+    push_hex_list(&mut c, sh.extensions.iter().copied());
+    out.extend_from_slice(&hash12_digits(&c));
+    ascii(out)
 }
 
 /// JA4S_r, before hashing.
 pub fn ja4s_r(sh: &ServerHello, quic: bool) -> String {
-    let (ab, c) = server_parts(sh, quic);
-    format!("{ab}_{c}")
+    let mut out = Vec::new();
+    push_server_ab(&mut out, sh, quic);
+    out.push(b'_');
+    push_hex_list(&mut out, sh.extensions.iter().copied());
+    ascii(out)
 }
 
 #[cfg(test)]
@@ -361,6 +421,32 @@ mod tests {
         assert_eq!(ja4(&ch, false)[..10], *"t13d1516h2");
         assert_ne!(ja4(&ch, false), stable);
         assert_eq!(ja4_stable(&ch, false), stable);
+    }
+
+    #[test]
+    fn together_as_apart() {
+        let mut ch = example();
+        for quic in [false, true] {
+            let (raw, stable) = ja4_and_stable(&ch, quic);
+            assert_eq!(raw[1..], *"13d1516h2_8daaf6152771_e5627efa2ab1");
+            assert_eq!(stable, ja4_stable(&ch, quic));
+            assert_eq!(
+                stable[..23],
+                *"t13d1514h2_8daaf6152771".replace('t', &raw[..1])
+            );
+        }
+        ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
+        let (raw, stable) = ja4_and_stable(&ch, false);
+        assert_eq!(raw, stable);
+    }
+
+    /// Only a hand-made `ja4_alpn` can hold a non-ASCII byte: it shows as
+    /// the char of that code point, as before the byte buffers.
+    #[test]
+    fn non_ascii_alpn_bytes_are_chars() {
+        let mut ch = example();
+        ch.ja4_alpn = Some([0xe9, b'2']);
+        assert!(ja4(&ch, false).starts_with("t13d1516\u{e9}2_"));
     }
 
     /// The example of FoxIO's own JA4S test (rust/ja4/src/tls.rs).
