@@ -17,7 +17,10 @@
 //!   machine wakes a sleeper late);
 //! - the link behaved during the handshake: no packet's delay across either
 //!   line (between the captures at its ends, and by the line's own log)
-//!   more than 0.5 ms off, and `tcp_rtt` within 1 ms of the configured RTT;
+//!   more than 0.5 ms off, and `tcp_rtt` within 1 ms of the configured RTT.
+//!   A connection where it did not is a failed trial, not judged: at most
+//!   one in ten may be, and every program and kind must be judged at some
+//!   RTT (thinktime.py already reran an RTT up to twice for it);
 //! - each field within [injected − 1 ms, injected + natural + 1 ms] at every
 //!   vantage, where natural is the largest value of that field on the same
 //!   program's connections without injection in this run (the same work:
@@ -35,7 +38,9 @@
 //! - `handshake ≈ round_trips × tcp_rtt + server_think + client_think`
 //!   within 1 ms wherever all the terms exist;
 //! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md);
-//! - each field the same within 1 ms at the three vantages.
+//! - each field the same within 1 ms at the three vantages, plus what the
+//!   lines measurably did to that connection (a packet held longer between
+//!   two captures widens one vantage's gap only).
 //!
 //! It prints the natural think times and, per field, vantage and RTT, the
 //! largest excess over the injected time.
@@ -143,6 +148,11 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     }
     let (doc, work): (Value, _) = common::delayline::run_lab("thinktime.py", "think");
     let mut failures = Vec::new();
+    // Connections the delay lines disturbed, and whether each (program,
+    // kind, injected) was judged at all.
+    let mut unjudged: Vec<String> = Vec::new();
+    let mut connections = 0usize;
+    let mut cells: BTreeMap<(String, String, bool), bool> = BTreeMap::new();
 
     // Natural think: the largest value of each field on the connections
     // without injection, per (program, work), over every RTT and vantage.
@@ -225,12 +235,20 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             let late = c["line_late_max_us"].as_f64().unwrap_or(0.0);
             let delay_off = c["line_delay_off_us"].as_f64().unwrap_or(0.0);
             let off = c["link_rtt_off_ms"].as_f64().unwrap_or(0.0);
+            let cell = (program.to_string(), kind.to_string(), injected);
+            cells.entry(cell.clone()).or_insert(false);
+            connections += 1;
             if late > 500.0 || delay_off > 500.0 || off > 1.0 {
-                failures.push(format!(
+                // A failed trial of the lab, not evidence about tlsrum:
+                // counted, and bounded below (a lab that misbehaves often
+                // fails the test, and every program and kind must still
+                // be judged).
+                unjudged.push(format!(
                     "{who}: the link misbehaved during the handshake: a delay line {late:.0} µs late by its log, a packet {delay_off:.0} µs off its delay between captures (bounds 500 µs), tcp_rtt {off} ms off the configured RTT (bound 1 ms): not judged"
                 ));
                 continue;
             }
+            cells.insert(cell, true);
             // The shim did what it was told, and nothing else.
             let want_server: Vec<(u64, f64)> = if injected {
                 vec![(1, hold["server_think"].as_f64().unwrap())]
@@ -275,7 +293,11 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             }
             // One figure whatever the vantage (DESIGN.md): the three
             // captures of one connection agree within 1 ms, field by field
-            // (this holds whatever the peers' own timing did).
+            // (this holds whatever the peers' own timing did), plus what
+            // the lines measurably did to this connection's packets
+            // between the captures (`delay_off`, under the 500 µs above):
+            // a packet held that much longer on its way widens one
+            // vantage's gap and not the others'.
             for field in FIELDS {
                 let vs: Vec<f64> = VANTAGES
                     .iter()
@@ -284,7 +306,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
                 let (lo, hi) = vs
                     .iter()
                     .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-                if vs.len() > 1 && hi - lo > 1.0 {
+                if vs.len() > 1 && hi - lo > 1.0 + delay_off / 1e3 {
                     failures.push(format!(
                         "{who}: {field} differs by {:.3} ms between vantages: {vs:?}",
                         hi - lo
@@ -425,6 +447,24 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
         "{checked} records checked in {:.0} s",
         doc["elapsed"].as_f64().unwrap_or(0.0)
     );
+    for u in &unjudged {
+        eprintln!("not judged: {u}");
+    }
+    // At most one connection in ten may be a failed trial; more says the
+    // lab, not a connection, is broken.
+    if unjudged.len() * 10 > connections {
+        failures.push(format!(
+            "{} of {connections} connections not judged (the delay lines misbehaved; at most one in ten)",
+            unjudged.len()
+        ));
+    }
+    for ((program, kind, injected), judged) in &cells {
+        if !judged {
+            failures.push(format!(
+                "{program} {kind} (injected: {injected}): no connection judged at any RTT"
+            ));
+        }
+    }
     assert!(
         failures.is_empty(),
         "{} problems:\n{}",

@@ -54,6 +54,8 @@ fn wan_accuracy_at_20_100_260_ms() {
     let (doc, work): (Value, _) = common::delayline::run_lab("accuracy.py", "wan");
 
     let mut failures = Vec::new();
+    let mut late_lines: Vec<String> = Vec::new();
+    let mut connections = 0usize;
     let mut checked = 0;
     let mut kinds_seen = std::collections::BTreeSet::new();
     for lab in doc["labs"].as_array().unwrap() {
@@ -67,9 +69,13 @@ fn wan_accuracy_at_20_100_260_ms() {
                 c["index"],
                 c["local_port"]
             );
+            // A delay line late on a connection is a disturbed trial of
+            // the lab (accuracy.py reran the RTT up to twice and kept the
+            // best): reported, its figures still judged, and bounded below.
             let late = f(&c["line_late_max_us"]).unwrap_or(0.0);
+            connections += 1;
             if late > 500.0 {
-                failures.push(format!(
+                late_lines.push(format!(
                     "{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"
                 ));
             }
@@ -211,6 +217,17 @@ fn wan_accuracy_at_20_100_260_ms() {
     }
     for r in doc["reruns"].as_array().into_iter().flatten() {
         eprintln!("rerun at rtt {}: {}", r["rtt"], r["why"]);
+    }
+    for l in &late_lines {
+        eprintln!("late line: {l}");
+    }
+    // More than one connection in ten: the lab, not a connection, is broken.
+    if late_lines.len() * 10 > connections {
+        failures.push(format!(
+            "the delay line was late on {} of {connections} connections (at most one in ten):\n{}",
+            late_lines.len(),
+            late_lines.join("\n")
+        ));
     }
     eprintln!(
         "{checked} records checked in {:.0} s",
