@@ -71,10 +71,15 @@ fn wan_accuracy_at_20_100_260_ms() {
             );
             // A delay line late on a connection is a disturbed trial of
             // the lab (accuracy.py reran the RTT up to twice and kept the
-            // best): reported, its figures still judged, and bounded below.
+            // best): the wire no longer shows the configured RTT, so the
+            // figures measured against wall-clock expectations (tcp_rtt vs
+            // the configured RTT, the client's clock, avoidable = RTT) are
+            // not judged; kinds, round trips, live = replay and the
+            // counters still are. Reported, and bounded below.
             let late = f(&c["line_late_max_us"]).unwrap_or(0.0);
+            let disturbed = late > 500.0;
             connections += 1;
-            if late > 500.0 {
+            if disturbed {
                 late_lines.push(format!(
                     "{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"
                 ));
@@ -105,12 +110,13 @@ fn wan_accuracy_at_20_100_260_ms() {
                     ));
                 }
                 match f(&t["tcp_rtt"]) {
-                    Some(r) if (r - rtt).abs() <= 1.0 => {}
+                    Some(r) if disturbed || (r - rtt).abs() <= 1.0 => {}
                     other => failures.push(format!("{who}: tcp_rtt {other:?}, configured {rtt}")),
                 }
-                if let (Some((chs, cttfb)), false) =
-                    (client_clock, c["warmup"].as_bool().unwrap_or(false))
-                {
+                if let (Some((chs, cttfb)), false) = (
+                    client_clock,
+                    c["warmup"].as_bool().unwrap_or(false) || disturbed,
+                ) {
                     let shift = if vantage == "client" { 0.0 } else { rtt };
                     match f(&t["handshake"]) {
                         Some(hs) if (hs - chs).abs() <= tolerance(chs) => {}
@@ -131,7 +137,7 @@ fn wan_accuracy_at_20_100_260_ms() {
                 let avoidable = f(&t["avoidable"]);
                 match (full && offered, rec["version"].as_str()) {
                     (true, Some("TLS1.2")) => match avoidable {
-                        Some(a) if (a - rtt).abs() <= 1.0 => {}
+                        Some(a) if disturbed || (a - rtt).abs() <= 1.0 => {}
                         other => failures.push(format!(
                             "{who}: avoidable {other:?}, expected one RTT ({rtt})"
                         )),
