@@ -691,30 +691,46 @@ MAX_RERUNS = 2
 LATE_US = 500
 
 
+def cell(c):
+    """What the test must see judged: a program's kind, with or without
+    injection."""
+    return (c["program"], c["kind"], c["injected"])
+
+
 def run(rtts, workdir):
+    """Every attempt's lab is kept: the test judges each connection the link
+    carried faithfully. An RTT is run again (up to MAX_RERUNS times) while
+    some program's kind, with or without injection, has no such connection
+    at it: on a jittery VM a whole lab rarely has none disturbed, but three
+    attempts almost always cover every cell."""
     doc = {"started": time.time(), "rtts": rtts, "labs": [], "reruns": []}
     shim = build_shim(workdir)
     for rtt in rtts:
-        best = None
+        covered, cells = set(), set()
         for attempt in range(MAX_RERUNS + 1):
             log(f"think times: RTT {rtt} ms" + (f" (rerun {attempt})" if attempt else ""))
             lab = ChainLab(rtt, Path(workdir) / f"rtt{rtt:g}-{attempt}", shim)
             with lab:
                 lab.run_all()
             res = lab.results()
+            res["attempt"] = attempt
+            doc["labs"].append(res)
             late = [c for c in res["connections"] if link_off(c)]
-            if best is None or len(late) < best[0]:
-                best = (len(late), res)
-            if late and attempt < MAX_RERUNS:
-                why = [f'{c["program"]} {c["kind"]} port {c["local_port"]}: {c["line_late_max_us"]:.0f} µs late, '
-                       f'a packet {c.get("line_delay_off_us")} µs off its delay, '
-                       f'tcp_rtt off by {c["link_rtt_off_ms"]} ms' for c in late]
-                log(f"RTT {rtt} ms: rerun, a delay line was late: {why}")
+            cells |= {cell(c) for c in res["connections"]}
+            covered |= {cell(c) for c in res["connections"] if not link_off(c)}
+            missing = sorted(cells - covered)
+            if missing and attempt < MAX_RERUNS:
+                # Summed up: the test prints the details of each connection.
+                worst = max(late, key=lambda c: c["line_late_max_us"] or 0)
+                why = (f"{len(late)} of {len(res['connections'])} connections disturbed, "
+                       f"worst {worst['program']} {worst['kind']} port {worst['local_port']}: "
+                       f"{worst['line_late_max_us'] or 0:.0f} µs late, a packet {worst.get('line_delay_off_us')} µs "
+                       f"off its delay; not yet judged: "
+                       + ", ".join(f"{p} {k}{' injected' if i else ''}" for p, k, i in missing))
+                log(f"RTT {rtt} ms: rerun, {why}")
                 doc["reruns"].append({"rtt": rtt, "attempt": attempt, "why": why})
                 continue
             break
-        # The attempt with the fewest connections the line was late on.
-        doc["labs"].append(best[1])
     doc["elapsed"] = time.time() - doc["started"]
     return doc
 
