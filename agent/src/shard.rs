@@ -18,7 +18,8 @@
 //!   runs when the capture clock passes a second is replayed in every
 //!   shard at the same frame ([`Analyzer::tick`]).
 //! - Records are merged by the number of the frame that completed them:
-//!   the order of one thread. Records several shards finish at the same
+//!   the order of one thread. A sink that only writes each record's bytes
+//!   (NDJSON) has the shards encode them; this thread puts them in order. Records several shards finish at the same
 //!   frame (an idle sweep, the end of the capture) come shard by shard.
 //! - Session IDs servers issue go to one store all shards share
 //!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
@@ -42,7 +43,7 @@ use analyzer::wire::{self, LinkType};
 use analyzer::{Analyzer, SessionIds, Stats};
 use anyhow::{anyhow, bail, Result};
 
-use crate::sink::RecordSink;
+use crate::sink::{Encoder, RecordSink};
 use crate::source::{prefetch, Captured, Source, Status};
 
 /// Frames per shard in one round: every shard gets one batch per round,
@@ -95,17 +96,64 @@ enum ToShard {
 }
 
 enum FromShard {
-    /// The batch back (emptied, for reuse) and the records it completed,
-    /// each with the number of the frame that completed it.
-    Round {
-        batch: Batch,
-        records: Vec<(u64, ConnectionRecord)>,
-    },
+    /// The batch back (emptied, for reuse) and the records it completed.
+    Round { batch: Batch, out: Out },
     /// Records of flows finished at the end of input.
-    Finished(Vec<ConnectionRecord>),
+    Finished(Out),
     /// The shard is done: its counters, and the frame where each value of
     /// its undecoded QUIC versions list first appeared.
     Done(Box<Stats>, Vec<u64>),
+}
+
+/// Records a shard completed, each with the number of the frame that
+/// completed it: as they are, or, when the sink has an encoder
+/// ([`RecordSink::encoder`]), as its bytes, encoded on the shard so that
+/// the reading thread only puts them in order.
+#[derive(Default)]
+struct Out {
+    records: Vec<(u64, ConnectionRecord)>,
+    /// (frame, where its bytes are in `bytes`).
+    lines: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl Out {
+    fn push(&mut self, seq: u64, record: ConnectionRecord, encoder: Option<Encoder>) {
+        match encoder {
+            Some(encode) => {
+                let start = self.bytes.len();
+                encode(&record, &mut self.bytes);
+                self.lines.push((seq, start, self.bytes.len()));
+            }
+            None => self.records.push((seq, record)),
+        }
+    }
+}
+
+/// Writes shards' records in frame order (shard by shard within a frame,
+/// as `outs` come).
+fn write(outs: &mut [Out], sink: &mut dyn RecordSink) -> Result<()> {
+    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
+    let mut lines: Vec<(u64, usize, usize, usize)> = Vec::new();
+    for (k, out) in outs.iter_mut().enumerate() {
+        all.append(&mut out.records);
+        lines.extend(out.lines.iter().map(|&(seq, a, b)| (seq, k, a, b)));
+    }
+    if !all.is_empty() {
+        // Stable: within a frame, shard order stays.
+        all.sort_by_key(|(seq, _)| *seq);
+        let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
+        sink.records(&records)?;
+    }
+    if !lines.is_empty() {
+        lines.sort_by_key(|l| l.0);
+        let mut bytes = Vec::with_capacity(outs.iter().map(|o| o.bytes.len()).sum());
+        for (_, k, a, b) in lines {
+            bytes.extend_from_slice(outs[k].bytes.get(a..b).unwrap_or_default());
+        }
+        sink.encoded(&bytes)?;
+    }
+    Ok(())
 }
 
 /// Padded to its own cache line: shards write their progress per frame.
@@ -277,6 +325,7 @@ pub fn replay(
     // Frames inside the source's mapping are handed over as places in it.
     let mapping = source.mapping();
     let map: &[u8] = mapping.as_ref().map_or(&[], |m| &m.bytes[..]);
+    let encoder = sink.encoder();
     std::thread::scope(|scope| {
         let mut to: Vec<Sender<ToShard>> = Vec::with_capacity(n);
         let mut from: Vec<Receiver<FromShard>> = Vec::with_capacity(n);
@@ -286,7 +335,9 @@ pub fn replay(
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("tlsrum-shard-{me}"))
-                .spawn_scoped(scope, move || shard(me, shared, map, make, rx_in, tx_out))?;
+                .spawn_scoped(scope, move || {
+                    shard(me, shared, map, encoder, make, rx_in, tx_out)
+                })?;
             to.push(tx_in);
             from.push(rx_out);
         }
@@ -341,11 +392,7 @@ pub fn replay(
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
             loop {
                 match rx.recv() {
-                    Ok(FromShard::Finished(records)) => {
-                        if !records.is_empty() {
-                            sink.records(&records)?;
-                        }
-                    }
+                    Ok(FromShard::Finished(out)) => write(&mut [out], sink)?,
                     Ok(FromShard::Done(s, first)) => {
                         stats.merge(&s);
                         versions.push((s.quic.undecoded_versions, first));
@@ -486,23 +533,17 @@ fn collect(
     sink: &mut dyn RecordSink,
     pool: &mut Vec<Batch>,
 ) -> Result<()> {
-    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
+    let mut outs = Vec::with_capacity(from.len());
     for rx in from {
         match rx.recv() {
-            Ok(FromShard::Round { batch, mut records }) => {
+            Ok(FromShard::Round { batch, out }) => {
                 pool.push(batch);
-                all.append(&mut records);
+                outs.push(out);
             }
             _ => bail!("an analysis shard stopped"),
         }
     }
-    if all.is_empty() {
-        return Ok(());
-    }
-    // Stable: within a frame, shard order stays.
-    all.sort_by_key(|(seq, _)| *seq);
-    let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
-    sink.records(&records)
+    write(&mut outs, sink)
 }
 
 /// One shard: its analyzer over the frames it is handed.
@@ -510,6 +551,7 @@ fn shard(
     me: usize,
     shared: Arc<Shared>,
     map: &[u8],
+    encoder: Option<Encoder>,
     make: &(dyn Fn() -> Analyzer + Sync),
     rx: Receiver<ToShard>,
     tx: Sender<FromShard>,
@@ -525,7 +567,7 @@ fn shard(
     for msg in rx {
         match msg {
             ToShard::Round { mut batch, end } => {
-                let mut records = Vec::new();
+                let mut out = Out::default();
                 for (k, item) in batch.items.iter().enumerate() {
                     if let Some(&Item::Frame {
                         start, mapped, ..
@@ -559,13 +601,15 @@ fn shard(
                     let versions = analyzer.stats().quic.undecoded_versions.values().len();
                     versions_at.resize(versions, seq);
                     if analyzer.records_waiting() > 0 {
-                        records.extend(analyzer.take_records().into_iter().map(|r| (seq, r)));
+                        for r in analyzer.take_records() {
+                            out.push(seq, r, encoder);
+                        }
                     }
                 }
                 shared.advance(me, end);
                 batch.data.clear();
                 batch.items.clear();
-                if tx.send(FromShard::Round { batch, records }).is_err() {
+                if tx.send(FromShard::Round { batch, out }).is_err() {
                     return;
                 }
             }
@@ -573,10 +617,11 @@ fn shard(
                 shared.advance(me, DONE);
                 loop {
                     let done = analyzer.finish_some(FINISH_BATCH);
-                    if tx
-                        .send(FromShard::Finished(analyzer.take_records()))
-                        .is_err()
-                    {
+                    let mut out = Out::default();
+                    for r in analyzer.take_records() {
+                        out.push(0, r, encoder);
+                    }
+                    if tx.send(FromShard::Finished(out)).is_err() {
                         return;
                     }
                     if done {
