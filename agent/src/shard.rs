@@ -1,8 +1,12 @@
 //! Flow-sharded replay (`tlsrum replay --threads N`): this thread reads the
 //! capture, decodes each frame just far enough to find its connection
 //! ([`Packet::conversation`], the analyzer's own decoder, so tunnels and
-//! VLANs land by their inner connection) and hands the frames, copied
-//! into batches, to N shards, each a thread with its own [`Analyzer`].
+//! VLANs land by their inner connection) and hands the frames to N
+//! shards, each a thread with its own [`Analyzer`]: as places in the
+//! capture's mapping when the source has one ([`Source::mapping`], a plain
+//! file; the source then keeps the pages of rounds in flight), else copied
+//! into batches. Shards prefetch their next frames' headers: this thread
+//! touched them last, on another core.
 //!
 //! What keeps the output that of one thread:
 //! - Both directions of a connection, and all connection IDs of a QUIC
@@ -14,21 +18,23 @@
 //!   runs when the capture clock passes a second is replayed in every
 //!   shard at the same frame ([`Analyzer::tick`]).
 //! - Records are merged by the number of the frame that completed them:
-//!   the order of one thread. Records several shards finish at the same
+//!   the order of one thread. A sink that only writes each record's bytes
+//!   (NDJSON) has the shards encode them; this thread puts them in order. Records several shards finish at the same
 //!   frame (an idle sweep, the end of the capture) come shard by shard.
 //! - Session IDs servers issue go to one store all shards share
 //!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
 //!   frame `q` is asked when its record is built; the answer waits, if
-//!   needed, until every other shard is past `q`.
+//!   needed, until every other shard is past `q` (asleep: a shard passing
+//!   a frame someone waits for wakes them, so waiting costs no core).
 //! - Counters are summed. `--max-flows` and `--max-memory` are split
 //!   evenly among the shards: the totals hold, but which flow is evicted
 //!   when they bind can differ from one thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use analyzer::handshake::Issued;
 use analyzer::quic::version::VersionsSeen;
@@ -37,8 +43,8 @@ use analyzer::wire::{self, LinkType};
 use analyzer::{Analyzer, SessionIds, Stats};
 use anyhow::{anyhow, bail, Result};
 
-use crate::sink::RecordSink;
-use crate::source::{Captured, Source, Status};
+use crate::sink::{Encoder, RecordSink};
+use crate::source::{prefetch, Captured, Source, Status};
 
 /// Frames per shard in one round: every shard gets one batch per round,
 /// so that each knows how far the capture has gone.
@@ -50,18 +56,26 @@ const DEPTH: usize = 3;
 /// Flows finished per step at the end of input (as `pipeline::finish`).
 const FINISH_BATCH: usize = 4096;
 
+/// Frames ahead whose first bytes a shard asks the cache for: the reading
+/// thread touched them last (so they are in another core's cache, or in
+/// memory), and waiting for them was a shard's largest single cost.
+const PREFETCH_AHEAD: usize = 4;
+
 /// "Past every frame": a shard at the end of its input, or gone.
 const DONE: u64 = u64::MAX;
 
 /// One frame or one sweep for a shard.
 #[derive(Clone, Copy)]
 enum Item {
+    /// Its bytes are `start..end` of the batch's `data`, or of the
+    /// source's mapping when `mapped`.
     Frame {
         seq: u64,
         ts: f64,
         link: LinkType,
         start: usize,
         end: usize,
+        mapped: bool,
     },
     /// The idle sweep one analyzer would run before frame `seq`.
     Tick { seq: u64, ts: f64 },
@@ -82,17 +96,64 @@ enum ToShard {
 }
 
 enum FromShard {
-    /// The batch back (emptied, for reuse) and the records it completed,
-    /// each with the number of the frame that completed it.
-    Round {
-        batch: Batch,
-        records: Vec<(u64, ConnectionRecord)>,
-    },
+    /// The batch back (emptied, for reuse) and the records it completed.
+    Round { batch: Batch, out: Out },
     /// Records of flows finished at the end of input.
-    Finished(Vec<ConnectionRecord>),
+    Finished(Out),
     /// The shard is done: its counters, and the frame where each value of
     /// its undecoded QUIC versions list first appeared.
     Done(Box<Stats>, Vec<u64>),
+}
+
+/// Records a shard completed, each with the number of the frame that
+/// completed it: as they are, or, when the sink has an encoder
+/// ([`RecordSink::encoder`]), as its bytes, encoded on the shard so that
+/// the reading thread only puts them in order.
+#[derive(Default)]
+struct Out {
+    records: Vec<(u64, ConnectionRecord)>,
+    /// (frame, where its bytes are in `bytes`).
+    lines: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl Out {
+    fn push(&mut self, seq: u64, record: ConnectionRecord, encoder: Option<Encoder>) {
+        match encoder {
+            Some(encode) => {
+                let start = self.bytes.len();
+                encode(&record, &mut self.bytes);
+                self.lines.push((seq, start, self.bytes.len()));
+            }
+            None => self.records.push((seq, record)),
+        }
+    }
+}
+
+/// Writes shards' records in frame order (shard by shard within a frame,
+/// as `outs` come).
+fn write(outs: &mut [Out], sink: &mut dyn RecordSink) -> Result<()> {
+    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
+    let mut lines: Vec<(u64, usize, usize, usize)> = Vec::new();
+    for (k, out) in outs.iter_mut().enumerate() {
+        all.append(&mut out.records);
+        lines.extend(out.lines.iter().map(|&(seq, a, b)| (seq, k, a, b)));
+    }
+    if !all.is_empty() {
+        // Stable: within a frame, shard order stays.
+        all.sort_by_key(|(seq, _)| *seq);
+        let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
+        sink.records(&records)?;
+    }
+    if !lines.is_empty() {
+        lines.sort_by_key(|l| l.0);
+        let mut bytes = Vec::with_capacity(outs.iter().map(|o| o.bytes.len()).sum());
+        for (_, k, a, b) in lines {
+            bytes.extend_from_slice(outs[k].bytes.get(a..b).unwrap_or_default());
+        }
+        sink.encoded(&bytes)?;
+    }
+    Ok(())
 }
 
 /// Padded to its own cache line: shards write their progress per frame.
@@ -103,7 +164,61 @@ struct Progress(AtomicU64);
 struct Shared {
     /// Shard i has processed all its frames numbered below `progress[i]`.
     progress: Vec<Progress>,
+    /// The lowest frame number someone waits for shard i to pass
+    /// (`DONE`: nobody waits), so that shards tell only when it matters.
+    wanted: Vec<Progress>,
+    /// Where a shard waits for another ([`Shared::wait_past`]).
+    gate: Mutex<()>,
+    passed: Condvar,
     ids: Mutex<IdStore>,
+}
+
+impl Shared {
+    fn new(shards: usize, max_session_ids: usize) -> Self {
+        Shared {
+            progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
+            wanted: (0..shards).map(|_| Progress(AtomicU64::new(DONE))).collect(),
+            gate: Mutex::new(()),
+            passed: Condvar::new(),
+            ids: Mutex::new(IdStore {
+                first: HashMap::new(),
+                order: VecDeque::new(),
+                cap: max_session_ids.max(1),
+            }),
+        }
+    }
+
+    /// Shard `me` processed every frame below `seq`; wakes whoever waits
+    /// for that. (SeqCst here and in `wait_past`: either the waiter sees
+    /// the progress, or the shard sees the wish.)
+    fn advance(&self, me: usize, seq: u64) {
+        self.progress[me].0.store(seq, Ordering::SeqCst);
+        if self.wanted[me].0.load(Ordering::SeqCst) <= seq {
+            let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+            self.wanted[me].0.store(DONE, Ordering::SeqCst);
+            self.passed.notify_all();
+        }
+    }
+
+    /// Blocks until shard `i` is past frame `q`: sleeping, not spinning,
+    /// so that the shard waited for gets the core.
+    fn wait_past(&self, i: usize, q: u64) {
+        // A shard close behind passes q in a moment: cheaper than sleeping.
+        for _ in 0..64 {
+            if self.progress[i].0.load(Ordering::Acquire) >= q {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            self.wanted[i].0.fetch_min(q, Ordering::SeqCst);
+            if self.progress[i].0.load(Ordering::SeqCst) >= q {
+                return;
+            }
+            gate = self.passed.wait(gate).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// Session ID hash -> the first frame that issued it; bounded, oldest
@@ -149,15 +264,9 @@ impl SessionIds for SharedIds {
         }
         // Another shard may not have reached frame q yet: wait until all
         // have, so the answer is the one a single analyzer gives.
-        for (i, p) in self.shared.progress.iter().enumerate() {
-            let mut spins = 0u32;
-            while i != self.me && p.0.load(Ordering::Acquire) < q {
-                spins += 1;
-                if spins < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+        for i in 0..self.shared.progress.len() {
+            if i != self.me {
+                self.shared.wait_past(i, q);
             }
         }
         self.issued_before(hash, q)
@@ -184,11 +293,11 @@ impl SessionIds for SharedIds {
 
 /// Marks its shard past every frame when the shard ends, even by a panic,
 /// so that no other shard waits for it forever.
-struct PastEverything<'a>(&'a Progress);
+struct PastEverything<'a>(&'a Shared, usize);
 
 impl Drop for PastEverything<'_> {
     fn drop(&mut self) {
-        self.0 .0.store(DONE, Ordering::Release);
+        self.0.advance(self.1, DONE);
     }
 }
 
@@ -212,14 +321,11 @@ pub fn replay(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sharded> {
     let n = threads.max(1);
-    let shared = Arc::new(Shared {
-        progress: (0..n).map(|_| Progress(AtomicU64::new(0))).collect(),
-        ids: Mutex::new(IdStore {
-            first: HashMap::new(),
-            order: VecDeque::new(),
-            cap: max_session_ids.max(1),
-        }),
-    });
+    let shared = Arc::new(Shared::new(n, max_session_ids));
+    // Frames inside the source's mapping are handed over as places in it.
+    let mapping = source.mapping();
+    let map: &[u8] = mapping.as_ref().map_or(&[], |m| &m.bytes[..]);
+    let encoder = sink.encoder();
     std::thread::scope(|scope| {
         let mut to: Vec<Sender<ToShard>> = Vec::with_capacity(n);
         let mut from: Vec<Receiver<FromShard>> = Vec::with_capacity(n);
@@ -229,7 +335,9 @@ pub fn replay(
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("tlsrum-shard-{me}"))
-                .spawn_scoped(scope, move || shard(me, shared, make, rx_in, tx_out))?;
+                .spawn_scoped(scope, move || {
+                    shard(me, shared, map, encoder, make, rx_in, tx_out)
+                })?;
             to.push(tx_in);
             from.push(rx_out);
         }
@@ -239,10 +347,16 @@ pub fn replay(
             last_sweep: f64::MIN,
             batches: Vec::new(),
             pool: Vec::new(),
+            map,
+            mapped_to: 0,
         };
+        // Where each round in flight starts in the mapping: the source
+        // keeps the pages from the oldest one's start on.
+        let mut starts: VecDeque<usize> = VecDeque::new();
         let mut in_flight = 0usize;
         let mut read_error = None;
         loop {
+            starts.push_back(dispatch.mapped_to);
             let status = dispatch.fill(source);
             let end = dispatch.seq;
             for (tx, batch) in to.iter().zip(dispatch.batches.drain(..)) {
@@ -253,6 +367,10 @@ pub fn replay(
             if in_flight > DEPTH {
                 collect(&from, sink, &mut dispatch.pool)?;
                 in_flight -= 1;
+                starts.pop_front();
+                if let (Some(m), Some(&start)) = (&mapping, starts.front()) {
+                    m.keep.store(start, Ordering::Release);
+                }
             }
             progress(dispatch.seq);
             match status {
@@ -274,11 +392,7 @@ pub fn replay(
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
             loop {
                 match rx.recv() {
-                    Ok(FromShard::Finished(records)) => {
-                        if !records.is_empty() {
-                            sink.records(&records)?;
-                        }
-                    }
+                    Ok(FromShard::Finished(out)) => write(&mut [out], sink)?,
                     Ok(FromShard::Done(s, first)) => {
                         stats.merge(&s);
                         versions.push((s.quic.undecoded_versions, first));
@@ -328,7 +442,7 @@ fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
 }
 
 /// The reading side: numbers frames, picks their shard, replays sweeps.
-struct Dispatch {
+struct Dispatch<'a> {
     n: usize,
     /// The next frame's number.
     seq: u64,
@@ -338,9 +452,13 @@ struct Dispatch {
     batches: Vec<Batch>,
     /// Emptied batches back from the shards.
     pool: Vec<Batch>,
+    /// The source's mapping (empty if none).
+    map: &'a [u8],
+    /// Where the last frame handed over from the mapping ends.
+    mapped_to: usize,
 }
 
-impl Dispatch {
+impl Dispatch<'_> {
     /// Reads a round: until every shard could have its share, or the end.
     fn fill(&mut self, source: &mut dyn Source) -> Result<Status> {
         while self.batches.len() < self.n {
@@ -377,22 +495,33 @@ impl Dispatch {
                         b.items.push(Item::Tick { seq, ts });
                     }
                 }
-                let mut h = DefaultHasher::new();
-                p.conversation().hash(&mut h);
-                (h.finish() % self.n as u64) as usize
+                // foldhash, not SipHash: the choice needs spread, not
+                // resistance to chosen input.
+                let h = foldhash::fast::FixedState::default().hash_one(p.conversation());
+                (h % self.n as u64) as usize
             }
             // Undecodable frames are only counted: any shard will do.
             Err(_) => (seq % self.n as u64) as usize,
         };
         let b = &mut self.batches[shard];
-        let start = b.data.len();
-        b.data.extend_from_slice(data);
+        // Inside the mapping (not a frame the source rewrote): no copy.
+        let base = self.map.as_ptr() as usize;
+        let at = (data.as_ptr() as usize).wrapping_sub(base);
+        let (start, end, mapped) = if at <= self.map.len() && data.len() <= self.map.len() - at {
+            self.mapped_to = at + data.len();
+            (at, at + data.len(), true)
+        } else {
+            let start = b.data.len();
+            b.data.extend_from_slice(data);
+            (start, b.data.len(), false)
+        };
         b.items.push(Item::Frame {
             seq,
             ts,
             link,
             start,
-            end: b.data.len(),
+            end,
+            mapped,
         });
     }
 }
@@ -404,35 +533,30 @@ fn collect(
     sink: &mut dyn RecordSink,
     pool: &mut Vec<Batch>,
 ) -> Result<()> {
-    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
+    let mut outs = Vec::with_capacity(from.len());
     for rx in from {
         match rx.recv() {
-            Ok(FromShard::Round { batch, mut records }) => {
+            Ok(FromShard::Round { batch, out }) => {
                 pool.push(batch);
-                all.append(&mut records);
+                outs.push(out);
             }
             _ => bail!("an analysis shard stopped"),
         }
     }
-    if all.is_empty() {
-        return Ok(());
-    }
-    // Stable: within a frame, shard order stays.
-    all.sort_by_key(|(seq, _)| *seq);
-    let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
-    sink.records(&records)
+    write(&mut outs, sink)
 }
 
 /// One shard: its analyzer over the frames it is handed.
 fn shard(
     me: usize,
     shared: Arc<Shared>,
+    map: &[u8],
+    encoder: Option<Encoder>,
     make: &(dyn Fn() -> Analyzer + Sync),
     rx: Receiver<ToShard>,
     tx: Sender<FromShard>,
 ) {
-    let progress = &shared.progress[me];
-    let _past = PastEverything(progress);
+    let _past = PastEverything(&shared, me);
     let mut analyzer = make();
     analyzer.set_session_ids(Box::new(SharedIds {
         shared: shared.clone(),
@@ -443,8 +567,16 @@ fn shard(
     for msg in rx {
         match msg {
             ToShard::Round { mut batch, end } => {
-                let mut records = Vec::new();
-                for item in &batch.items {
+                let mut out = Out::default();
+                for (k, item) in batch.items.iter().enumerate() {
+                    if let Some(&Item::Frame {
+                        start, mapped, ..
+                    }) = batch.items.get(k + PREFETCH_AHEAD)
+                    {
+                        let bytes = if mapped { map } else { &batch.data[..] };
+                        // Its link, network and transport headers.
+                        prefetch(bytes.get(start..).unwrap_or_default(), 2);
+                    }
                     let seq = match *item {
                         Item::Frame {
                             seq,
@@ -452,14 +584,16 @@ fn shard(
                             link,
                             start,
                             end,
+                            mapped,
                         } => {
-                            progress.0.store(seq, Ordering::Release);
-                            let frame = batch.data.get(start..end).unwrap_or_default();
+                            shared.advance(me, seq);
+                            let bytes = if mapped { map } else { &batch.data[..] };
+                            let frame = bytes.get(start..end).unwrap_or_default();
                             analyzer.push_frame(ts, link, frame);
                             seq
                         }
                         Item::Tick { seq, ts } => {
-                            progress.0.store(seq, Ordering::Release);
+                            shared.advance(me, seq);
                             analyzer.tick(ts);
                             seq
                         }
@@ -467,24 +601,27 @@ fn shard(
                     let versions = analyzer.stats().quic.undecoded_versions.values().len();
                     versions_at.resize(versions, seq);
                     if analyzer.records_waiting() > 0 {
-                        records.extend(analyzer.take_records().into_iter().map(|r| (seq, r)));
+                        for r in analyzer.take_records() {
+                            out.push(seq, r, encoder);
+                        }
                     }
                 }
-                progress.0.store(end, Ordering::Release);
+                shared.advance(me, end);
                 batch.data.clear();
                 batch.items.clear();
-                if tx.send(FromShard::Round { batch, records }).is_err() {
+                if tx.send(FromShard::Round { batch, out }).is_err() {
                     return;
                 }
             }
             ToShard::Finish => {
-                progress.0.store(DONE, Ordering::Release);
+                shared.advance(me, DONE);
                 loop {
                     let done = analyzer.finish_some(FINISH_BATCH);
-                    if tx
-                        .send(FromShard::Finished(analyzer.take_records()))
-                        .is_err()
-                    {
+                    let mut out = Out::default();
+                    for r in analyzer.take_records() {
+                        out.push(0, r, encoder);
+                    }
+                    if tx.send(FromShard::Finished(out)).is_err() {
                         return;
                     }
                     if done {
@@ -506,14 +643,7 @@ mod tests {
     use super::*;
 
     fn shared(shards: usize) -> Arc<Shared> {
-        Arc::new(Shared {
-            progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
-            ids: Mutex::new(IdStore {
-                first: HashMap::new(),
-                order: VecDeque::new(),
-                cap: 2,
-            }),
-        })
+        Arc::new(Shared::new(shards, 2))
     }
 
     /// An ID issued in one shard counts in another only for frames after
@@ -561,9 +691,9 @@ mod tests {
             std::thread::spawn(move || {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 let mut a = SharedIds { shared: s, me: 0 };
-                a.shared.progress[0].0.store(6, Ordering::Release);
+                a.shared.advance(0, 6);
                 a.issued(7);
-                a.shared.progress[0].0.store(11, Ordering::Release);
+                a.shared.advance(0, 11);
             })
         };
         assert!(b.was_issued(7));

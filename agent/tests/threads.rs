@@ -84,6 +84,20 @@ fn records_are_those_of_one_thread() {
     }
 }
 
+/// NDJSON alone (no other sink): the shards encode the records and the
+/// reading thread puts the bytes in order; the same records (sorted),
+/// counters and warnings as one thread.
+#[test]
+fn records_encoded_on_the_shards_are_those_of_one_thread() {
+    let (one, one_err, _) = replay(1, &["--format", "ndjson"], false);
+    assert!(one.lines().count() > 100, "too few records");
+    for n in [2, 3] {
+        let (out, err, _) = replay(n, &["--format", "ndjson"], false);
+        assert_eq!(sorted_lines(&one), sorted_lines(&out), "{n} threads");
+        assert_eq!(one_err, err, "{n} threads: counters, warnings");
+    }
+}
+
 /// Table, --by and --window: the same aggregates, byte for byte.
 #[test]
 fn aggregates_are_those_of_one_thread() {

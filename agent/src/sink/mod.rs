@@ -33,6 +33,9 @@ pub struct RunEnd<'a> {
 }
 
 /// A destination for connection records.
+/// Appends a record's bytes as a sink writes them.
+pub type Encoder = fn(&ConnectionRecord, &mut Vec<u8>);
+
 pub trait RecordSink {
     /// Takes one record.
     fn record(&mut self, r: &ConnectionRecord) -> Result<()>;
@@ -40,6 +43,17 @@ pub trait RecordSink {
     /// at once.
     fn records(&mut self, records: &[ConnectionRecord]) -> Result<()> {
         records.iter().try_for_each(|r| self.record(r))
+    }
+    /// A sink that writes each record as bytes and keeps nothing else of
+    /// it may hand out how it encodes one: a sharded replay then encodes
+    /// on its shards and hands over the bytes ([`encoded`](Self::encoded))
+    /// instead of the records.
+    fn encoder(&self) -> Option<Encoder> {
+        None
+    }
+    /// Takes records as `encoder` encoded them, in order.
+    fn encoded(&mut self, _bytes: &[u8]) -> Result<()> {
+        anyhow::bail!("this sink takes records, not encoded bytes")
     }
     /// Hands buffered output to its reader (live: every second).
     fn flush(&mut self) -> Result<()> {
@@ -67,6 +81,21 @@ impl RecordSink for FanOut {
 
     fn records(&mut self, records: &[ConnectionRecord]) -> Result<()> {
         self.0.iter_mut().try_for_each(|s| s.records(records))
+    }
+
+    /// One sink's, when it is the only one.
+    fn encoder(&self) -> Option<Encoder> {
+        match &self.0[..] {
+            [only] => only.encoder(),
+            _ => None,
+        }
+    }
+
+    fn encoded(&mut self, bytes: &[u8]) -> Result<()> {
+        match &mut self.0[..] {
+            [only] => only.encoded(bytes),
+            _ => anyhow::bail!("several sinks take records, not encoded bytes"),
+        }
     }
 
     fn flush(&mut self) -> Result<()> {

@@ -8,7 +8,7 @@ use analyzer::output::ndjson::NdjsonWriter;
 use analyzer::record::ConnectionRecord;
 use anyhow::Result;
 
-use super::{RecordSink, RunEnd};
+use super::{Encoder, RecordSink, RunEnd};
 
 pub struct NdjsonSink<W: Write> {
     w: W,
@@ -33,6 +33,17 @@ impl<W: Write> NdjsonSink<W> {
 impl<W: Write> RecordSink for NdjsonSink<W> {
     fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
         Ok(self.encoder.write(&mut self.w, r)?)
+    }
+
+    fn encoder(&self) -> Option<Encoder> {
+        Some(|r, out| {
+            analyzer::output::ndjson::encode(out, r);
+            out.push(b'\n');
+        })
+    }
+
+    fn encoded(&mut self, bytes: &[u8]) -> Result<()> {
+        Ok(self.w.write_all(bytes)?)
     }
 
     fn flush(&mut self) -> Result<()> {

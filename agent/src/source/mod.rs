@@ -11,6 +11,8 @@ pub mod pcap_file;
 pub mod pcap_live;
 pub mod zeek_log;
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::Duration;
 
 use analyzer::counters::Counter;
@@ -51,6 +53,30 @@ pub enum Status {
     Ended,
 }
 
+/// A capture's bytes as one read-only mapping that its frames are
+/// borrowed from (a plain capture file): a sharded replay hands its shards
+/// places in it rather than copies.
+pub struct Mapping {
+    pub bytes: Arc<memmap2::Mmap>,
+    /// The source gives no page back to the kernel from this offset on:
+    /// the shards may still read there. Whoever holds the mapping moves it.
+    pub keep: Arc<AtomicUsize>,
+}
+
+/// Asks the cache for the first `lines` cache lines of `bytes`, ahead of
+/// their use; a hint, never a fault.
+pub fn prefetch(bytes: &[u8], lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64).take(lines) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch reads nothing and cannot fault (SSE, which
+        // every x86_64 has).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, lines);
+}
+
 /// A capture source.
 pub trait Source {
     /// Waits up to `timeout` and hands over what arrived. Sources that read
@@ -63,6 +89,11 @@ pub trait Source {
     /// on every call (zero rather than absent).
     fn counters(&mut self) -> Vec<Counter> {
         Vec::new()
+    }
+    /// The mapping its frames are borrowed from, if there is one (see
+    /// [`Mapping`]); from then on it keeps the pages `keep` says.
+    fn mapping(&mut self) -> Option<Mapping> {
+        None
     }
     /// Link types of what it captures, for --write-pcap.
     fn link_types(&self) -> Vec<LinkType>;

@@ -13,14 +13,15 @@ use std::fs::File;
 use std::io::{self, BufReader, IsTerminal, Read, Seek};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use analyzer::wire::LinkType;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::capture_format::{swap_nflog, Format, Frame, Step};
-use super::{Captured, Source, Status};
+use super::{prefetch, Captured, Mapping, Source, Status};
 
 /// Packets handed over per poll: the caller writes the records out after
 /// each batch, which bounds how many wait in memory.
@@ -178,7 +179,7 @@ const STREAM_BUFFER: usize = 1 << 20;
 /// packet); other streams (compressed, pipes, standard input) are read
 /// into a large buffer that packets are borrowed from.
 enum Bytes {
-    Map(memmap2::Mmap),
+    Map(Arc<memmap2::Mmap>),
     Stream {
         buf: Vec<u8>,
         /// `buf[..end]` holds bytes read.
@@ -430,6 +431,10 @@ pub struct PcapFile {
     pos: usize,
     /// A mapped file's bytes before this were given back (see `release`).
     released: usize,
+    /// Set once the mapping is shared: no page from here on is given back.
+    keep: Option<Arc<AtomicUsize>>,
+    /// A mapped file's bytes before this were asked into the cache.
+    fetched: usize,
     format: Format,
     /// True once the file was read to its end (or failed).
     ended: bool,
@@ -538,7 +543,7 @@ impl PcapFile {
         let bytes = match mapped {
             Some(map) => {
                 let _ = map.advise(memmap2::Advice::Sequential);
-                Bytes::Map(map)
+                Bytes::Map(Arc::new(map))
             }
             None => {
                 let stream = io::Cursor::new(head).take(n as u64).chain(file);
@@ -574,6 +579,8 @@ impl PcapFile {
             bytes,
             pos: 0,
             released: 0,
+            keep: None,
+            fetched: 0,
             // Replaced by the header's below.
             format: Format::Pcap(Default::default()),
             ended: false,
@@ -700,11 +707,16 @@ impl PcapFile {
         let Bytes::Map(map) = &self.bytes else {
             return;
         };
-        let upto = self.pos / STEP * STEP;
+        let upto = match &self.keep {
+            Some(keep) => self.pos.min(keep.load(Ordering::Acquire)),
+            None => self.pos,
+        } / STEP
+            * STEP;
         if upto > self.released {
             // SAFETY: nothing borrows these bytes any more (the analyzer
-            // copies what it keeps), and the map is read only: pages
-            // touched again are read anew from the file.
+            // copies what it keeps; shards of a shared mapping are past
+            // `keep`), and the map is read only: pages touched again are
+            // read anew from the file.
             let _ = unsafe {
                 map.unchecked_advise_range(
                     memmap2::UncheckedAdvice::DontNeed,
@@ -714,6 +726,22 @@ impl PcapFile {
             };
             self.released = upto;
         }
+    }
+
+    /// Asks the cache for a mapped file's next bytes: where the next
+    /// record starts is known only once this one is read, so the
+    /// processor cannot fetch ahead by itself, and waiting for memory was
+    /// the reader's largest cost.
+    fn fetch_ahead(&mut self) {
+        const AHEAD: usize = 8 << 10;
+        let Bytes::Map(map) = &self.bytes else {
+            return;
+        };
+        let to = (self.pos + AHEAD).min(map.len());
+        if let Some(bytes) = map.get(self.fetched.max(self.pos)..to) {
+            prefetch(bytes, usize::MAX);
+        }
+        self.fetched = self.fetched.max(to);
     }
 
     /// The end of the bytes: a clean end, the stream's error, or a record
@@ -805,6 +833,7 @@ impl Source for PcapFile {
                 self.unknown_link_error()?;
                 return Ok(Status::Ended);
             }
+            self.fetch_ahead();
             let step = match self.format.next(self.bytes.from(self.pos)) {
                 Ok(step) => step,
                 Err(why) => return self.corrupt(why),
@@ -851,6 +880,20 @@ impl Source for PcapFile {
                 }
             }
         }
+    }
+
+    fn mapping(&mut self) -> Option<Mapping> {
+        let Bytes::Map(map) = &self.bytes else {
+            return None;
+        };
+        let keep = self
+            .keep
+            .get_or_insert_with(|| Arc::new(AtomicUsize::new(self.pos)))
+            .clone();
+        Some(Mapping {
+            bytes: map.clone(),
+            keep,
+        })
     }
 
     fn link_types(&self) -> Vec<LinkType> {
