@@ -32,10 +32,10 @@ pub struct RunEnd<'a> {
     pub title: &'a str,
 }
 
-/// A destination for connection records.
 /// Appends a record's bytes as a sink writes them.
 pub type Encoder = fn(&ConnectionRecord, &mut Vec<u8>);
 
+/// A destination for connection records.
 pub trait RecordSink {
     /// Takes one record.
     fn record(&mut self, r: &ConnectionRecord) -> Result<()>;
