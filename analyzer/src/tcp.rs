@@ -86,7 +86,10 @@ pub struct Ctx<'a> {
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
 #[derive(Debug, Default)]
 struct Probe {
-    bytes: Vec<u8>,
+    /// The bytes gathered: a record header and the message type (inline:
+    /// every handshake state has two probes).
+    bytes: [u8; 6],
+    len: u8,
     start: Option<(u32, f64, Option<u32>)>,
     tries: u8,
 }
@@ -124,8 +127,12 @@ impl Probe {
 
     /// Forgets the bytes gathered (they are being replaced); attempts count on.
     fn restart(&mut self) {
-        self.bytes.clear();
+        self.len = 0;
         self.start = None;
+    }
+
+    fn gathered(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 
     fn feed(&mut self, c: &Chunk<'_>) -> ProbeResult {
@@ -133,9 +140,11 @@ impl Probe {
             self.start = Some((c.seq, c.ts, c.ack));
             self.tries = self.tries.saturating_add(1);
         }
-        let n = (6 - self.bytes.len()).min(c.data.len());
-        self.bytes.extend_from_slice(&c.data[..n]);
-        if self.bytes.len() < 6 {
+        let have = usize::from(self.len);
+        let n = (6 - have).min(c.data.len());
+        self.bytes[have..have + n].copy_from_slice(&c.data[..n]);
+        self.len += n as u8;
+        if self.len < 6 {
             return ProbeResult::NeedMore;
         }
         if looks_like_client_hello(&self.bytes) {
@@ -143,7 +152,7 @@ impl Probe {
         } else if looks_like_server_hello(&self.bytes) {
             ProbeResult::ServerHello
         } else {
-            self.bytes.clear();
+            self.len = 0;
             self.start = None;
             ProbeResult::NotHello
         }
@@ -168,8 +177,9 @@ struct Upper {
     notes: Vec<&'static str>,
     /// The server's encrypted TLS 1.3 flight, opened with a key log.
     server_flight: Option<Box<ServerFlight>>,
-    /// The original client a PROXY protocol header named, per direction.
-    proxied: [Option<Endpoint>; 2],
+    /// The original client a PROXY protocol header named, per direction
+    /// (boxed: most flows have no such header).
+    proxied: Option<Box<[Option<Endpoint>; 2]>>,
     /// When bytes first came again (either direction): a retransmission.
     first_retransmission: Option<f64>,
     /// The latest segment with payload, per direction.
@@ -250,9 +260,11 @@ impl HeapSize for Active {
         let up = &self.up;
         self.reasm.iter().map(HeapSize::heap_size).sum::<usize>()
             + up.stream.iter().map(HeapSize::heap_size).sum::<usize>()
-            + up.probe.iter().map(|p| p.bytes.heap_size()).sum::<usize>()
             + up.hs.heap_size()
             + up.notes.heap_size()
+            + up.proxied.as_ref().map_or(0, |_| {
+                std::mem::size_of::<[Option<Endpoint>; 2]>() + crate::memory::ALLOC_OVERHEAD
+            })
             + up.server_flight.heap_size()
     }
 }
@@ -328,7 +340,7 @@ impl TcpFlow {
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
                     server_flight: None,
-                    proxied: [None; 2],
+                    proxied: None,
                     first_retransmission: None,
                     last_data: [f64::NEG_INFINITY; 2],
                     proxy_len: [0; 2],
@@ -752,7 +764,7 @@ impl TcpFlow {
             },
             bytes: act.hs.record_bytes(),
             notes: act.notes,
-            proxied_client: act.proxied[client_dir],
+            proxied_client: act.proxied.as_ref().and_then(|p| p[client_dir]),
         };
         act.hs.resolve_session_id(ctx.mem);
         let mut record = act.hs.to_record(view, why);
@@ -837,7 +849,7 @@ impl Upper {
             // header names the original client, then the hello follows.
             if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
                 ctx.stats.proxy_protocol_headers += 1;
-                self.proxied[dir] = client;
+                self.proxied.get_or_insert_with(Default::default)[dir] = client;
                 self.proxy_len[dir] = len as u32;
                 let rest = Chunk {
                     data: &c.data[len..],
@@ -868,12 +880,12 @@ impl Upper {
                     let p = std::mem::take(&mut self.probe[dir]);
                     let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
                     // Bytes of the hello that came in earlier chunks.
-                    let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.bytes.len());
+                    let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.gathered().len());
                     // Replay the probed bytes, then the rest of this chunk.
                     self.feed_stream(
                         dir,
                         Chunk {
-                            data: &p.bytes[..already],
+                            data: &p.gathered()[..already],
                             seq,
                             ts,
                             ack,
@@ -1051,7 +1063,7 @@ mod struct_sizes {
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
             // Active and Handshake: 120 bytes of each are the Zeek view
             // (handshake/zeek_view.rs), kept whatever the output format.
-            ("Active", size_of::<super::Active>(), 1520),
+            ("Active", size_of::<super::Active>(), 1256),
             (
                 "Reassembler",
                 size_of::<crate::flow::reassembly::Reassembler>(),
@@ -1062,13 +1074,13 @@ mod struct_sizes {
                 size_of::<crate::tls::record::RecordStream>(),
                 144,
             ),
-            ("Handshake", size_of::<crate::handshake::Handshake>(), 752),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 568),
             (
                 "ClientHello",
                 size_of::<crate::tls::handshake::ClientHello>(),
                 336,
             ),
-            ("Probe", size_of::<super::Probe>(), 56),
+            ("Probe", size_of::<super::Probe>(), 32),
         ];
         for (name, size, bound) in sizes {
             eprintln!("{name}: {size} bytes (bound {bound})");

@@ -133,7 +133,7 @@ pub struct Handshake {
     pub(super) first_client_hello: Option<Box<ClientHello>>,
     /// The latest ClientHello.
     pub(super) client_hello: Option<Box<ClientHello>>,
-    pub(super) server_hello: Option<ServerHello>,
+    pub(super) server_hello: Option<Box<ServerHello>>,
     /// The HelloRetryRequest, kept only when a ServerHello replaced it
     /// (JA4S, like FoxIO's tools, fingerprints the server's first answer).
     pub(super) first_server_hello: Option<Box<ServerHello>>,
@@ -155,7 +155,7 @@ pub struct Handshake {
     /// A ServerHello came but the ClientHello's body was lost (capture gap)
     /// or did not parse.
     pub(super) client_hello_lost: bool,
-    pub(super) certs: Option<Certs>,
+    pub(super) certs: Option<Box<Certs>>,
     pub(super) failure: Option<String>,
     /// When the handshake completed (the client could send application data
     /// after its own last flight; for full TLS 1.2, the server's CCS).
@@ -229,8 +229,12 @@ pub struct Handshake {
 
 impl HeapSize for Handshake {
     fn heap_size(&self) -> usize {
+        // Boxed: only a server's answer brings them.
         let certs = self.certs.as_ref().map_or(0, |c| {
-            c.leaf_subject.heap_size() + c.leaf_issuer.heap_size()
+            std::mem::size_of::<Certs>()
+                + crate::memory::ALLOC_OVERHEAD
+                + c.leaf_subject.heap_size()
+                + c.leaf_issuer.heap_size()
         });
         self.first_client_hello.heap_size()
             + self.client_hello.heap_size()
@@ -903,8 +907,8 @@ impl Handshake {
             self.state = State::ServerHello12;
             directive = Some(Directive::CcsEncrypts);
         }
-        if let Some(hrr) = self.server_hello.replace(sh).filter(|h| h.is_hrr) {
-            self.first_server_hello.get_or_insert(Box::new(hrr));
+        if let Some(hrr) = self.server_hello.replace(Box::new(sh)).filter(|h| h.is_hrr) {
+            self.first_server_hello.get_or_insert(hrr);
         }
         directive
     }
@@ -917,7 +921,7 @@ impl Handshake {
         parse: CertificateParser,
         mem: &mut dyn TraceMemory,
     ) {
-        self.certs = Some(match body {
+        self.certs = Some(Box::new(match body {
             Some(b) => match parse(b) {
                 Ok(list) => {
                     let leaf = list
@@ -946,7 +950,7 @@ impl Handshake {
                 not_before: None,
                 not_after: None,
             },
-        });
+        }));
     }
 
     fn on_close(&mut self, how: Close) {

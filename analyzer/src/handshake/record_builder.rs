@@ -132,7 +132,7 @@ impl Handshake {
         let first_sh = self
             .first_server_hello
             .as_deref()
-            .or(self.server_hello.as_ref());
+            .or(self.server_hello.as_deref());
         let (ja4, ja4_stable) = first_ch.map(|c| ja4::ja4_and_stable(c, quic)).unzip();
         ConnectionRecord {
             ts: view.first_ts,
@@ -153,7 +153,7 @@ impl Handshake {
             retry: self.retry,
             timing: self.timing(view.rtt, view.vantage),
             bytes: view.bytes,
-            certs: self.certs.clone(),
+            certs: self.certs.as_deref().cloned(),
             failure: self.failure.clone(),
             notes,
             ja4,

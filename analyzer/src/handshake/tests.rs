@@ -240,12 +240,12 @@ fn tls13_client_ccs_on_server_hello_is_no_answer() {
     hs.state = State::ClientHello;
     let sh = rec(0.0004, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let sccs = rec(0.0004, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end);
@@ -302,13 +302,13 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
     record(&mut hs, c, early);
     let sh = rec(0.1, ct::HANDSHAKE, 5000, 128, early.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         psk_selected: Some(0),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     record(
@@ -672,12 +672,12 @@ fn ttfb_was_the_ticket_before_the_response() {
     hs.state = State::ClientHello;
     let sh = rec(0.040, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let flight = rec(0.040, ct::APPLICATION_DATA, sh.end, 2000, ch.end);
@@ -739,12 +739,12 @@ fn full13_used_after(idle: Option<f64>) -> Handshake {
     hs.state = State::ClientHello;
     let sh = rec(0.040, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let flight = rec(0.040, ct::APPLICATION_DATA, sh.end, 2000, ch.end);
