@@ -169,7 +169,10 @@ struct Active {
 }
 
 struct Upper {
-    stream: [RecordStream; 2],
+    /// The client's record layer, and the server's, made at the server's
+    /// first byte (most of a flow still waiting for an answer is these).
+    client_stream: RecordStream,
+    server_stream: Option<Box<RecordStream>>,
     probe: [Probe; 2],
     /// Index of the direction that sent the ClientHello.
     client: Option<usize>,
@@ -259,7 +262,8 @@ impl HeapSize for Active {
     fn heap_size(&self) -> usize {
         let up = &self.up;
         self.reasm.iter().map(HeapSize::heap_size).sum::<usize>()
-            + up.stream.iter().map(HeapSize::heap_size).sum::<usize>()
+            + up.client_stream.heap_size()
+            + up.server_stream.heap_size()
             + up.hs.heap_size()
             + up.notes.heap_size()
             + up.proxied.as_ref().map_or(0, |_| {
@@ -330,11 +334,11 @@ impl TcpFlow {
                 }
                 r
             };
-            let stream = || RecordStream::new(ctx.max_handshake_message);
             Box::new(Active {
                 reasm: [reasm(0), reasm(1)],
                 up: Upper {
-                    stream: [stream(), stream()],
+                    client_stream: RecordStream::new(ctx.max_handshake_message),
+                    server_stream: None,
                     probe: [Probe::default(), Probe::default()],
                     client: None,
                     hs: Handshake::new(Transport::Tcp),
@@ -880,7 +884,8 @@ impl Upper {
                     let p = std::mem::take(&mut self.probe[dir]);
                     let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
                     // Bytes of the hello that came in earlier chunks.
-                    let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.gathered().len());
+                    let already =
+                        (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.gathered().len());
                     // Replay the probed bytes, then the rest of this chunk.
                     self.feed_stream(
                         dir,
@@ -914,7 +919,8 @@ impl Upper {
             Dir::Server
         };
         let Upper {
-            stream,
+            client_stream,
+            server_stream,
             hs,
             server_flight,
             notes,
@@ -923,8 +929,14 @@ impl Upper {
         let mut ccs_encrypts = false;
         let now = ctx.now;
         let mem = &mut *ctx.mem;
-        let resyncs = stream[dir].resyncs();
-        let res = stream[dir].push(chunk, &mut |ev| {
+        let max = ctx.max_handshake_message;
+        // The direction's side is fixed once the hello named the client.
+        let stream = match side {
+            Dir::Client => &mut *client_stream,
+            Dir::Server => made(server_stream, max),
+        };
+        let resyncs = stream.resyncs();
+        let res = stream.push(chunk, &mut |ev| {
             let directive = match ev {
                 StreamEvent::Record(r) => hs.on(side, Event::Record(r), mem),
                 StreamEvent::Handshake {
@@ -999,7 +1011,6 @@ impl Upper {
         // With a key log entry for this ClientHello, keep the server's
         // encrypted records (its TLS 1.3 flight, then those after its
         // Finished) whole to read them.
-        let server = if side == Dir::Client { 1 - dir } else { dir };
         if side == Dir::Client && server_flight.is_none() {
             let secrets = hs
                 .client_hello()
@@ -1014,15 +1025,16 @@ impl Upper {
                 }
             }
         }
+        let resynced = stream.resyncs().saturating_sub(resyncs);
         if let Some(flight) = server_flight.as_deref() {
-            stream[server].capture_encrypted = flight.wanted();
+            made(server_stream, max).capture_encrypted = flight.wanted();
         }
         if ccs_encrypts {
-            stream[0].ccs_encrypts = true;
-            stream[1].ccs_encrypts = true;
+            client_stream.ccs_encrypts = true;
+            made(server_stream, max).ccs_encrypts = true;
         }
-        if stream[dir].resyncs() > resyncs {
-            ctx.stats.stream_resyncs += u64::from(stream[dir].resyncs() - resyncs);
+        if resynced > 0 {
+            ctx.stats.stream_resyncs += u64::from(resynced);
             let name = if side == Dir::Client {
                 "client_resync"
             } else {
@@ -1039,6 +1051,11 @@ impl Upper {
             });
         }
     }
+}
+
+/// The server's record layer, made if it was not.
+fn made(stream: &mut Option<Box<RecordStream>>, max: usize) -> &mut RecordStream {
+    stream.get_or_insert_with(|| Box::new(RecordStream::new(max)))
 }
 
 /// Adds a note once: holes and resynchronisations may come by the
@@ -1063,7 +1080,7 @@ mod struct_sizes {
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
             // Active and Handshake: 120 bytes of each are the Zeek view
             // (handshake/zeek_view.rs), kept whatever the output format.
-            ("Active", size_of::<super::Active>(), 1256),
+            ("Active", size_of::<super::Active>(), 896),
             (
                 "Reassembler",
                 size_of::<crate::flow::reassembly::Reassembler>(),
@@ -1074,11 +1091,11 @@ mod struct_sizes {
                 size_of::<crate::tls::record::RecordStream>(),
                 144,
             ),
-            ("Handshake", size_of::<crate::handshake::Handshake>(), 568),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 344),
             (
                 "ClientHello",
                 size_of::<crate::tls::handshake::ClientHello>(),
-                336,
+                320,
             ),
             ("Probe", size_of::<super::Probe>(), 32),
         ];

@@ -49,7 +49,7 @@ impl Handshake {
             .as_ref()
             .filter(|sh| !sh.is_hrr)
             .and_then(|sh| sh.alpn.clone())
-            .or_else(|| self.encrypted_alpn.clone())
+            .or_else(|| self.late().encrypted_alpn.clone())
     }
 
     /// The Zeek `ssl.log` facts, by Zeek's rules (main.zeek's
@@ -109,7 +109,7 @@ impl Handshake {
             Transport::Quic if self.client_hello.is_none() => notes.push("no_client_hello"),
             _ => {}
         }
-        if self.early_data_accepted.is_some() {
+        if self.late().early_data_accepted.is_some() {
             notes.push("decrypted_with_keylog");
         }
         if self.false_start {
@@ -139,7 +139,7 @@ impl Handshake {
             transport: view.transport,
             client: endpoint(view.client.0, view.client.1),
             server: endpoint(view.server.0, view.server.1),
-            sni: ch.and_then(|c| c.server_name.clone()),
+            sni: ch.and_then(|c| c.server_name.as_deref().map(String::from)),
             version: self.version().and_then(|v| v.name()),
             cipher: self.cipher(),
             alpn: shows_client.then(|| ch.map(|c| c.alpn.clone()).unwrap_or_default()),

@@ -392,7 +392,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
             EarlyData::Attempted
         };
         assert_eq!(hs.early_data(), want, "{tail:?}");
-        let fin = hs.completed_by.unwrap();
+        let fin = hs.late().completed_by.unwrap();
         assert_eq!(fin.len, 69, "{tail:?}: completed by the Finished");
         // Handshake bytes: EndOfEarlyData and Finished, never the 0-RTT data.
         let client_bytes = hs.record_bytes().client_handshake;
@@ -405,7 +405,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
     assert_eq!(hs.kind(), Some(HandshakeKind::Incomplete));
     hs.on(Dir::Client, Event::Close(Close::Fin), &mut NoMemory);
     assert_eq!(
-        (hs.kind(), hs.completed_by.map(|r| r.len)),
+        (hs.kind(), hs.late().completed_by.map(|r| r.len)),
         (Some(HandshakeKind::Resumed), Some(566))
     );
     assert_eq!(hs.early_data(), EarlyData::Attempted);
@@ -800,7 +800,7 @@ fn zero_rtt_data_is_used_at_once() {
 fn tls12_idle_before_use_from_the_ack_of_the_finished() {
     let mut hs = full12(false);
     assert_eq!(hs.state(), State::Complete);
-    hs.client_acked_finished = Some(0.4);
+    hs.late_mut().client_acked_finished = Some(0.4);
     assert!(hs.awaits_use());
     assert_eq!(hs.timing(None, Vantage::default()).handshake, Some(400.0));
     let data = rec(1.4, ct::APPLICATION_DATA, 1300, 100, 6000);
