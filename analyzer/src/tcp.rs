@@ -173,7 +173,9 @@ struct Upper {
     /// first byte (most of a flow still waiting for an answer is these).
     client_stream: RecordStream,
     server_stream: Option<Box<RecordStream>>,
-    probe: [Probe; 2],
+    /// Per direction, while the flow is being identified (dropped once
+    /// the hello is found).
+    probe: Option<Box<[Probe; 2]>>,
     /// Index of the direction that sent the ClientHello.
     client: Option<usize>,
     hs: Handshake,
@@ -184,7 +186,8 @@ struct Upper {
     /// (boxed: most flows have no such header).
     proxied: Option<Box<[Option<Endpoint>; 2]>>,
     /// When bytes first came again (either direction): a retransmission.
-    first_retransmission: Option<f64>,
+    /// NaN until then (8 bytes where `Option<f64>` takes 16).
+    first_retransmission: f64,
     /// The latest segment with payload, per direction.
     last_data: [f64; 2],
     /// Bytes of a PROXY protocol header in front of each direction's stream.
@@ -266,6 +269,9 @@ impl HeapSize for Active {
             + up.server_stream.heap_size()
             + up.hs.heap_size()
             + up.notes.heap_size()
+            + up.probe.as_ref().map_or(0, |_| {
+                std::mem::size_of::<[Probe; 2]>() + crate::memory::ALLOC_OVERHEAD
+            })
             + up.proxied.as_ref().map_or(0, |_| {
                 std::mem::size_of::<[Option<Endpoint>; 2]>() + crate::memory::ALLOC_OVERHEAD
             })
@@ -339,13 +345,13 @@ impl TcpFlow {
                 up: Upper {
                     client_stream: RecordStream::new(ctx.max_handshake_message),
                     server_stream: None,
-                    probe: [Probe::default(), Probe::default()],
+                    probe: Some(Box::default()),
                     client: None,
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
                     server_flight: None,
                     proxied: None,
-                    first_retransmission: None,
+                    first_retransmission: f64::NAN,
                     last_data: [f64::NEG_INFINITY; 2],
                     proxy_len: [0; 2],
                 },
@@ -666,7 +672,10 @@ impl TcpFlow {
             && out.duplicate_bytes > 0
             && seg.data.len() >= 6
             && looks_like_client_hello(seg.data)
-            && up.probe[dir].decided_not_hello()
+            && up
+                .probe
+                .as_ref()
+                .is_some_and(|p| p[dir].decided_not_hello())
             && reasm[dir].rewind(seg.seq);
         if out.conflict.is_some() || replaces {
             ctx.stats.conflicting_retransmissions += 1;
@@ -677,7 +686,7 @@ impl TcpFlow {
             });
         }
         if replaces {
-            up.probe[dir].restart();
+            up.probe_mut(dir).restart();
             reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         }
         // Identified now: from here on the delivered bytes are kept, to
@@ -763,7 +772,7 @@ impl TcpFlow {
                 _ => self.tcp.rtt(),
             },
             vantage: Vantage {
-                retransmission: act.first_retransmission,
+                retransmission: Some(act.first_retransmission).filter(|t| !t.is_nan()),
                 ..self.tcp.vantage()
             },
             bytes: act.hs.record_bytes(),
@@ -837,17 +846,23 @@ impl Upper {
     /// Direction `dir` sent bytes again at `ts`: a retransmission unless
     /// it is a near-simultaneous copy ([`RETRANSMISSION_MIN_GAP`]).
     fn resent(&mut self, dir: usize, ts: f64) {
-        if ts - self.last_data[dir] > RETRANSMISSION_MIN_GAP {
-            self.first_retransmission.get_or_insert(ts);
+        if ts - self.last_data[dir] > RETRANSMISSION_MIN_GAP && self.first_retransmission.is_nan() {
+            self.first_retransmission = ts;
         }
+    }
+
+    /// A direction's probe (made anew if it was dropped, which only
+    /// identification does, after which nothing probes).
+    fn probe_mut(&mut self, dir: usize) -> &mut Probe {
+        &mut self.probe.get_or_insert_with(Box::default)[dir]
     }
 
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
         if *status == Status::Detecting
-            && self.probe[dir].tries == 0
-            && self.probe[dir].start.is_none()
+            && self.probe_mut(dir).tries == 0
+            && self.probe_mut(dir).start.is_none()
         {
             // The first bytes of the direction: a load balancer's PROXY
             // header names the original client, then the hello follows.
@@ -867,10 +882,10 @@ impl Upper {
             }
         }
         if *status == Status::Detecting {
-            match self.probe[dir].feed(&c) {
+            match self.probe_mut(dir).feed(&c) {
                 ProbeResult::NeedMore => return,
                 ProbeResult::NotHello => {
-                    if self.probe[dir].tries >= DETECT_MAX_SEGMENTS {
+                    if self.probe_mut(dir).tries >= DETECT_MAX_SEGMENTS {
                         *status = Status::NotTls;
                     }
                     return;
@@ -881,7 +896,9 @@ impl Upper {
                         ProbeResult::ServerHello => 1 - dir,
                         _ => dir,
                     });
-                    let p = std::mem::take(&mut self.probe[dir]);
+                    let p = std::mem::take(self.probe_mut(dir));
+                    // Identified: neither direction is probed again.
+                    self.probe = None;
                     let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
                     // Bytes of the hello that came in earlier chunks.
                     let already =
@@ -1078,20 +1095,21 @@ mod struct_sizes {
         let sizes = [
             ("TcpFlow", size_of::<super::TcpFlow>(), 208),
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
-            // Active and Handshake: 120 bytes of each are the Zeek view
-            // (handshake/zeek_view.rs), kept whatever the output format.
-            ("Active", size_of::<super::Active>(), 896),
+            // Active and Handshake hold the Zeek view (handshake/zeek_view.rs),
+            // kept whatever the output format. Active at 768 fits mimalloc's
+            // 768-byte size class: a byte more costs 128 a flow.
+            ("Active", size_of::<super::Active>(), 768),
             (
                 "Reassembler",
                 size_of::<crate::flow::reassembly::Reassembler>(),
-                120,
+                112,
             ),
             (
                 "RecordStream",
                 size_of::<crate::tls::record::RecordStream>(),
-                144,
+                136,
             ),
-            ("Handshake", size_of::<crate::handshake::Handshake>(), 344),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 304),
             (
                 "ClientHello",
                 size_of::<crate::tls::handshake::ClientHello>(),

@@ -158,7 +158,22 @@ impl ClientHello {
             }
         }
         r.expect_empty("ClientHello")?;
+        ch.shrink();
         Ok(ch)
+    }
+
+    /// Drops the lists' spare capacity: a hello is kept as long as its
+    /// handshake is open, and a million may be open at once.
+    fn shrink(&mut self) {
+        self.cipher_suites.shrink_to_fit();
+        self.extensions.shrink_to_fit();
+        self.alpn.shrink_to_fit();
+        self.supported_versions.shrink_to_fit();
+        self.psk_modes.shrink_to_fit();
+        self.key_share_groups.shrink_to_fit();
+        self.supported_groups.shrink_to_fit();
+        self.signature_algorithms.shrink_to_fit();
+        self.malformed_extensions.shrink_to_fit();
     }
 
     fn read_extension(&mut self, typ: u16, mut r: Reader<'_>) -> Result<(), InvalidMessage> {
