@@ -42,6 +42,15 @@ impl HeapSize for String {
     }
 }
 
+impl HeapSize for Box<str> {
+    fn heap_size(&self) -> usize {
+        match self.len() {
+            0 => 0,
+            n => n + ALLOC_OVERHEAD,
+        }
+    }
+}
+
 impl<T: HeapSize> HeapSize for Option<T> {
     fn heap_size(&self) -> usize {
         self.as_ref().map_or(0, HeapSize::heap_size)

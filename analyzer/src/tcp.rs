@@ -86,7 +86,10 @@ pub struct Ctx<'a> {
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
 #[derive(Debug, Default)]
 struct Probe {
-    bytes: Vec<u8>,
+    /// The bytes gathered: a record header and the message type (inline:
+    /// every handshake state has two probes).
+    bytes: [u8; 6],
+    len: u8,
     start: Option<(u32, f64, Option<u32>)>,
     tries: u8,
 }
@@ -124,8 +127,12 @@ impl Probe {
 
     /// Forgets the bytes gathered (they are being replaced); attempts count on.
     fn restart(&mut self) {
-        self.bytes.clear();
+        self.len = 0;
         self.start = None;
+    }
+
+    fn gathered(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 
     fn feed(&mut self, c: &Chunk<'_>) -> ProbeResult {
@@ -133,9 +140,11 @@ impl Probe {
             self.start = Some((c.seq, c.ts, c.ack));
             self.tries = self.tries.saturating_add(1);
         }
-        let n = (6 - self.bytes.len()).min(c.data.len());
-        self.bytes.extend_from_slice(&c.data[..n]);
-        if self.bytes.len() < 6 {
+        let have = usize::from(self.len);
+        let n = (6 - have).min(c.data.len());
+        self.bytes[have..have + n].copy_from_slice(&c.data[..n]);
+        self.len += n as u8;
+        if self.len < 6 {
             return ProbeResult::NeedMore;
         }
         if looks_like_client_hello(&self.bytes) {
@@ -143,7 +152,7 @@ impl Probe {
         } else if looks_like_server_hello(&self.bytes) {
             ProbeResult::ServerHello
         } else {
-            self.bytes.clear();
+            self.len = 0;
             self.start = None;
             ProbeResult::NotHello
         }
@@ -160,18 +169,25 @@ struct Active {
 }
 
 struct Upper {
-    stream: [RecordStream; 2],
-    probe: [Probe; 2],
+    /// The client's record layer, and the server's, made at the server's
+    /// first byte (most of a flow still waiting for an answer is these).
+    client_stream: RecordStream,
+    server_stream: Option<Box<RecordStream>>,
+    /// Per direction, while the flow is being identified (dropped once
+    /// the hello is found).
+    probe: Option<Box<[Probe; 2]>>,
     /// Index of the direction that sent the ClientHello.
     client: Option<usize>,
     hs: Handshake,
     notes: Vec<&'static str>,
     /// The server's encrypted TLS 1.3 flight, opened with a key log.
     server_flight: Option<Box<ServerFlight>>,
-    /// The original client a PROXY protocol header named, per direction.
-    proxied: [Option<Endpoint>; 2],
+    /// The original client a PROXY protocol header named, per direction
+    /// (boxed: most flows have no such header).
+    proxied: Option<Box<[Option<Endpoint>; 2]>>,
     /// When bytes first came again (either direction): a retransmission.
-    first_retransmission: Option<f64>,
+    /// NaN until then (8 bytes where `Option<f64>` takes 16).
+    first_retransmission: f64,
     /// The latest segment with payload, per direction.
     last_data: [f64; 2],
     /// Bytes of a PROXY protocol header in front of each direction's stream.
@@ -249,10 +265,16 @@ impl HeapSize for Active {
     fn heap_size(&self) -> usize {
         let up = &self.up;
         self.reasm.iter().map(HeapSize::heap_size).sum::<usize>()
-            + up.stream.iter().map(HeapSize::heap_size).sum::<usize>()
-            + up.probe.iter().map(|p| p.bytes.heap_size()).sum::<usize>()
+            + up.client_stream.heap_size()
+            + up.server_stream.heap_size()
             + up.hs.heap_size()
             + up.notes.heap_size()
+            + up.probe.as_ref().map_or(0, |_| {
+                std::mem::size_of::<[Probe; 2]>() + crate::memory::ALLOC_OVERHEAD
+            })
+            + up.proxied.as_ref().map_or(0, |_| {
+                std::mem::size_of::<[Option<Endpoint>; 2]>() + crate::memory::ALLOC_OVERHEAD
+            })
             + up.server_flight.heap_size()
     }
 }
@@ -318,18 +340,18 @@ impl TcpFlow {
                 }
                 r
             };
-            let stream = || RecordStream::new(ctx.max_handshake_message);
             Box::new(Active {
                 reasm: [reasm(0), reasm(1)],
                 up: Upper {
-                    stream: [stream(), stream()],
-                    probe: [Probe::default(), Probe::default()],
+                    client_stream: RecordStream::new(ctx.max_handshake_message),
+                    server_stream: None,
+                    probe: Some(Box::default()),
                     client: None,
                     hs: Handshake::new(Transport::Tcp),
                     notes: Vec::new(),
                     server_flight: None,
-                    proxied: [None; 2],
-                    first_retransmission: None,
+                    proxied: None,
+                    first_retransmission: f64::NAN,
                     last_data: [f64::NEG_INFINITY; 2],
                     proxy_len: [0; 2],
                 },
@@ -650,7 +672,10 @@ impl TcpFlow {
             && out.duplicate_bytes > 0
             && seg.data.len() >= 6
             && looks_like_client_hello(seg.data)
-            && up.probe[dir].decided_not_hello()
+            && up
+                .probe
+                .as_ref()
+                .is_some_and(|p| p[dir].decided_not_hello())
             && reasm[dir].rewind(seg.seq);
         if out.conflict.is_some() || replaces {
             ctx.stats.conflicting_retransmissions += 1;
@@ -661,7 +686,7 @@ impl TcpFlow {
             });
         }
         if replaces {
-            up.probe[dir].restart();
+            up.probe_mut(dir).restart();
             reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         }
         // Identified now: from here on the delivered bytes are kept, to
@@ -747,12 +772,12 @@ impl TcpFlow {
                 _ => self.tcp.rtt(),
             },
             vantage: Vantage {
-                retransmission: act.first_retransmission,
+                retransmission: Some(act.first_retransmission).filter(|t| !t.is_nan()),
                 ..self.tcp.vantage()
             },
             bytes: act.hs.record_bytes(),
             notes: act.notes,
-            proxied_client: act.proxied[client_dir],
+            proxied_client: act.proxied.as_ref().and_then(|p| p[client_dir]),
         };
         act.hs.resolve_session_id(ctx.mem);
         let mut record = act.hs.to_record(view, why);
@@ -821,23 +846,29 @@ impl Upper {
     /// Direction `dir` sent bytes again at `ts`: a retransmission unless
     /// it is a near-simultaneous copy ([`RETRANSMISSION_MIN_GAP`]).
     fn resent(&mut self, dir: usize, ts: f64) {
-        if ts - self.last_data[dir] > RETRANSMISSION_MIN_GAP {
-            self.first_retransmission.get_or_insert(ts);
+        if ts - self.last_data[dir] > RETRANSMISSION_MIN_GAP && self.first_retransmission.is_nan() {
+            self.first_retransmission = ts;
         }
+    }
+
+    /// A direction's probe (made anew if it was dropped, which only
+    /// identification does, after which nothing probes).
+    fn probe_mut(&mut self, dir: usize) -> &mut Probe {
+        &mut self.probe.get_or_insert_with(Box::default)[dir]
     }
 
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
         if *status == Status::Detecting
-            && self.probe[dir].tries == 0
-            && self.probe[dir].start.is_none()
+            && self.probe_mut(dir).tries == 0
+            && self.probe_mut(dir).start.is_none()
         {
             // The first bytes of the direction: a load balancer's PROXY
             // header names the original client, then the hello follows.
             if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
                 ctx.stats.proxy_protocol_headers += 1;
-                self.proxied[dir] = client;
+                self.proxied.get_or_insert_with(Default::default)[dir] = client;
                 self.proxy_len[dir] = len as u32;
                 let rest = Chunk {
                     data: &c.data[len..],
@@ -851,10 +882,10 @@ impl Upper {
             }
         }
         if *status == Status::Detecting {
-            match self.probe[dir].feed(&c) {
+            match self.probe_mut(dir).feed(&c) {
                 ProbeResult::NeedMore => return,
                 ProbeResult::NotHello => {
-                    if self.probe[dir].tries >= DETECT_MAX_SEGMENTS {
+                    if self.probe_mut(dir).tries >= DETECT_MAX_SEGMENTS {
                         *status = Status::NotTls;
                     }
                     return;
@@ -865,15 +896,18 @@ impl Upper {
                         ProbeResult::ServerHello => 1 - dir,
                         _ => dir,
                     });
-                    let p = std::mem::take(&mut self.probe[dir]);
+                    let p = std::mem::take(self.probe_mut(dir));
+                    // Identified: neither direction is probed again.
+                    self.probe = None;
                     let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
                     // Bytes of the hello that came in earlier chunks.
-                    let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.bytes.len());
+                    let already =
+                        (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.gathered().len());
                     // Replay the probed bytes, then the rest of this chunk.
                     self.feed_stream(
                         dir,
                         Chunk {
-                            data: &p.bytes[..already],
+                            data: &p.gathered()[..already],
                             seq,
                             ts,
                             ack,
@@ -902,7 +936,8 @@ impl Upper {
             Dir::Server
         };
         let Upper {
-            stream,
+            client_stream,
+            server_stream,
             hs,
             server_flight,
             notes,
@@ -911,8 +946,14 @@ impl Upper {
         let mut ccs_encrypts = false;
         let now = ctx.now;
         let mem = &mut *ctx.mem;
-        let resyncs = stream[dir].resyncs();
-        let res = stream[dir].push(chunk, &mut |ev| {
+        let max = ctx.max_handshake_message;
+        // The direction's side is fixed once the hello named the client.
+        let stream = match side {
+            Dir::Client => &mut *client_stream,
+            Dir::Server => made(server_stream, max),
+        };
+        let resyncs = stream.resyncs();
+        let res = stream.push(chunk, &mut |ev| {
             let directive = match ev {
                 StreamEvent::Record(r) => hs.on(side, Event::Record(r), mem),
                 StreamEvent::Handshake {
@@ -987,7 +1028,6 @@ impl Upper {
         // With a key log entry for this ClientHello, keep the server's
         // encrypted records (its TLS 1.3 flight, then those after its
         // Finished) whole to read them.
-        let server = if side == Dir::Client { 1 - dir } else { dir };
         if side == Dir::Client && server_flight.is_none() {
             let secrets = hs
                 .client_hello()
@@ -1002,15 +1042,16 @@ impl Upper {
                 }
             }
         }
+        let resynced = stream.resyncs().saturating_sub(resyncs);
         if let Some(flight) = server_flight.as_deref() {
-            stream[server].capture_encrypted = flight.wanted();
+            made(server_stream, max).capture_encrypted = flight.wanted();
         }
         if ccs_encrypts {
-            stream[0].ccs_encrypts = true;
-            stream[1].ccs_encrypts = true;
+            client_stream.ccs_encrypts = true;
+            made(server_stream, max).ccs_encrypts = true;
         }
-        if stream[dir].resyncs() > resyncs {
-            ctx.stats.stream_resyncs += u64::from(stream[dir].resyncs() - resyncs);
+        if resynced > 0 {
+            ctx.stats.stream_resyncs += u64::from(resynced);
             let name = if side == Dir::Client {
                 "client_resync"
             } else {
@@ -1027,6 +1068,11 @@ impl Upper {
             });
         }
     }
+}
+
+/// The server's record layer, made if it was not.
+fn made(stream: &mut Option<Box<RecordStream>>, max: usize) -> &mut RecordStream {
+    stream.get_or_insert_with(|| Box::new(RecordStream::new(max)))
 }
 
 /// Adds a note once: holes and resynchronisations may come by the
@@ -1049,26 +1095,27 @@ mod struct_sizes {
         let sizes = [
             ("TcpFlow", size_of::<super::TcpFlow>(), 208),
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
-            // Active and Handshake: 120 bytes of each are the Zeek view
-            // (handshake/zeek_view.rs), kept whatever the output format.
-            ("Active", size_of::<super::Active>(), 1520),
+            // Active and Handshake hold the Zeek view (handshake/zeek_view.rs),
+            // kept whatever the output format. Active at 768 fits mimalloc's
+            // 768-byte size class: a byte more costs 128 a flow.
+            ("Active", size_of::<super::Active>(), 768),
             (
                 "Reassembler",
                 size_of::<crate::flow::reassembly::Reassembler>(),
-                120,
+                112,
             ),
             (
                 "RecordStream",
                 size_of::<crate::tls::record::RecordStream>(),
-                144,
+                136,
             ),
-            ("Handshake", size_of::<crate::handshake::Handshake>(), 752),
+            ("Handshake", size_of::<crate::handshake::Handshake>(), 304),
             (
                 "ClientHello",
                 size_of::<crate::tls::handshake::ClientHello>(),
-                336,
+                320,
             ),
-            ("Probe", size_of::<super::Probe>(), 56),
+            ("Probe", size_of::<super::Probe>(), 32),
         ];
         for (name, size, bound) in sizes {
             eprintln!("{name}: {size} bytes (bound {bound})");

@@ -90,7 +90,7 @@ pub struct Reassembler {
     kept_at: Option<u32>,
     kept: Vec<u8>,
     /// How much of the stream is kept: its first record, at most [`KEPT_PREFIX`].
-    kept_cap: usize,
+    kept_cap: u16,
     next: Option<u32>,
     /// Waiting segments, in sequence order (so delivery takes the front).
     pending: VecDeque<Pending>,
@@ -119,7 +119,7 @@ impl Reassembler {
             keep: false,
             kept_at: None,
             kept: Vec::new(),
-            kept_cap: KEPT_PREFIX,
+            kept_cap: KEPT_PREFIX as u16,
             next: None,
             pending: VecDeque::new(),
             buffered: 0,
@@ -372,17 +372,20 @@ impl Reassembler {
             // Only the first record (the hello) is kept when the bytes start
             // with a TLS record header: the fields a forged copy would change
             // are there, and the rest of a flight is not worth the copying.
-            self.kept_cap = match data {
+            let cap = match data {
                 [22, 3, _, hi, lo, ..] => {
                     (5 + usize::from(u16::from_be_bytes([*hi, *lo]))).min(KEPT_PREFIX)
                 }
                 _ => KEPT_PREFIX,
             };
+            // At most KEPT_PREFIX: a u16 (two of these in every open handshake).
+            self.kept_cap = u16::try_from(cap).unwrap_or(u16::MAX);
         }
-        if seq_diff(seq, at) == self.kept.len() as i64 && self.kept.len() < self.kept_cap {
-            let n = (self.kept_cap - self.kept.len()).min(data.len());
+        let cap = usize::from(self.kept_cap);
+        if seq_diff(seq, at) == self.kept.len() as i64 && self.kept.len() < cap {
+            let n = (cap - self.kept.len()).min(data.len());
             // One allocation for what is kept.
-            self.kept.reserve_exact(self.kept_cap - self.kept.len());
+            self.kept.reserve_exact(cap - self.kept.len());
             self.kept.extend_from_slice(&data[..n]);
         }
     }

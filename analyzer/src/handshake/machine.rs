@@ -123,6 +123,59 @@ pub fn leaf_names(der: &[u8]) -> Leaf {
     }
 }
 
+/// The part of a [`Handshake`] that the server's answer, the client's
+/// second flight or a key log bring (boxed, see `Handshake::late`).
+#[derive(Debug, Default)]
+pub(super) struct Late {
+    /// When the handshake completed (the client could send application data
+    /// after its own last flight; for full TLS 1.2, the server's CCS).
+    pub(super) completed_at: Option<f64>,
+    /// TCP: the record that completed it (TLS 1.3 Finished, TLS 1.2
+    /// resumed CCS) or, for full TLS 1.2, the server's CCS.
+    pub(super) completed_by: Option<RecordInfo>,
+    /// QUIC: the server's first 1-RTT packet after the handshake completed.
+    pub(super) server_data: Option<f64>,
+    /// TLS <= 1.2 full: end of the server's Finished record (the record after its CCS).
+    pub(super) server_finished_end: Option<u32>,
+    /// When the client first acknowledged the server's Finished.
+    pub(super) client_acked_finished: Option<f64>,
+    /// TLS 1.3 with a key log: the server's records after its Finished
+    /// that opened as something other than data (NewSessionTicket or
+    /// KeyUpdate, an alert such as close_notify), by sequence number;
+    /// `ttfb` skips them. Bounded by the opener
+    /// (`MAX_POST_HANDSHAKE_RECORDS` in `tls/server_flight.rs`).
+    pub(super) server_post_handshake: Vec<u32>,
+    /// Decrypted EncryptedExtensions: did the server accept early data?
+    pub(super) early_data_accepted: Option<bool>,
+    /// Decrypted EncryptedExtensions: the protocol the server chose (TLS 1.3).
+    pub(super) encrypted_alpn: Option<String>,
+    /// TLS 1.3 with early data offered: the client's encrypted records after
+    /// it acknowledged the ServerHello that were not its Finished (0-RTT
+    /// data it wrote before reading the server's flight, or an
+    /// EndOfEarlyData): the first one, and the latest if EndOfEarlyData-sized.
+    pub(super) second_flight_first: Option<RecordInfo>,
+    pub(super) pending_eoed: Option<RecordInfo>,
+    /// No ServerHello seen: the client's ChangeCipherSpec right after its
+    /// hello (TLS 1.2 resumption, or TLS 1.3 compatibility mode: the next
+    /// record tells).
+    pub(super) client_ccs: Option<RecordInfo>,
+}
+
+/// What [`Handshake::late`] reads before anything was written.
+static NO_LATE: Late = Late {
+    completed_at: None,
+    completed_by: None,
+    server_data: None,
+    server_finished_end: None,
+    client_acked_finished: None,
+    server_post_handshake: Vec::new(),
+    early_data_accepted: None,
+    encrypted_alpn: None,
+    second_flight_first: None,
+    pending_eoed: None,
+    client_ccs: None,
+};
+
 /// A connection's handshake, as far as the wire shows it.
 #[derive(Debug)]
 pub struct Handshake {
@@ -133,7 +186,7 @@ pub struct Handshake {
     pub(super) first_client_hello: Option<Box<ClientHello>>,
     /// The latest ClientHello.
     pub(super) client_hello: Option<Box<ClientHello>>,
-    pub(super) server_hello: Option<ServerHello>,
+    pub(super) server_hello: Option<Box<ServerHello>>,
     /// The HelloRetryRequest, kept only when a ServerHello replaced it
     /// (JA4S, like FoxIO's tools, fingerprints the server's first answer).
     pub(super) first_server_hello: Option<Box<ServerHello>>,
@@ -155,44 +208,19 @@ pub struct Handshake {
     /// A ServerHello came but the ClientHello's body was lost (capture gap)
     /// or did not parse.
     pub(super) client_hello_lost: bool,
-    pub(super) certs: Option<Certs>,
+    pub(super) certs: Option<Box<Certs>>,
     pub(super) failure: Option<String>,
-    /// When the handshake completed (the client could send application data
-    /// after its own last flight; for full TLS 1.2, the server's CCS).
-    pub(super) completed_at: Option<f64>,
-    /// TCP: the record that completed it (TLS 1.3 Finished, TLS 1.2
-    /// resumed CCS) or, for full TLS 1.2, the server's CCS.
-    pub(super) completed_by: Option<RecordInfo>,
-    /// QUIC: the server's first 1-RTT packet after the handshake completed.
-    pub(super) server_data: Option<f64>,
+    /// What only a handshake past the hellos uses, made at its first write:
+    /// a flow left waiting after its ClientHello does not carry it.
+    late: Option<Box<Late>>,
     /// The client sent application data before the server's Finished (TLS 1.2 False Start).
     pub(super) false_start: bool,
-    /// TLS <= 1.2 full: end of the server's Finished record (the record after its CCS).
-    pub(super) server_finished_end: Option<u32>,
-    /// When the client first acknowledged the server's Finished.
-    pub(super) client_acked_finished: Option<f64>,
     /// TCP: the observer's round trip to the client (SYN-ACK -> its ACK),
     /// set by the flow ([`set_to_client`](Self::set_to_client)).
     pub(super) to_client: Option<f64>,
     server_ccs_seen: bool,
     pub(super) records: [Vec<RecordInfo>; 2],
     pub(super) records_overflowed: bool,
-    /// TLS 1.3 with a key log: the server's records after its Finished
-    /// that opened as something other than data (NewSessionTicket or
-    /// KeyUpdate, an alert such as close_notify), by sequence number;
-    /// `ttfb` skips them. Bounded by the opener
-    /// (`MAX_POST_HANDSHAKE_RECORDS` in `tls/server_flight.rs`).
-    pub(super) server_post_handshake: Vec<u32>,
-    /// Decrypted EncryptedExtensions: did the server accept early data?
-    pub(super) early_data_accepted: Option<bool>,
-    /// Decrypted EncryptedExtensions: the protocol the server chose (TLS 1.3).
-    pub(super) encrypted_alpn: Option<String>,
-    /// TLS 1.3 with early data offered: the client's encrypted records after
-    /// it acknowledged the ServerHello that were not its Finished (0-RTT
-    /// data it wrote before reading the server's flight, or an
-    /// EndOfEarlyData): the first one, and the latest if EndOfEarlyData-sized.
-    second_flight_first: Option<RecordInfo>,
-    pending_eoed: Option<RecordInfo>,
     /// An EndOfEarlyData-sized record came right before the Finished-sized
     /// one that completed the handshake (heuristic `eoed_before_finished`).
     pub(super) eoed_before_finished: bool,
@@ -208,10 +236,6 @@ pub struct Handshake {
     /// (its key exchange's or ChangeCipherSpec's record version for TLS
     /// <= 1.2; an encrypted record answering the server's flight for 1.3).
     pub(super) client_shown_version: Option<ProtocolVersion>,
-    /// No ServerHello seen: the client's ChangeCipherSpec right after its
-    /// hello (TLS 1.2 resumption, or TLS 1.3 compatibility mode: the next
-    /// record tells).
-    client_ccs: Option<RecordInfo>,
     ccs_then_handshake: bool,
     /// Full TLS <= 1.2: the client sent an (encrypted) alert after its
     /// Finished, before the server's ChangeCipherSpec.
@@ -229,8 +253,12 @@ pub struct Handshake {
 
 impl HeapSize for Handshake {
     fn heap_size(&self) -> usize {
+        // Boxed: only a server's answer brings them.
         let certs = self.certs.as_ref().map_or(0, |c| {
-            c.leaf_subject.heap_size() + c.leaf_issuer.heap_size()
+            std::mem::size_of::<Certs>()
+                + crate::memory::ALLOC_OVERHEAD
+                + c.leaf_subject.heap_size()
+                + c.leaf_issuer.heap_size()
         });
         self.first_client_hello.heap_size()
             + self.client_hello.heap_size()
@@ -238,7 +266,12 @@ impl HeapSize for Handshake {
             + self.first_server_hello.heap_size()
             + certs
             + self.failure.heap_size()
-            + self.encrypted_alpn.heap_size()
+            + self.late.as_ref().map_or(0, |l| {
+                std::mem::size_of::<Late>()
+                    + crate::memory::ALLOC_OVERHEAD
+                    + l.encrypted_alpn.heap_size()
+                    + l.server_post_handshake.heap_size()
+            })
             + self.records[0].heap_size()
             + self.records[1].heap_size()
             + self.zeek.heap_size()
@@ -250,6 +283,16 @@ impl Handshake {
     /// `ts` is the first such time).
     pub fn zeek_plaintext_seen(&mut self, now: f64) {
         self.zeek.first_plaintext.set_once(now);
+    }
+
+    /// The late part, as read: empty until something is written.
+    pub(super) fn late(&self) -> &Late {
+        self.late.as_deref().unwrap_or(&NO_LATE)
+    }
+
+    /// The late part, to write: made now if it was not.
+    pub(super) fn late_mut(&mut self) -> &mut Late {
+        self.late.get_or_insert_with(Default::default)
     }
 
     pub fn new(transport: Transport) -> Self {
@@ -273,27 +316,17 @@ impl Handshake {
             client_hello_lost: false,
             certs: None,
             failure: None,
-            completed_at: None,
-            completed_by: None,
-            server_data: None,
+            late: None,
             false_start: false,
-            server_finished_end: None,
-            client_acked_finished: None,
             to_client: None,
             server_ccs_seen: false,
             records: [Vec::new(), Vec::new()],
             records_overflowed: false,
-            server_post_handshake: Vec::new(),
-            early_data_accepted: None,
-            encrypted_alpn: None,
-            second_flight_first: None,
-            pending_eoed: None,
             eoed_before_finished: false,
             client_flight_start: None,
             parse_errors: 0,
             missing: None,
             client_shown_version: None,
-            client_ccs: None,
             ccs_then_handshake: false,
             client_alert_before_server_finished: false,
             client_hello_ack: None,
@@ -316,9 +349,9 @@ impl Handshake {
             (_, _, Event::Opened { record, inner }) => {
                 if dir == Server
                     && inner != ct::APPLICATION_DATA
-                    && !self.server_post_handshake.contains(&record.seq)
+                    && !self.late().server_post_handshake.contains(&record.seq)
                 {
-                    self.server_post_handshake.push(record.seq);
+                    self.late_mut().server_post_handshake.push(record.seq);
                 }
             }
             (_, Client, Event::Ack { ts, ack }) => self.on_client_ack(ts, ack),
@@ -346,7 +379,9 @@ impl Handshake {
                         self.hrr = true;
                     }
                     self.client_hello_ack = record.and_then(|r| r.ack);
-                    self.client_ccs = None;
+                    if let Some(late) = self.late.as_mut() {
+                        late.client_ccs = None;
+                    }
                     self.ccs_then_handshake = false;
                     self.accept_client_hello(ch, ts, mem);
                 }
@@ -421,10 +456,11 @@ impl Handshake {
                     ..
                 },
             ) => {
-                if self.early_data_accepted.is_none() {
-                    self.early_data_accepted =
+                if self.late().early_data_accepted.is_none() {
+                    let late = self.late_mut();
+                    late.early_data_accepted =
                         body.and_then(crate::tls::keylog::early_data_in_extensions);
-                    self.encrypted_alpn = body.and_then(crate::tls::keylog::alpn_in_extensions);
+                    late.encrypted_alpn = body.and_then(crate::tls::keylog::alpn_in_extensions);
                 }
             }
             // Decrypted with a key log: the TLS 1.3 Certificate (the first;
@@ -521,7 +557,7 @@ impl Handshake {
                     ts,
                 },
             ) => {
-                self.server_data.get_or_insert(ts);
+                self.late_mut().server_data.get_or_insert(ts);
             }
             (_, _, Event::Packet { .. }) => {}
             (_, _, Event::Retry) => {
@@ -554,11 +590,11 @@ impl Handshake {
         if rec.content_type == ct::HANDSHAKE && dir == Dir::Client && self.started.is_none() {
             self.started = Some(rec.ts);
         }
-        if dir == Dir::Server && self.server_ccs_seen && self.server_finished_end.is_none() {
+        if dir == Dir::Server && self.server_ccs_seen && self.late().server_finished_end.is_none() {
             if rec.content_type == ct::CHANGE_CIPHER_SPEC {
                 return;
             }
-            self.server_finished_end = Some(rec.end);
+            self.late_mut().server_finished_end = Some(rec.end);
         }
         match (self.state, dir, rec.content_type) {
             (_, _, ct::CHANGE_CIPHER_SPEC) => self.on_ccs(dir, rec),
@@ -604,7 +640,7 @@ impl Handshake {
                 if self.server_hello.is_none()
                     && self.client_shown_version.is_some_and(|v| !v.is_tls13())
                     && !self.abbreviated
-                    && self.client_acked_finished.is_none()
+                    && self.late().client_acked_finished.is_none()
                     && self.records[Dir::Client as usize]
                         .iter()
                         .filter(|r| r.content_type == ct::APPLICATION_DATA)
@@ -612,7 +648,7 @@ impl Handshake {
                         .count()
                         <= 1 =>
             {
-                self.false_start |= self.completed_by.is_some_and(|f| f.ack == rec.ack);
+                self.false_start |= self.late().completed_by.is_some_and(|f| f.ack == rec.ack);
             }
             _ => {}
         }
@@ -633,7 +669,7 @@ impl Handshake {
             // Encrypted (a TLS 1.2 Finished) unless a second ClientHello
             // comes out of it, which clears `client_ccs`: decided at the
             // next record or at the end.
-            ct::HANDSHAKE if self.client_ccs.is_some() => self.ccs_then_handshake = true,
+            ct::HANDSHAKE if self.late().client_ccs.is_some() => self.ccs_then_handshake = true,
             ct::APPLICATION_DATA => {
                 let answered = match (rec.ack, self.client_hello_ack) {
                     (Some(ack), Some(hello)) => Seq(ack) > Seq(hello),
@@ -649,9 +685,10 @@ impl Handshake {
                 } else if early && EOED_LENS.contains(&rec.len) {
                     // EndOfEarlyData (no Finished is this short): the
                     // Finished follows it.
-                    self.pending_eoed = Some(rec);
+                    self.late_mut().pending_eoed = Some(rec);
                 } else {
-                    let eoed = self.pending_eoed.take().filter(|e| e.end == rec.seq);
+                    let eoed = self.late.as_mut().and_then(|l| l.pending_eoed.take());
+                    let eoed = eoed.filter(|e| e.end == rec.seq);
                     self.eoed_before_finished = eoed.is_some();
                     self.client_flight_start = Some(eoed.map_or(rec.seq, |e| e.seq));
                     self.complete(rec.ts, Some(rec));
@@ -679,7 +716,7 @@ impl Handshake {
             self.complete(rec.ts, Some(rec));
             return;
         };
-        let eoed = self.pending_eoed.take();
+        let eoed = self.late.as_mut().and_then(|l| l.pending_eoed.take());
         if rec.len == fin_len {
             let eoed = eoed.filter(|e| e.end == rec.seq);
             self.eoed_before_finished = eoed.is_some();
@@ -688,11 +725,11 @@ impl Handshake {
             return;
         }
         if rec.len == eoed_len {
-            self.pending_eoed = Some(rec);
+            self.late_mut().pending_eoed = Some(rec);
         }
         // Only a longer record can be a padded Finished.
         if rec.len > fin_len {
-            self.second_flight_first.get_or_insert(rec);
+            self.late_mut().second_flight_first.get_or_insert(rec);
         }
     }
 
@@ -757,7 +794,7 @@ impl Handshake {
         if !std::mem::take(&mut self.ccs_then_handshake) || self.state != State::ClientHello {
             return false;
         }
-        let Some(ccs) = self.client_ccs.take() else {
+        let Some(ccs) = self.late.as_mut().and_then(|l| l.client_ccs.take()) else {
             return false;
         };
         self.client_shown_version = Some(ProtocolVersion(0x0300 | u16::from(ccs.minor)));
@@ -773,7 +810,11 @@ impl Handshake {
     pub fn settle(&mut self) {
         self.abbreviated_without_server_hello();
         if self.state == State::ServerHello13 {
-            if let Some(first) = self.second_flight_first.take() {
+            if let Some(first) = self
+                .late
+                .as_mut()
+                .and_then(|l| l.second_flight_first.take())
+            {
                 self.client_flight_start = Some(first.seq);
                 self.complete(first.ts, Some(first));
             }
@@ -790,10 +831,10 @@ impl Handshake {
     /// For when the client received the server's Finished (TLS <= 1.2 full
     /// handshakes whose client sends no data).
     fn on_client_ack(&mut self, ts: f64, ack: u32) {
-        if self.client_acked_finished.is_some() {
+        if self.late().client_acked_finished.is_some() {
             return;
         }
-        let acked = match self.server_finished_end {
+        let acked = match self.late().server_finished_end {
             Some(end) => Seq(ack) >= Seq(end),
             // Without the server's direction: full TLS 1.2 completed by the
             // client's Finished, and the client acknowledges more than it
@@ -804,13 +845,14 @@ impl Handshake {
                     && !self.abbreviated
                     && !self.is_tls13()
                     && self
+                        .late()
                         .completed_by
                         .and_then(|f| f.ack)
                         .is_some_and(|a| Seq(ack) > Seq(a))
             }
         };
         if acked {
-            self.client_acked_finished = Some(ts);
+            self.late_mut().client_acked_finished = Some(ts);
         }
     }
 
@@ -835,7 +877,7 @@ impl Handshake {
                 self.complete(rec.ts, Some(rec))
             }
             (State::ClientHello, Dir::Client) if self.server_hello.is_none() => {
-                self.client_ccs = Some(rec)
+                self.late_mut().client_ccs = Some(rec)
             }
             _ => {}
         }
@@ -903,8 +945,8 @@ impl Handshake {
             self.state = State::ServerHello12;
             directive = Some(Directive::CcsEncrypts);
         }
-        if let Some(hrr) = self.server_hello.replace(sh).filter(|h| h.is_hrr) {
-            self.first_server_hello.get_or_insert(Box::new(hrr));
+        if let Some(hrr) = self.server_hello.replace(Box::new(sh)).filter(|h| h.is_hrr) {
+            self.first_server_hello.get_or_insert(hrr);
         }
         directive
     }
@@ -917,7 +959,7 @@ impl Handshake {
         parse: CertificateParser,
         mem: &mut dyn TraceMemory,
     ) {
-        self.certs = Some(match body {
+        self.certs = Some(Box::new(match body {
             Some(b) => match parse(b) {
                 Ok(list) => {
                     let leaf = list
@@ -946,7 +988,7 @@ impl Handshake {
                 not_before: None,
                 not_after: None,
             },
-        });
+        }));
     }
 
     fn on_close(&mut self, how: Close) {
@@ -965,8 +1007,9 @@ impl Handshake {
     }
 
     fn complete(&mut self, ts: f64, rec: Option<RecordInfo>) {
-        self.completed_at = Some(ts);
-        self.completed_by = rec;
+        let late = self.late_mut();
+        late.completed_at = Some(ts);
+        late.completed_by = rec;
         self.state = State::Complete;
     }
 

@@ -49,7 +49,7 @@ impl Handshake {
             .as_ref()
             .filter(|sh| !sh.is_hrr)
             .and_then(|sh| sh.alpn.clone())
-            .or_else(|| self.encrypted_alpn.clone())
+            .or_else(|| self.late().encrypted_alpn.clone())
     }
 
     /// The Zeek `ssl.log` facts, by Zeek's rules (main.zeek's
@@ -109,7 +109,7 @@ impl Handshake {
             Transport::Quic if self.client_hello.is_none() => notes.push("no_client_hello"),
             _ => {}
         }
-        if self.early_data_accepted.is_some() {
+        if self.late().early_data_accepted.is_some() {
             notes.push("decrypted_with_keylog");
         }
         if self.false_start {
@@ -132,14 +132,14 @@ impl Handshake {
         let first_sh = self
             .first_server_hello
             .as_deref()
-            .or(self.server_hello.as_ref());
+            .or(self.server_hello.as_deref());
         let (ja4, ja4_stable) = first_ch.map(|c| ja4::ja4_and_stable(c, quic)).unzip();
         ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
             client: endpoint(view.client.0, view.client.1),
             server: endpoint(view.server.0, view.server.1),
-            sni: ch.and_then(|c| c.server_name.clone()),
+            sni: ch.and_then(|c| c.server_name.as_deref().map(String::from)),
             version: self.version().and_then(|v| v.name()),
             cipher: self.cipher(),
             alpn: shows_client.then(|| ch.map(|c| c.alpn.clone()).unwrap_or_default()),
@@ -153,7 +153,7 @@ impl Handshake {
             retry: self.retry,
             timing: self.timing(view.rtt, view.vantage),
             bytes: view.bytes,
-            certs: self.certs.clone(),
+            certs: self.certs.as_deref().cloned(),
             failure: self.failure.clone(),
             notes,
             ja4,

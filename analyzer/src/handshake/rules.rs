@@ -108,7 +108,7 @@ impl Handshake {
             // PSK accepted: whether early data was too is in the encrypted
             // EncryptedExtensions, readable only with a key log -- or shown
             // by the client's EndOfEarlyData (heuristic eoed_before_finished).
-            _ => match self.early_data_accepted {
+            _ => match self.late().early_data_accepted {
                 Some(true) => EarlyData::Accepted,
                 Some(false) => EarlyData::Rejected,
                 None if self.eoed_before_finished => EarlyData::Accepted,

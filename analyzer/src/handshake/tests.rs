@@ -240,12 +240,12 @@ fn tls13_client_ccs_on_server_hello_is_no_answer() {
     hs.state = State::ClientHello;
     let sh = rec(0.0004, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let sccs = rec(0.0004, ct::CHANGE_CIPHER_SPEC, sh.end, 1, ch.end);
@@ -302,13 +302,13 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
     record(&mut hs, c, early);
     let sh = rec(0.1, ct::HANDSHAKE, 5000, 128, early.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         psk_selected: Some(0),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     record(
@@ -392,7 +392,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
             EarlyData::Attempted
         };
         assert_eq!(hs.early_data(), want, "{tail:?}");
-        let fin = hs.completed_by.unwrap();
+        let fin = hs.late().completed_by.unwrap();
         assert_eq!(fin.len, 69, "{tail:?}: completed by the Finished");
         // Handshake bytes: EndOfEarlyData and Finished, never the 0-RTT data.
         let client_bytes = hs.record_bytes().client_handshake;
@@ -405,7 +405,7 @@ fn late_zero_rtt_data_is_not_the_finished() {
     assert_eq!(hs.kind(), Some(HandshakeKind::Incomplete));
     hs.on(Dir::Client, Event::Close(Close::Fin), &mut NoMemory);
     assert_eq!(
-        (hs.kind(), hs.completed_by.map(|r| r.len)),
+        (hs.kind(), hs.late().completed_by.map(|r| r.len)),
         (Some(HandshakeKind::Resumed), Some(566))
     );
     assert_eq!(hs.early_data(), EarlyData::Attempted);
@@ -672,12 +672,12 @@ fn ttfb_was_the_ticket_before_the_response() {
     hs.state = State::ClientHello;
     let sh = rec(0.040, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let flight = rec(0.040, ct::APPLICATION_DATA, sh.end, 2000, ch.end);
@@ -739,12 +739,12 @@ fn full13_used_after(idle: Option<f64>) -> Handshake {
     hs.state = State::ClientHello;
     let sh = rec(0.040, ct::HANDSHAKE, 5000, 155, ch.end);
     record(&mut hs, s, sh);
-    hs.server_hello = Some(ServerHello {
+    hs.server_hello = Some(Box::new(ServerHello {
         legacy_version: 0x0303,
         selected_version: Some(0x0304),
         cipher_suite: 0x1302,
         ..Default::default()
-    });
+    }));
     hs.server_hello_end = Some(sh.end);
     hs.state = State::ServerHello13;
     let flight = rec(0.040, ct::APPLICATION_DATA, sh.end, 2000, ch.end);
@@ -800,7 +800,7 @@ fn zero_rtt_data_is_used_at_once() {
 fn tls12_idle_before_use_from_the_ack_of_the_finished() {
     let mut hs = full12(false);
     assert_eq!(hs.state(), State::Complete);
-    hs.client_acked_finished = Some(0.4);
+    hs.late_mut().client_acked_finished = Some(0.4);
     assert!(hs.awaits_use());
     assert_eq!(hs.timing(None, Vantage::default()).handshake, Some(400.0));
     let data = rec(1.4, ct::APPLICATION_DATA, 1300, 100, 6000);

@@ -79,7 +79,7 @@ impl Handshake {
             return None;
         }
         if self.is_tls13() || self.abbreviated {
-            return self.completed_at.map(|at| (at, EndBy::ClientFlight));
+            return self.late().completed_at.map(|at| (at, EndBy::ClientFlight));
         }
         // The client's first application data, or — for a client that sends
         // none right away (a pooled connection, a client waiting for its
@@ -88,7 +88,7 @@ impl Handshake {
             .iter()
             .find(is_data)
             .map(|r| r.ts);
-        match (data, self.client_acked_finished) {
+        match (data, self.late().client_acked_finished) {
             (Some(d), Some(a)) if d <= a => Some((d, EndBy::ClientData)),
             (_, Some(a)) => Some(self.server_finished_reached(a)),
             (d, None) => d.map(|d| (d, EndBy::ClientData)),
@@ -101,7 +101,7 @@ impl Handshake {
     /// delayed (Linux: 40 ms or more), so it only bounds this from above;
     /// without the server's side or the round trip, it stands in.
     fn server_finished_reached(&self, acked: f64) -> (f64, EndBy) {
-        let finished = self.server_finished_end.and_then(|end| {
+        let finished = self.late().server_finished_end.and_then(|end| {
             self.records[Dir::Server as usize]
                 .iter()
                 .find(|r| Seq(r.end) >= Seq(end))
@@ -147,7 +147,7 @@ impl Handshake {
         if !self.is_tls13() {
             return data.next().map(|r| r.ts.max(end));
         }
-        let fin = self.completed_by?;
+        let fin = self.late().completed_by?;
         let flight = self.client_flight_start.unwrap_or(fin.seq);
         let mut after = None;
         for r in data {
@@ -176,7 +176,7 @@ impl Handshake {
     /// something other than application data (NewSessionTicket, KeyUpdate,
     /// an encrypted alert).
     fn post_handshake(&self, r: &RecordInfo) -> bool {
-        self.server_post_handshake.contains(&r.seq)
+        self.late().server_post_handshake.contains(&r.seq)
     }
 
     /// When the server's first application data left. QUIC: its first 1-RTT
@@ -189,7 +189,10 @@ impl Handshake {
     /// first data).
     fn first_server_data(&self) -> Option<f64> {
         if self.transport == Transport::Quic {
-            return self.server_data.filter(|_| self.state == State::Complete);
+            return self
+                .late()
+                .server_data
+                .filter(|_| self.state == State::Complete);
         }
         let mut server = self.records[Dir::Server as usize]
             .iter()
@@ -201,6 +204,7 @@ impl Handshake {
                 .map(|r| r.ts);
         }
         let fin = self
+            .late()
             .completed_by
             .filter(|_| self.state == State::Complete)?;
         if self.early_data() == EarlyData::Accepted {
@@ -271,7 +275,7 @@ impl Handshake {
                         || self.records[Dir::Client as usize]
                             .iter()
                             .any(|r| is_data(&r))
-                        || self.client_acked_finished.is_some())
+                        || self.late().client_acked_finished.is_some())
             }
             _ => false,
         }
@@ -321,7 +325,7 @@ impl Handshake {
         // Full TLS 1.2 ending with the client's ACK of the server's
         // Finished (no data of its own): that ACK is the last reaction.
         if sent.last().is_none_or(|r| r.ts < end) {
-            let fin = self.server_finished_end?;
+            let fin = self.late().server_finished_end?;
             let at = sent.last()?.end;
             sent.push(RecordInfo {
                 ts: end,
@@ -376,7 +380,7 @@ impl Handshake {
         if self.transport != Transport::Quic || self.missing.is_some() {
             return None;
         }
-        let to_server = self.server_data? - self.completed_at?;
+        let to_server = self.late().server_data? - self.late().completed_at?;
         Some((rtt? - to_server).max(0.0))
     }
 
@@ -455,7 +459,7 @@ impl Handshake {
         let mut client_bytes = before_data(client);
         let mut server_bytes = before_data(server);
         if self.is_tls13() {
-            let fin = self.completed_by;
+            let fin = self.late().completed_by;
             let start = self.client_flight_start;
             // The server's flight: what it sent before it had the client's
             // Finished (without the client's direction: before it

@@ -42,14 +42,22 @@ pub(super) struct ZeekView {
     /// The client's ChangeCipherSpec came before any ClientKeyExchange
     /// (Zeek's ticket-with-empty-session-id resumption rule).
     pub(super) client_ccs_without_cke: bool,
-    pub(super) server_fps: Option<Vec<[u8; 32]>>,
-    pub(super) client_fps: Option<Vec<[u8; 32]>>,
+    /// The certificate chains' fingerprints, both set at the first file
+    /// (boxed: an open handshake without certificates carries none).
+    pub(super) fps: Option<Box<Chains>>,
     pub(super) sni_matches_cert: Option<bool>,
     /// When the first plaintext TLS record of either side was complete:
     /// Zeek's `ts` (`set_session` at the first SSL event, which its
     /// analyzer raises once a record is whole). A ClientHello split over
     /// segments (large key shares) has its ts at the last one.
     pub(super) first_plaintext: FirstTime,
+}
+
+/// Zeek's `cert_chain_fps` and `client_cert_chain_fps`.
+#[derive(Debug, Default)]
+pub(super) struct Chains {
+    pub(super) server: Vec<[u8; 32]>,
+    pub(super) client: Vec<[u8; 32]>,
 }
 
 /// A capture time set once; NaN until then (8 bytes where `Option<f64>`
@@ -77,7 +85,13 @@ impl FirstTime {
 
 impl HeapSize for ZeekView {
     fn heap_size(&self) -> usize {
-        self.history.heap_size() + self.server_fps.heap_size() + self.client_fps.heap_size()
+        let fps = self.fps.as_ref().map_or(0, |f| {
+            std::mem::size_of::<Chains>()
+                + crate::memory::ALLOC_OVERHEAD
+                + f.server.heap_size()
+                + f.client.heap_size()
+        });
+        self.history.heap_size() + fps
     }
 }
 
@@ -240,13 +254,11 @@ impl ZeekView {
         if list.iter().all(|der| der.is_empty()) {
             return;
         }
-        self.server_fps.get_or_insert_with(Vec::new);
-        self.client_fps.get_or_insert_with(Vec::new);
+        let chains = self.fps.get_or_insert_with(Default::default);
         let fps = match dir {
-            Dir::Client => &mut self.client_fps,
-            Dir::Server => &mut self.server_fps,
+            Dir::Client => &mut chains.client,
+            Dir::Server => &mut chains.server,
         };
-        let Some(fps) = fps.as_mut() else { return };
         // Zeek's chain vector exists once a certificate came, but only
         // certificates its X509 analyzer parses get a fingerprint. A full
         // X.509 parse of every chain certificate cost 16% of replay's time
@@ -392,8 +404,8 @@ impl ZeekView {
             next_protocol: hello.alpn,
             established: self.established,
             history: self.history(),
-            cert_chain_fps: self.server_fps.clone(),
-            client_cert_chain_fps: self.client_fps.clone(),
+            cert_chain_fps: self.fps.as_ref().map(|f| f.server.clone()),
+            client_cert_chain_fps: self.fps.as_ref().map(|f| f.client.clone()),
             sni_matches_cert: self.sni_matches_cert,
         }
     }
@@ -445,14 +457,14 @@ mod tests {
         let der: &[u8] = &[0x30, 0x07, 0x30, 0x00, 0x30, 0x00, 0x03, 0x01, 0x00];
         let mut v = ZeekView::default();
         v.certificates(Dir::Server, &certificate_body(&[der]), None, &mut NoMemory);
-        assert_eq!(v.server_fps.as_ref().map(Vec::len), Some(1));
+        assert_eq!(v.fps.as_ref().map(|f| f.server.len()), Some(1));
         // Zeek's file_sniff sets client_cert_chain_fps to an empty vector too.
-        assert_eq!(v.client_fps.as_deref(), Some(&[][..]));
+        assert_eq!(v.fps.as_ref().map(|f| f.client.len()), Some(0));
         // An empty Certificate message (a client without a certificate)
         // gives Zeek no file: neither chain is set.
         let mut v = ZeekView::default();
         v.certificates(Dir::Client, &certificate_body(&[]), None, &mut NoMemory);
-        assert!(v.client_fps.is_none() && v.server_fps.is_none());
+        assert!(v.fps.is_none());
     }
 
     #[test]

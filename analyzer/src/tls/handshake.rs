@@ -71,14 +71,16 @@ pub struct ClientHello {
     pub cipher_suites: Vec<u16>,
     /// Extension types in the order the client sent them (GREASE included).
     pub extensions: Vec<u16>,
-    pub server_name: Option<String>,
+    /// Boxed `str`, and the ticket length below a `u16`: the struct fits
+    /// an allocator's 320-byte size class (one in every open handshake).
+    pub server_name: Option<Box<str>>,
     pub alpn: Vec<String>,
     /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
     /// raw bytes ([`alpn_chars`](super::ja4::alpn_chars)); None without one.
     pub ja4_alpn: Option<[u8; 2]>,
     pub supported_versions: Vec<u16>,
     /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
-    pub session_ticket_len: Option<usize>,
+    pub session_ticket_len: Option<u16>,
     pub psk: Option<PskOffer>,
     pub psk_modes: Vec<u8>,
     pub early_data: bool,
@@ -156,7 +158,22 @@ impl ClientHello {
             }
         }
         r.expect_empty("ClientHello")?;
+        ch.shrink();
         Ok(ch)
+    }
+
+    /// Drops the lists' spare capacity: a hello is kept as long as its
+    /// handshake is open, and a million may be open at once.
+    fn shrink(&mut self) {
+        self.cipher_suites.shrink_to_fit();
+        self.extensions.shrink_to_fit();
+        self.alpn.shrink_to_fit();
+        self.supported_versions.shrink_to_fit();
+        self.psk_modes.shrink_to_fit();
+        self.key_share_groups.shrink_to_fit();
+        self.supported_groups.shrink_to_fit();
+        self.signature_algorithms.shrink_to_fit();
+        self.malformed_extensions.shrink_to_fit();
     }
 
     fn read_extension(&mut self, typ: u16, mut r: Reader<'_>) -> Result<(), InvalidMessage> {
@@ -167,7 +184,7 @@ impl ClientHello {
                     let name_type = list.u8("name_type")?;
                     let name = list.sub16("host_name")?.rest();
                     if name_type == 0 && self.server_name.is_none() {
-                        self.server_name = Some(String::from_utf8_lossy(name).into_owned());
+                        self.server_name = Some(String::from_utf8_lossy(name).into());
                     }
                 }
             }
@@ -188,7 +205,10 @@ impl ClientHello {
                     self.supported_versions.push(list.u16("version")?);
                 }
             }
-            ext::SESSION_TICKET => self.session_ticket_len = Some(r.rest().len()),
+            ext::SESSION_TICKET => {
+                // An extension's body is at most 2^16 - 1 bytes.
+                self.session_ticket_len = Some(u16::try_from(r.rest().len()).unwrap_or(u16::MAX))
+            }
             ext::PRE_SHARED_KEY => {
                 let mut ids = r.sub16("psk identities")?;
                 let mut offer = PskOffer {

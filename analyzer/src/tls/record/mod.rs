@@ -105,11 +105,11 @@ pub struct RecordStream {
     /// Metadata of the record being gathered (set once its first byte arrived).
     current: Option<(f64, u32, Option<u32>)>,
     /// Bytes of an opaque record still to skip.
-    skip: usize,
+    skip: u32,
     /// Handshake-message bytes gathered across records.
     hs_buf: Vec<u8>,
     /// Bytes of an oversized handshake message still to drop.
-    hs_skip: usize,
+    hs_skip: u32,
     /// Handshake bytes were lost: message boundaries are unknown until a
     /// handshake record holds whole messages end to end.
     hs_lost: bool,
@@ -207,8 +207,8 @@ impl RecordStream {
         let mut seq = chunk.seq;
         while !data.is_empty() {
             if self.skip > 0 {
-                let n = self.skip.min(data.len());
-                self.skip -= n;
+                let n = (self.skip as usize).min(data.len());
+                self.skip -= n as u32;
                 data = &data[n..];
                 seq = seq.wrapping_add(n as u32);
                 continue;
@@ -283,7 +283,8 @@ impl RecordStream {
                     self.buf.clear();
                     self.current = None;
                     self.announced = false;
-                    self.skip = len;
+                    // A u16 record length (u32: in every open handshake).
+                    self.skip = u32::try_from(len).unwrap_or(u32::MAX);
                     continue;
                 }
             }
@@ -413,8 +414,8 @@ impl RecordStream {
         }
         while !payload.is_empty() {
             if self.hs_skip > 0 {
-                let n = self.hs_skip.min(payload.len());
-                self.hs_skip -= n;
+                let n = (self.hs_skip as usize).min(payload.len());
+                self.hs_skip -= n as u32;
                 payload = &payload[n..];
                 continue;
             }
@@ -453,7 +454,8 @@ impl RecordStream {
                     record,
                 });
                 self.hs_buf.clear();
-                self.hs_skip = len;
+                // A u24 message length.
+                self.hs_skip = u32::try_from(len).unwrap_or(u32::MAX);
                 continue;
             }
             self.hs_buf

@@ -22,8 +22,8 @@ impl RecordStream {
         if self.hunting {
             return;
         }
-        if self.skip > 0 && n <= self.skip {
-            self.skip -= n;
+        if self.skip > 0 && n <= self.skip as usize {
+            self.skip -= n as u32;
             return;
         }
         if self.skip == 0 && self.buf.len() >= 5 && !self.sslv2 {
@@ -33,7 +33,7 @@ impl RecordStream {
                 if self.buf[0] == content_type::HANDSHAKE {
                     self.lose_messages();
                 }
-                self.skip = remaining - n;
+                self.skip = u32::try_from(remaining - n).unwrap_or(u32::MAX);
                 let buf = std::mem::take(&mut self.buf);
                 self.reuse_buf(buf);
                 self.current = None;
