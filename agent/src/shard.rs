@@ -177,7 +177,9 @@ impl Shared {
     fn new(shards: usize, max_session_ids: usize) -> Self {
         Shared {
             progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
-            wanted: (0..shards).map(|_| Progress(AtomicU64::new(DONE))).collect(),
+            wanted: (0..shards)
+                .map(|_| Progress(AtomicU64::new(DONE)))
+                .collect(),
             gate: Mutex::new(()),
             passed: Condvar::new(),
             ids: Mutex::new(IdStore {
@@ -569,9 +571,8 @@ fn shard(
             ToShard::Round { mut batch, end } => {
                 let mut out = Out::default();
                 for (k, item) in batch.items.iter().enumerate() {
-                    if let Some(&Item::Frame {
-                        start, mapped, ..
-                    }) = batch.items.get(k + PREFETCH_AHEAD)
+                    if let Some(&Item::Frame { start, mapped, .. }) =
+                        batch.items.get(k + PREFETCH_AHEAD)
                     {
                         let bytes = if mapped { map } else { &batch.data[..] };
                         // Its link, network and transport headers.

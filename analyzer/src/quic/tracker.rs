@@ -181,7 +181,7 @@ impl Conn {
     /// Bytes the connection holds: itself, its IDs and tuples in the
     /// indexes, and its handshake state (see [`crate::memory`]).
     fn footprint(&self) -> usize {
-        let index = size_of::<Cid>() + size_of::<u64>() + 16;
+        let index = size_of::<(Endpoint, Cid)>() + size_of::<u64>() + 16;
         let tuple = size_of::<FlowKey>() + size_of::<u64>() + 16;
         size_of::<Conn>()
             + size_of::<u64>()
@@ -250,7 +250,10 @@ impl HeapSize for Active {
 /// Follows QUIC connections and emits one record per connection.
 pub struct QuicTracker {
     conns: LruCache<u64, Conn>,
-    by_cid: HashMap<Cid, u64>,
+    /// Connection IDs under their connection's server: IDs are unique
+    /// only per server (short ones collide across a big capture, and a
+    /// capture made of copies of one connection repeats them all).
+    by_cid: HashMap<(Endpoint, Cid), u64>,
     by_tuple: HashMap<FlowKey, u64>,
     hints: LruCache<FlowKey, Hint>,
     next_id: u64,
@@ -479,7 +482,7 @@ impl QuicTracker {
         let target = [scid, dcid]
             .into_iter()
             .filter(|c| !c.is_empty())
-            .find_map(|c| self.by_cid.get(&Cid::new(c)).copied())
+            .find_map(|c| self.by_server_cid(src, dst, c))
             .or_else(|| self.by_tuple.get(&key).copied());
         let mut first_attempt = None;
         if let Some(id) = target {
@@ -511,6 +514,17 @@ impl QuicTracker {
         }
     }
 
+    /// The connection a packet between `src` and `dst` names by `cid`:
+    /// one whose server is either end. Long headers come before the
+    /// handshake is confirmed, when only the client's address may change
+    /// (NAT rebinding; RFC 9000 §9), so the server's stays one end.
+    fn by_server_cid(&self, src: Endpoint, dst: Endpoint, cid: &[u8]) -> Option<u64> {
+        let cid = Cid::new(cid);
+        [dst, src]
+            .into_iter()
+            .find_map(|server| self.by_cid.get(&(server, cid)).copied())
+    }
+
     /// Which connection a long-header packet belongs to, and who sent it.
     /// An Initial whose DCID is unknown may start a new connection on a
     /// known tuple; other packets fall back to the tuple.
@@ -522,8 +536,10 @@ impl QuicTracker {
         initial: bool,
     ) -> Option<(u64, Side)> {
         if !dcid.is_empty() {
-            if let Some(&id) = self.by_cid.get(&Cid::new(dcid)) {
-                let c = self.conns.peek(&id)?;
+            let known = self
+                .by_server_cid(src, dst, dcid)
+                .and_then(|id| Some((id, self.conns.peek(&id)?)));
+            if let Some((id, c)) = known {
                 let owner = c
                     .cids
                     .iter()
@@ -735,7 +751,7 @@ impl QuicTracker {
         for (cid, owner) in new_cids {
             if !conn.cids.iter().any(|(c, _)| *c == cid) && conn.cids.len() < MAX_CIDS_PER_CONN {
                 conn.cids.push((cid, owner));
-                self.by_cid.insert(cid, id);
+                self.by_cid.insert((conn.server, cid), id);
             }
         }
         if conn.active.as_ref().is_some_and(|a| a.close.is_some()) {
@@ -872,7 +888,7 @@ impl QuicTracker {
         conn.last_ts = ts;
         if conn.cids.len() < MAX_CIDS_PER_CONN && !conn.cids.iter().any(|(c, _)| *c == cid) {
             conn.cids.push((cid, Side::Server));
-            self.by_cid.insert(cid, id);
+            self.by_cid.insert((conn.server, cid), id);
         }
         Some(id)
     }
@@ -935,7 +951,7 @@ impl QuicTracker {
         let id = self.next_id;
         self.next_id += 1;
         for (cid, _) in &conn.cids {
-            self.by_cid.insert(*cid, id);
+            self.by_cid.insert((conn.server, *cid), id);
         }
         self.by_tuple.insert(key, id);
         conn.charged = conn.footprint();
@@ -997,7 +1013,8 @@ impl QuicTracker {
             if let Some(other) = lens.iter().find_map(|&n| {
                 bytes
                     .get(1..1 + n)
-                    .and_then(|c| self.by_cid.get(&Cid::new(c)))
+                    // Another connection on this tuple: the same server.
+                    .and_then(|c| self.by_cid.get(&(conn.server, Cid::new(c))))
             }) {
                 id = *other;
             }
@@ -1039,8 +1056,9 @@ impl QuicTracker {
     fn unregister(&mut self, id: u64, c: &Conn) {
         self.bytes -= c.charged;
         for (cid, _) in &c.cids {
-            if self.by_cid.get(cid) == Some(&id) {
-                self.by_cid.remove(cid);
+            let key = (c.server, *cid);
+            if self.by_cid.get(&key) == Some(&id) {
+                self.by_cid.remove(&key);
             }
         }
         for t in &c.tuples {
@@ -1808,6 +1826,54 @@ mod tests {
                 .filter(|r| r.handshake == Some(HandshakeKind::Incomplete))
                 .count(),
             1
+        );
+    }
+
+    /// Connection IDs are not unique across servers: two connections to
+    /// two servers with the same IDs, interleaved (as in a capture made of
+    /// copies of one connection), are two connections, each timed by its
+    /// own packets.
+    #[test]
+    fn the_same_connection_ids_at_two_servers_are_two_connections() {
+        let mut t = QuicTracker::new(100, 120.0);
+        let mut st = QuicStats::default();
+        let (c2, s2): (Endpoint, Endpoint) = ((C.0, 50001), (S.0, 8443));
+        let mut all: Vec<(f64, bool, Endpoint, Endpoint, Vec<u8>)> = Vec::new();
+        for (ts, from_client, d) in handshake(ODCID, CCID, 1.0, false) {
+            let (src, dst) = if from_client { (C, S) } else { (S, C) };
+            all.push((ts, from_client, src, dst, d));
+        }
+        // The copy starts 2 ms later and its server answers 5 ms slower.
+        for (ts, from_client, d) in handshake(ODCID, CCID, 1.002, false) {
+            let (src, dst) = if from_client { (c2, s2) } else { (s2, c2) };
+            let ts = if ts > 1.002 { ts + 0.005 } else { ts };
+            all.push((ts, from_client, src, dst, d));
+        }
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (ts, _, src, dst, d) in &all {
+            t.on_datagram(*ts, *src, *dst, d, &mut st);
+        }
+        t.finish_all(&mut st);
+        let mut rtts: Vec<_> = t
+            .out
+            .iter()
+            .map(|r| (r.server.clone(), r.handshake, r.timing.tcp_rtt))
+            .collect();
+        rtts.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            rtts,
+            vec![
+                (
+                    "10.0.0.2:443".to_string(),
+                    Some(HandshakeKind::Full),
+                    Some(10.0)
+                ),
+                (
+                    "10.0.0.2:8443".to_string(),
+                    Some(HandshakeKind::Full),
+                    Some(15.0)
+                ),
+            ]
         );
     }
 
