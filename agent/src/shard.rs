@@ -106,54 +106,101 @@ enum FromShard {
 }
 
 /// Records a shard completed, each with the number of the frame that
-/// completed it: as they are, or, when the sink has an encoder
-/// ([`RecordSink::encoder`]), as its bytes, encoded on the shard so that
-/// the reading thread only puts them in order.
+/// completed it, in the order it completed them: as they are, or, when the
+/// sink has an encoder ([`RecordSink::encoder`]), as its bytes, encoded on
+/// the shard so that the reading thread only puts them in order. A record
+/// with an open question ([`ConnectionRecord::unsettled`]) stays a record
+/// until the reading thread has settled it.
 #[derive(Default)]
 struct Out {
-    records: Vec<(u64, ConnectionRecord)>,
-    /// (frame, where its bytes are in `bytes`).
-    lines: Vec<(u64, usize, usize)>,
+    entries: Vec<(u64, Entry)>,
     bytes: Vec<u8>,
+}
+
+enum Entry {
+    /// Where its bytes are in `bytes`.
+    Line(usize, usize),
+    Record(Box<ConnectionRecord>),
 }
 
 impl Out {
     fn push(&mut self, seq: u64, record: ConnectionRecord, encoder: Option<Encoder>) {
         match encoder {
-            Some(encode) => {
+            Some(encode) if record.unsettled.is_none() => {
                 let start = self.bytes.len();
                 encode(&record, &mut self.bytes);
-                self.lines.push((seq, start, self.bytes.len()));
+                self.entries
+                    .push((seq, Entry::Line(start, self.bytes.len())));
             }
-            None => self.records.push((seq, record)),
+            _ => self.entries.push((seq, Entry::Record(Box::new(record)))),
         }
     }
 }
 
 /// Writes shards' records in frame order (shard by shard within a frame,
-/// as `outs` come).
-fn write(outs: &mut [Out], sink: &mut dyn RecordSink) -> Result<()> {
-    let mut all: Vec<(u64, ConnectionRecord)> = Vec::new();
-    let mut lines: Vec<(u64, usize, usize, usize)> = Vec::new();
+/// as `outs` come), each open question settled first. Every shard is past
+/// the frames these records were completed at, so the store holds every
+/// session ID issued before any question they ask.
+fn write(
+    outs: &mut [Out],
+    shared: &Shared,
+    encoder: Option<Encoder>,
+    sink: &mut dyn RecordSink,
+) -> Result<()> {
+    // (frame, shard, entry): stable sort keeps shard order, then each
+    // shard's own order, within a frame.
+    let mut all: Vec<(u64, usize, Entry)> = Vec::new();
     for (k, out) in outs.iter_mut().enumerate() {
-        all.append(&mut out.records);
-        lines.extend(out.lines.iter().map(|&(seq, a, b)| (seq, k, a, b)));
+        all.extend(out.entries.drain(..).map(|(seq, e)| (seq, k, e)));
     }
-    if !all.is_empty() {
-        // Stable: within a frame, shard order stays.
-        all.sort_by_key(|(seq, _)| *seq);
-        let records: Vec<ConnectionRecord> = all.into_iter().map(|(_, r)| r).collect();
-        sink.records(&records)?;
+    if all.is_empty() {
+        return Ok(());
     }
-    if !lines.is_empty() {
-        lines.sort_by_key(|l| l.0);
-        let mut bytes = Vec::with_capacity(outs.iter().map(|o| o.bytes.len()).sum());
-        for (_, k, a, b) in lines {
-            bytes.extend_from_slice(outs[k].bytes.get(a..b).unwrap_or_default());
+    all.sort_by_key(|e| e.0);
+    for (_, _, e) in &mut all {
+        if let Entry::Record(r) = e {
+            settle(shared, r);
         }
-        sink.encoded(&bytes)?;
     }
-    Ok(())
+    match encoder {
+        Some(encode) => {
+            let mut bytes = Vec::with_capacity(outs.iter().map(|o| o.bytes.len()).sum());
+            for (_, k, e) in &all {
+                match e {
+                    Entry::Line(a, b) => {
+                        bytes.extend_from_slice(outs[*k].bytes.get(*a..*b).unwrap_or_default())
+                    }
+                    Entry::Record(r) => encode(r, &mut bytes),
+                }
+            }
+            for out in outs.iter_mut() {
+                out.bytes.clear();
+            }
+            sink.encoded(&bytes)
+        }
+        None => {
+            let records: Vec<ConnectionRecord> = all
+                .into_iter()
+                .filter_map(|(_, _, e)| match e {
+                    Entry::Record(r) => Some(*r),
+                    Entry::Line(..) => None,
+                })
+                .collect();
+            sink.records(&records)
+        }
+    }
+}
+
+/// Answers a record's open session-ID question from the shared store.
+fn settle(shared: &Shared, r: &mut ConnectionRecord) {
+    if let Some(u) = &r.unsettled {
+        let (hash, q) = u.session_id;
+        let issued = {
+            let ids = shared.ids.lock().unwrap_or_else(|e| e.into_inner());
+            ids.first.get(&hash).is_some_and(|&s| s < q)
+        };
+        r.settle(issued);
+    }
 }
 
 /// Padded to its own cache line: shards write their progress per frame.
@@ -247,31 +294,44 @@ impl SharedIds {
         let ids = self.shared.ids.lock().unwrap_or_else(|e| e.into_inner());
         ids.first.get(&hash).is_some_and(|&s| s < q)
     }
+
+    /// Is every other shard past frame `q`? Then every ID issued before
+    /// `q` is in the store.
+    fn all_past(&self, q: u64) -> bool {
+        (0..self.shared.progress.len())
+            .all(|i| i == self.me || self.shared.progress[i].0.load(Ordering::Acquire) >= q)
+    }
 }
 
 impl SessionIds for SharedIds {
+    /// Asked now: waits, if needed, until every other shard is past this
+    /// frame, so the answer is the one a single analyzer gives.
     fn was_issued(&self, hash: u64) -> bool {
-        self.answer(hash, self.now())
-    }
-
-    /// Asked at the ClientHello, answered when its record is built: by
-    /// then the other shards are usually past the frame, and nobody waits.
-    fn ask(&self, hash: u64) -> Issued {
-        Issued::Later(hash, self.now())
-    }
-
-    fn answer(&self, hash: u64, q: u64) -> bool {
+        let q = self.now();
         if self.issued_before(hash, q) {
             return true;
         }
-        // Another shard may not have reached frame q yet: wait until all
-        // have, so the answer is the one a single analyzer gives.
         for i in 0..self.shared.progress.len() {
             if i != self.me {
                 self.shared.wait_past(i, q);
             }
         }
         self.issued_before(hash, q)
+    }
+
+    /// Asked at the ClientHello, answered when its record is built.
+    fn ask(&self, hash: u64) -> Issued {
+        Issued::Later(hash, self.now())
+    }
+
+    /// Known when the ID was issued before `q`, or when every other shard
+    /// is past `q`; otherwise the record carries the question and the
+    /// reading thread settles it ([`write`]): no shard waits for another.
+    fn answer(&self, hash: u64, q: u64) -> Option<bool> {
+        if self.issued_before(hash, q) {
+            return Some(true);
+        }
+        self.all_past(q).then(|| self.issued_before(hash, q))
     }
 
     fn issued(&mut self, hash: u64) {
@@ -367,7 +427,7 @@ pub fn replay(
             }
             in_flight += 1;
             if in_flight > DEPTH {
-                collect(&from, sink, &mut dispatch.pool)?;
+                collect(&from, &shared, encoder, sink, &mut dispatch.pool)?;
                 in_flight -= 1;
                 starts.pop_front();
                 if let (Some(m), Some(&start)) = (&mapping, starts.front()) {
@@ -385,7 +445,7 @@ pub fn replay(
             }
         }
         for _ in 0..in_flight {
-            collect(&from, sink, &mut dispatch.pool)?;
+            collect(&from, &shared, encoder, sink, &mut dispatch.pool)?;
         }
         let mut stats = Stats::default();
         let mut versions = Vec::new();
@@ -394,7 +454,7 @@ pub fn replay(
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
             loop {
                 match rx.recv() {
-                    Ok(FromShard::Finished(out)) => write(&mut [out], sink)?,
+                    Ok(FromShard::Finished(out)) => write(&mut [out], &shared, encoder, sink)?,
                     Ok(FromShard::Done(s, first)) => {
                         stats.merge(&s);
                         versions.push((s.quic.undecoded_versions, first));
@@ -532,6 +592,8 @@ impl Dispatch<'_> {
 /// frame order (shard by shard within a frame).
 fn collect(
     from: &[Receiver<FromShard>],
+    shared: &Shared,
+    encoder: Option<Encoder>,
     sink: &mut dyn RecordSink,
     pool: &mut Vec<Batch>,
 ) -> Result<()> {
@@ -545,7 +607,7 @@ fn collect(
             _ => bail!("an analysis shard stopped"),
         }
     }
-    write(&mut outs, sink)
+    write(&mut outs, shared, encoder, sink)
 }
 
 /// One shard: its analyzer over the frames it is handed.
@@ -699,5 +761,33 @@ mod tests {
         };
         assert!(b.was_issued(7));
         slow.join().unwrap();
+    }
+
+    /// A record's question is answered at once when the store already
+    /// knows, or when every other shard is past its frame; otherwise left
+    /// open, for the reading thread, without waiting.
+    #[test]
+    fn an_answer_not_known_yet_is_left_open() {
+        let s = shared(2);
+        let (mut a, b) = (
+            SharedIds {
+                shared: s.clone(),
+                me: 0,
+            },
+            SharedIds {
+                shared: s.clone(),
+                me: 1,
+            },
+        );
+        s.progress[0].0.store(4, Ordering::Release);
+        s.progress[1].0.store(10, Ordering::Release);
+        assert_eq!(b.answer(7, 10), None, "shard 0 may still issue it");
+        assert_eq!(b.answer(7, 4), Some(false), "shard 0 is past frame 4");
+        s.advance(0, 6);
+        a.issued(7);
+        assert_eq!(b.answer(7, 10), Some(true), "issued at 6, before 10");
+        assert_eq!(b.answer(8, 10), None);
+        s.advance(0, 11);
+        assert_eq!(b.answer(8, 10), Some(false));
     }
 }

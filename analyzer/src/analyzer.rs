@@ -113,9 +113,11 @@ pub trait SessionIds: Send {
     fn ask(&self, hash: u64) -> Issued {
         Issued::Now(self.was_issued(hash))
     }
-    /// The answer to a `Later` question, as of its stamp.
-    fn answer(&self, _hash: u64, _at: u64) -> bool {
-        false
+    /// The answer to a `Later` question, as of its stamp; None when it is
+    /// not known yet (the record then carries the question:
+    /// [`ConnectionRecord::unsettled`](crate::record::ConnectionRecord::unsettled)).
+    fn answer(&self, _hash: u64, _at: u64) -> Option<bool> {
+        Some(false)
     }
 }
 
@@ -154,7 +156,7 @@ impl TraceMemory for IssuedIds {
     fn ask_issued(&self, id: &[u8]) -> Issued {
         self.ids.ask(hash(id))
     }
-    fn answer_issued(&self, hash: u64, at: u64) -> bool {
+    fn answer_issued(&self, hash: u64, at: u64) -> Option<bool> {
         self.ids.answer(hash, at)
     }
     fn leaf_names(&mut self, der: &[u8]) -> Leaf {

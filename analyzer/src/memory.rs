@@ -87,6 +87,9 @@ impl HeapSize for crate::record::ConnectionRecord {
             + s(&self.cipher)
             + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
             + self.offered.heap_size()
+            + self.unsettled.as_ref().map_or(0, |u| {
+                size_of::<crate::record::Unsettled>() + u.offered.heap_size()
+            })
             + certs
             + s(&self.failure)
             + self.notes.heap_size()

@@ -324,6 +324,37 @@ pub struct ConnectionRecord {
     /// None for records that do not come from a capture.
     #[serde(skip)]
     pub zeek: Option<Box<ZeekFacts>>,
+    /// A question about the trace this record's analyzer could not answer
+    /// when it built it (a sharded replay, `Issued::Later`): settled with
+    /// [`settle`](Self::settle) before the record is written. None
+    /// otherwise.
+    #[serde(skip)]
+    pub unsettled: Option<Box<Unsettled>>,
+}
+
+/// Was the session ID of a TLS 1.3 client's ClientHello issued by a server
+/// earlier in the trace (DESIGN.md: then it counts as offered)? The
+/// question, and the record's fields had it been.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsettled {
+    /// The ID's hash, and the memory's stamp of the moment it was asked.
+    pub session_id: (u64, u64),
+    /// `offered` and `timing.avoidable` if it was issued.
+    pub offered: Option<Vec<Resumption>>,
+    pub avoidable: Option<f64>,
+}
+
+impl ConnectionRecord {
+    /// Answers the record's open question: `issued` is whether the
+    /// session ID asked about was issued before it was asked.
+    pub fn settle(&mut self, issued: bool) {
+        if let Some(u) = self.unsettled.take() {
+            if issued {
+                self.offered = u.offered;
+                self.timing.avoidable = u.avoidable;
+            }
+        }
+    }
 }
 
 /// The Zeek `ssl.log` columns tlsrum's records do not otherwise carry,
@@ -412,6 +443,7 @@ impl ConnectionRecord {
             proxied_client: None,
             capture: None,
             zeek: None,
+            unsettled: None,
             ja4: None,
             ja4_stable: None,
             ja4s: None,
@@ -455,5 +487,29 @@ mod tests {
                 std::net::SocketAddr::new(ip, port).to_string()
             );
         }
+    }
+
+    /// A settled question changes `offered` and `avoidable` only when the
+    /// ID was issued, and goes either way.
+    #[test]
+    fn settling_a_session_id_question() {
+        use super::{ConnectionRecord, HandshakeKind, Resumption, Unsettled};
+        let mut r = ConnectionRecord::sample(HandshakeKind::Full);
+        r.offered = Some(vec![]);
+        let open = Unsettled {
+            session_id: (1, 2),
+            offered: Some(vec![Resumption::SessionId]),
+            avoidable: Some(20.0),
+        };
+        let (mut yes, mut no) = (r.clone(), r.clone());
+        yes.unsettled = Some(Box::new(open.clone()));
+        no.unsettled = Some(Box::new(open));
+        yes.settle(true);
+        no.settle(false);
+        assert_eq!(
+            (yes.offered, yes.timing.avoidable, yes.unsettled),
+            (Some(vec![Resumption::SessionId]), Some(20.0), None)
+        );
+        assert_eq!(no, r);
     }
 }

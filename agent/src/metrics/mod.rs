@@ -1142,6 +1142,7 @@ mod tests {
             proxied_client: None,
             capture: None,
             zeek: None,
+            unsettled: None,
         }
     }
 

@@ -65,9 +65,10 @@ pub trait TraceMemory {
     fn ask_issued(&self, id: &[u8]) -> Issued {
         Issued::Now(self.was_issued(id))
     }
-    /// The answer to an [`Issued::Later`] question, as of when it was asked.
-    fn answer_issued(&self, _hash: u64, _at: u64) -> bool {
-        false
+    /// The answer to an [`Issued::Later`] question, as of when it was
+    /// asked; None when it is not known yet.
+    fn answer_issued(&self, _hash: u64, _at: u64) -> Option<bool> {
+        Some(false)
     }
     /// A server issued this session ID in a TLS <= 1.2 ServerHello.
     fn issued(&mut self, id: &[u8]);
@@ -895,9 +896,19 @@ impl Handshake {
 
     /// Asks the trace memory a session-ID question it left for later
     /// (before the record is built).
-    pub fn resolve_session_id(&mut self, mem: &dyn TraceMemory) {
-        if let Some((hash, at)) = self.session_id_later.take() {
-            self.session_id_offered |= mem.answer_issued(hash, at);
+    ///
+    /// Returns the question when the memory cannot answer it yet: the
+    /// record is then built as if the ID was not issued, and
+    /// [`if_session_id_issued`](Self::if_session_id_issued) gives what
+    /// changes if it was.
+    pub fn resolve_session_id(&mut self, mem: &dyn TraceMemory) -> Option<(u64, u64)> {
+        let (hash, at) = self.session_id_later.take()?;
+        match mem.answer_issued(hash, at) {
+            Some(issued) => {
+                self.session_id_offered |= issued;
+                None
+            }
+            None => Some((hash, at)),
         }
     }
 

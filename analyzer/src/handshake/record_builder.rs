@@ -4,9 +4,9 @@
 
 use super::event::Dir;
 use super::machine::Handshake;
-use super::timing::Vantage;
+use super::timing::{ms, Vantage};
 use crate::flow::table::Endpoint;
-use crate::record::{endpoint, ConnectionRecord, Family, HandshakeBytes, Transport};
+use crate::record::{endpoint, ConnectionRecord, Family, HandshakeBytes, Transport, Unsettled};
 use crate::tls::ja4;
 
 /// Why a connection's record is being written.
@@ -88,6 +88,26 @@ impl Handshake {
         }
     }
 
+    /// What a record built with an unanswered session-ID question
+    /// ([`resolve_session_id`](Handshake::resolve_session_id)) would say
+    /// had the ID been issued: its `offered` and `timing.avoidable` (the
+    /// only fields that depend on it). `rtt` is the record's view's.
+    pub fn if_session_id_issued(&mut self, question: (u64, u64), rtt: Option<f64>) -> Unsettled {
+        let was = std::mem::replace(&mut self.session_id_offered, true);
+        let shows_client = self.missing != Some(Dir::Client);
+        let offered = shows_client.then(|| self.offered());
+        let avoidable = self
+            .avoidable_round_trips()
+            .zip(rtt)
+            .map(|(n, rtt)| ms(f64::from(n) * rtt));
+        self.session_id_offered = was;
+        Unsettled {
+            session_id: question,
+            offered,
+            avoidable,
+        }
+    }
+
     /// The connection's record. Notes are sorted and deduplicated.
     pub fn to_record(&self, view: TransportView, why: Finish) -> ConnectionRecord {
         let mut notes = view.notes;
@@ -165,6 +185,7 @@ impl Handshake {
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
             capture: None,
             zeek: Some(Box::new(self.zeek.facts(self.zeek_facts(view.first_ts)))),
+            unsettled: None,
         }
     }
 }

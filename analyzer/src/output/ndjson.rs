@@ -361,6 +361,7 @@ mod tests {
                 .then(|| format!("[2001:db8::{n}]:{text}")),
             capture: (n % 5 == 2).then(|| format!("dir/{text}.pcap")),
             zeek: None,
+            unsettled: None,
         }
     }
 

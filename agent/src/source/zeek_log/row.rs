@@ -171,6 +171,7 @@ impl Row {
             proxied_client: None,
             capture: capture.map(str::to_string),
             zeek: None,
+            unsettled: None,
         })
     }
 }
