@@ -23,9 +23,13 @@
 //!   frame (an idle sweep, the end of the capture) come shard by shard.
 //! - Session IDs servers issue go to one store all shards share
 //!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
-//!   frame `q` is asked when its record is built; the answer waits, if
-//!   needed, until every other shard is past `q` (asleep: a shard passing
-//!   a frame someone waits for wakes them, so waiting costs no core).
+//!   frame `q` is asked when its record is built. If the store already
+//!   says yes, or every other shard is past `q`, that is the answer;
+//!   otherwise the record carries the question
+//!   ([`ConnectionRecord::unsettled`]) and this thread settles it when it
+//!   collects the round, by when every shard is past `q`. No shard waits
+//!   for another (with 2 cores and 3 threads, waiting was what kept two
+//!   shards from using both).
 //! - Counters are summed. `--max-flows` and `--max-memory` are split
 //!   evenly among the shards: the totals hold, but which flow is evicted
 //!   when they bind can differ from one thread.
