@@ -20,6 +20,13 @@
 //!   to the records';
 //! - live and replay at the server agree.
 //!
+//! The wall-clock bounds (tcp_rtt, avoidable, the client's clock) grow by
+//! what the line measurably did to that connection: twice the largest
+//! deviation of one of its packets' one-way delay, between the captures at
+//! the line's two ends, from the configured one (scripts/experiment/
+//! wanlab.py `line_deviation`). A connection the line's own log shows late
+//! by more than 0.5 ms is not judged on them at all (at most one in ten).
+//!
 //! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3: without
 //! them the test is skipped with a message, except under CI=true where a
 //! missing capability is a failure.
@@ -55,6 +62,7 @@ fn wan_accuracy_at_20_100_260_ms() {
 
     let mut failures = Vec::new();
     let mut late_lines: Vec<String> = Vec::new();
+    let mut widest_allow = 0.0f64;
     let mut connections = 0usize;
     let mut checked = 0;
     let mut kinds_seen = std::collections::BTreeSet::new();
@@ -84,6 +92,15 @@ fn wan_accuracy_at_20_100_260_ms() {
                     "{who}: the delay line was {late:.0} µs late on this connection (bound 500 µs)"
                 ));
             }
+            // What the line measurably did to this connection's packets
+            // besides: the largest deviation of a packet's one-way delay
+            // between the captures at its two ends (a stall before the
+            // line read a packet, which its own log cannot show: a SYN-ACK
+            // 1.6 ms slow, tcp_rtt 21.4 at 20 ms, line log on time). A
+            // round trip is two such trips: the wall-clock bounds below
+            // grow by twice it, and only by it.
+            let line_allow = 2.0 * f(&c["line_delay_off_us"]).unwrap_or(0.0) / 1e3;
+            widest_allow = f64::max(widest_allow, line_allow);
             let Some(want_rt) = c["expected_round_trips"].as_u64() else {
                 failures.push(format!("{who}: nginx logged no kind ({})", c["nginx"]));
                 continue;
@@ -110,8 +127,10 @@ fn wan_accuracy_at_20_100_260_ms() {
                     ));
                 }
                 match f(&t["tcp_rtt"]) {
-                    Some(r) if disturbed || (r - rtt).abs() <= 1.0 => {}
-                    other => failures.push(format!("{who}: tcp_rtt {other:?}, configured {rtt}")),
+                    Some(r) if disturbed || (r - rtt).abs() <= 1.0 + line_allow => {}
+                    other => failures.push(format!(
+                        "{who}: tcp_rtt {other:?}, configured {rtt} (bound 1 ms + {line_allow:.3} the line's measured deviation)"
+                    )),
                 }
                 if let (Some((chs, cttfb)), false) = (
                     client_clock,
@@ -119,13 +138,14 @@ fn wan_accuracy_at_20_100_260_ms() {
                 ) {
                     let shift = if vantage == "client" { 0.0 } else { rtt };
                     match f(&t["handshake"]) {
-                        Some(hs) if (hs - chs).abs() <= tolerance(chs) => {}
+                        Some(hs) if (hs - chs).abs() <= tolerance(chs) + line_allow => {}
                         other => failures.push(format!(
                             "{who}: handshake {other:?} ms, client's clock {chs:.3}"
                         )),
                     }
                     match f(&t["ttfb"]) {
-                        Some(ttfb) if (ttfb + shift - cttfb).abs() <= tolerance(cttfb) => {}
+                        Some(ttfb)
+                            if (ttfb + shift - cttfb).abs() <= tolerance(cttfb) + line_allow => {}
                         other => failures.push(format!(
                             "{who}: ttfb {other:?} ms (+{shift}), client's clock {cttfb:.3}"
                         )),
@@ -137,7 +157,7 @@ fn wan_accuracy_at_20_100_260_ms() {
                 let avoidable = f(&t["avoidable"]);
                 match (full && offered, rec["version"].as_str()) {
                     (true, Some("TLS1.2")) => match avoidable {
-                        Some(a) if disturbed || (a - rtt).abs() <= 1.0 => {}
+                        Some(a) if disturbed || (a - rtt).abs() <= 1.0 + line_allow => {}
                         other => failures.push(format!(
                             "{who}: avoidable {other:?}, expected one RTT ({rtt})"
                         )),
@@ -241,6 +261,7 @@ fn wan_accuracy_at_20_100_260_ms() {
     for l in &late_lines {
         eprintln!("late line: {l}");
     }
+    eprintln!("largest allowance for the line's measured deviation: {widest_allow:.3} ms");
     eprintln!(
         "{checked} records checked in {:.0} s",
         f(&doc["elapsed"]).unwrap_or(0.0)

@@ -405,6 +405,9 @@ class Lab:
             lines.append(kv)
         nginx_log = queues(lines, lambda r: r["_i"])
         late = line_lateness(self.dir / "line.csv")
+        # Only a plain line (no jitter, symmetric) has one expected delay.
+        off = ({} if self.delay_args else
+               line_deviation(self.dir / "client.pcap", self.dir / "server.pcap", self.rtt))
         # s_client does not print its port: take the connections in order.
         used = {c["local_port"] for c in self.conns if c["local_port"]}
         spare = sorted((r for p, q in recs["client"].items() if p not in used for r in q), key=lambda r: r["ts"])
@@ -426,7 +429,7 @@ class Lab:
             out.append({**c, "rtt": self.rtt,
                         "tlsrum_client": take(recs["client"], p), "tlsrum_server": take(recs["server"], p),
                         "tlsrum_live": take(live, p), "nginx": take(nginx_log, p),
-                        "line_late_max_us": late.get(p)})
+                        "line_late_max_us": late.get(p), "line_delay_off_us": off.get(p)})
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
 
@@ -564,6 +567,37 @@ def read_pcap(path):
             sec, frac, incl, _ = struct.unpack(endian + "IIII", rec)
             out.append((sec + frac / (1e9 if nano else 1e6), f.read(incl)))
     return out
+
+
+def line_deviation(client_pcap, server_pcap, rtt_ms):
+    """Client port -> the largest deviation (µs) of one of its packets'
+    one-way delay through the line (between the captures at its two ends)
+    from the configured RTT/2. A line stalled before it read a packet
+    stamps the arrival late too, so its own log shows nothing; this does
+    (a SYN-ACK 1.4 ms slow on a quiet machine, 28 Nov 2026)."""
+    import struct
+
+    def index(path):
+        seen = {}
+        for ts, pkt in read_pcap(path):
+            seen.setdefault(pkt, []).append(ts)
+        return seen
+    c, s = index(client_pcap), index(server_pcap)
+    client_ip = bytes(map(int, CLIENT_IP.split(".")))
+    want = rtt_ms / 2 / 1e3
+    worst = {}
+    for pkt, cts in c.items():
+        sts = s.get(pkt)
+        if not sts or len(sts) != len(cts) or len(pkt) < 24 or pkt[0] >> 4 != 4:
+            continue  # identical retransmissions are ambiguous
+        ihl = (pkt[0] & 15) * 4
+        sport, dport = struct.unpack(">HH", pkt[ihl:ihl + 4])
+        up = pkt[12:16] == client_ip
+        port = sport if up else dport
+        for a, b in zip(cts, sts):
+            dev = abs((b - a if up else a - b) - want) * 1e6
+            worst[port] = round(max(worst.get(port, 0.0), dev), 1)
+    return worst
 
 
 def one_way_delays(client_pcap, server_pcap):
