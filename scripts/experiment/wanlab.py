@@ -569,6 +569,14 @@ def read_pcap(path):
     return out
 
 
+def _by_bytes(path):
+    """A capture's packets by their bytes -> their timestamps, in order."""
+    seen = {}
+    for ts, pkt in read_pcap(path):
+        seen.setdefault(pkt, []).append(ts)
+    return seen
+
+
 def line_deviation(client_pcap, server_pcap, rtt_ms):
     """Client port -> the largest deviation (µs) of one of its packets'
     one-way delay through the line (between the captures at its two ends)
@@ -577,12 +585,7 @@ def line_deviation(client_pcap, server_pcap, rtt_ms):
     (a SYN-ACK 1.4 ms slow on a quiet machine, 28 Nov 2026)."""
     import struct
 
-    def index(path):
-        seen = {}
-        for ts, pkt in read_pcap(path):
-            seen.setdefault(pkt, []).append(ts)
-        return seen
-    c, s = index(client_pcap), index(server_pcap)
+    c, s = _by_bytes(client_pcap), _by_bytes(server_pcap)
     client_ip = bytes(map(int, CLIENT_IP.split(".")))
     want = rtt_ms / 2 / 1e3
     worst = {}
@@ -604,12 +607,7 @@ def one_way_delays(client_pcap, server_pcap):
     """Per-packet one-way delay (ms) through the line, by direction: the same
     bytes leave one namespace's TUN device and enter the other's (the line
     forwards raw IP untouched), both stamped by the one kernel clock."""
-    def index(path):
-        seen = {}
-        for ts, pkt in read_pcap(path):
-            seen.setdefault(pkt, []).append(ts)
-        return seen
-    c, s = index(client_pcap), index(server_pcap)
+    c, s = _by_bytes(client_pcap), _by_bytes(server_pcap)
     ab, ba = [], []
     for pkt, cts in c.items():
         sts = s.get(pkt)
