@@ -26,11 +26,13 @@
 //! output gives p95 of `handshake`, not of a sum, and p95 of `handshake` is
 //! what the test must check.
 //!
-//! The lab reruns (at most 4 times; reasons on stderr) when curl's own
-//! clock was late on a labelled connection, judged from curl's `-w`
-//! timings, the delay lines' logs and the capture's TCP segments, never
-//! from tlsrum (famlab.py `clock_late`), by more than 1 ms (half the 2 ms
-//! floor; curl's normal overhead at each is 0.15-0.95 ms):
+//! A label whose curl clock was late, judged from curl's `-w` timings, the
+//! delay lines' logs and the capture's TCP segments, never from tlsrum
+//! (famlab.py `clock_late`), by more than 1 ms (half the 2 ms floor; curl's
+//! normal overhead at each is 0.15-0.95 ms), is off by that much: the
+//! connection is left out on both sides (curl's labels, and the capture
+//! tlsrum reads: famlab filters its client port out with tcpdump). Late
+//! means any of:
 //!
 //! - `time_connect` over the configured RTT plus what the line itself was
 //!   late on that connection's SYN and SYN-ACK (curl cannot undercut it);
@@ -41,8 +43,13 @@
 //!   it, its close_notify after) to curl's next segment
 //!   (`time_starttransfer` is read in between).
 //!
-//! If the last attempt still has one, the test fails naming the client, not
-//! tlsrum, and prints the comparison anyway. These stalls are real on the
+//! The lab reruns (at most 4 times; reasons on stderr) while a group keeps
+//! fewer than 3/4 of its labels, and reports its best attempt; the test
+//! fails, naming the client, not tlsrum, when a group kept fewer than that
+//! (a percentile of a few labels says little), and prints the comparison
+//! anyway. On CI's busy machine 1-5 of 80 labels were late in every one of
+//! 5 attempts, which failed the test when one late label was enough to
+//! rerun; the comparison itself held. These stalls are real on the
 //! shared 2-core box: in the first run, curl at normal priority stopped
 //! 3-5 ms between its TLS 1.3 Finished and its request on 9 of 20 IPv6/TLS
 //! 1.3 connections (handshake p75 off by 2.9 ms); at SCHED_FIFO 40 (below
@@ -210,25 +217,47 @@ fn family_version_percentiles_match_curl() {
     let conns = doc["connections"].as_array().unwrap();
     let reruns = doc["reruns"].as_array().map_or(0, Vec::len);
     let client_bound = doc["client_late_bound_ms"].as_f64().unwrap();
+    let min_faithful = doc["min_faithful"].as_f64().unwrap();
     let mut failures = Vec::new();
-    for c in conns {
-        let line = c["line_late_max_us"].as_f64().unwrap_or(0.0);
-        if line > 500.0 {
-            // Both clocks saw the same late packet (module doc): logged only.
-            eprintln!(
-                "note: port {}: a delay line was {line:.0} µs late",
-                c["local_port"]
+    let mut kept: BTreeMap<Group, (u64, u64)> = BTreeMap::new();
+    let faithful: Vec<Value> = conns
+        .iter()
+        .filter(|c| {
+            let line = c["line_late_max_us"].as_f64().unwrap_or(0.0);
+            if line > 500.0 {
+                // Both clocks saw the same late packet (module doc): logged only.
+                eprintln!(
+                    "note: port {}: a delay line was {line:.0} µs late",
+                    c["local_port"]
+                );
+            }
+            let late = c["client_clock_late"].as_array().unwrap();
+            for why in late {
+                eprintln!("left out: {}", why.as_str().unwrap());
+            }
+            let g = (
+                c["family"].as_str().unwrap().to_owned(),
+                c["version"].as_str().unwrap().to_owned(),
             );
-        }
-        for why in c["client_clock_late"].as_array().unwrap() {
+            let k = kept.entry(g).or_default();
+            k.0 += late.is_empty() as u64;
+            k.1 += 1;
+            late.is_empty()
+        })
+        .cloned()
+        .collect();
+    for ((f, v), (ok, n)) in &kept {
+        if (*ok as f64) < min_faithful * *n as f64 {
             failures.push(format!(
                 "lab, after {reruns} reruns: curl's clock late by more than {client_bound} ms \
-                 (the client, not tlsrum): {}",
-                why.as_str().unwrap()
+                 (the client, not tlsrum) on {} of {n} {f}/{v} labels; at least {:.0}% must be \
+                 on time",
+                n - ok,
+                min_faithful * 100.0
             ));
         }
     }
-    let want = curl_groups(conns, &mut failures);
+    let want = curl_groups(&faithful, &mut failures);
     let (got, counts) = tlsrum_groups(
         doc["capture"].as_str().unwrap(),
         doc["keylog"].as_str().unwrap(),
@@ -239,7 +268,7 @@ fn family_version_percentiles_match_curl() {
         "groups"
     );
     for (g, metrics) in &want {
-        let labels = conns
+        let labels = faithful
             .iter()
             .filter(|c| c["family"] == g.0.as_str() && c["version"] == g.1.as_str())
             .count() as u64;

@@ -9,10 +9,12 @@ out of the capture, so that every record in it has a label.
 
     famlab.py --rtt 40,90 --out doc.json [--workdir DIR] [-n 20] [--no-realtime]
 
---rtt is V4,V6 (ms). A run is rerun (at most MAX_RERUNS times, each reason
-on stderr) when curl's own clock was late on a labelled connection by more
-than CLIENT_LATE_MS (clock_late), judged from curl's -w timings, the delay
-lines' logs and the capture's TCP segments, never from tlsrum:
+--rtt is V4,V6 (ms). A labelled connection whose curl clock was late by
+more than CLIENT_LATE_MS (clock_late) has a label that is off by that much:
+it is left out of the comparison on both sides (its client port is
+filtered out of the capture the document names, `capture`; the full one is
+`capture_all`). Lateness is judged from curl's -w timings, the delay lines'
+logs and the capture's TCP segments, never from tlsrum:
 
 - its time_connect (transfer start -> connect() returned) cannot be shorter
   than the line's configured RTT plus what the line itself was late on that
@@ -24,7 +26,10 @@ lines' logs and the capture's TCP segments, never from tlsrum:
   normally at most 0.95 ms).
 
 More than CLIENT_LATE_MS means curl waited for a CPU, and the spans it
-measures are off by that much.
+measures are off by that much. A run is rerun (at most MAX_RERUNS times,
+each reason on stderr) while some group keeps fewer than MIN_FAITHFUL of
+its connections; the attempt whose worst group kept the most is the one
+reported, and the test judges whether enough were kept.
 
 A late delay line is recorded per connection (line_late_max_us) and logged,
 but is no reason to rerun here: both clocks compared, curl's and the
@@ -48,6 +53,7 @@ capture's path and the reruns with their reasons.
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,6 +76,10 @@ LATE_US = 500.0  # the delay line's own bound (wanlab), logged only here
 CLIENT_LATE_MS = 1.0
 # Each attempt takes ~20 s.
 MAX_RERUNS = 4
+# Share of a group's connections whose labels must be faithful for an
+# attempt to stand without a rerun: on CI's busy machine 1-5 of 80 were
+# late per attempt, and every attempt had some.
+MIN_FAITHFUL = 0.75
 RT_PRIORITY = 40
 
 
@@ -250,15 +260,47 @@ def clock_late(c):
     return out
 
 
+def coverage(conns):
+    """(family, version) -> (faithful, all): how many of each group's
+    labels had curl's clock on time (clock_late empty)."""
+    out = {}
+    for c in conns:
+        f, a = out.get((c["family"], c["version"]), (0, 0))
+        out[(c["family"], c["version"])] = (f + (not c["client_clock_late"]), a + 1)
+    return out
+
+
 def rerun_reasons(conns):
-    """Why these labels are not what they claim (clock_late): a list of
-    messages."""
+    """Why too few of these labels are what they claim (clock_late): a list
+    of messages, empty when every group kept MIN_FAITHFUL of its labels."""
+    thin = [f"{f}/{v} {ok} of {n}" for (f, v), (ok, n) in sorted(coverage(conns).items())
+            if ok < MIN_FAITHFUL * n]
+    if not thin:
+        return []
     late = [m for c in conns for m in c["client_clock_late"]]
-    return [f"curl's clock late by more than {CLIENT_LATE_MS:g} ms: {'; '.join(late)}"] if late else []
+    return [f"curl's clock on time on too few connections ({', '.join(thin)}; "
+            f"need {MIN_FAITHFUL:.0%}): {'; '.join(late)}"]
+
+
+def worst_group(conns):
+    """The smallest share of faithful labels in any group."""
+    return min(ok / n for ok, n in coverage(conns).values())
+
+
+def without_ports(pcap, ports, out):
+    """A copy of capture pcap without the TCP connections of these client
+    ports (tcpdump's own filter: nothing of tlsrum's)."""
+    if not ports:
+        return pcap
+    expr = "not (" + " or ".join(f"tcp port {p}" for p in sorted(ports)) + ")"
+    subprocess.run(["tcpdump", "-r", str(pcap), "-w", str(out), expr],
+                   check=True, capture_output=True)
+    return out
 
 
 def run(rtt4, rtt6, workdir, n, realtime=True):
     doc = {"started": time.time(), "rtt": {"ipv4": rtt4, "ipv6": rtt6}, "reruns": []}
+    best = None
     for attempt in range(MAX_RERUNS + 1):
         wanlab.log(f"RTT v4 {rtt4} ms, v6 {rtt6} ms" + (f" (rerun {attempt})" if attempt else ""))
         lab = FamLab(rtt4, rtt6, Path(workdir) / f"fam-{attempt}", realtime=realtime)
@@ -270,20 +312,31 @@ def run(rtt4, rtt6, workdir, n, realtime=True):
         bad = sorted(c["local_port"] for c in lab.conns if (c["line_late_max_us"] or 0) > LATE_US)
         if bad:
             wanlab.log(f"note (no rerun): a delay line was over {LATE_US:g} us late on client ports {bad}")
+        late = sum(bool(c["client_clock_late"]) for c in lab.conns)
+        if late:
+            wanlab.log(f"{late} of {len(lab.conns)} labels left out: curl's clock late by more "
+                       f"than {CLIENT_LATE_MS:g} ms")
+        if best is None or worst_group(lab.conns) > worst_group(best.conns):
+            best = lab
         reasons = rerun_reasons(lab.conns)
-        if reasons and attempt < MAX_RERUNS:
+        if not reasons:
+            break
+        if attempt < MAX_RERUNS:
             for msg in reasons:
                 wanlab.log(f"rerun: {msg}")
             doc["reruns"].append({"attempt": attempt, "reasons": reasons})
-            continue
-        for msg in reasons:
-            wanlab.log(f"no reruns left: {msg}")
-        break
-    doc["capture"] = str(lab.caps["both"][1])
+        else:
+            wanlab.log("no reruns left")
+    lab = best
+    full = lab.caps["both"][1]
+    doc["capture_all"] = str(full)
+    left_out = [c["local_port"] for c in lab.conns if c["client_clock_late"]]
+    doc["capture"] = str(without_ports(full, left_out, lab.dir / "faithful.pcap"))
     doc["keylog"] = str(lab.keylog)
     doc["connections"] = lab.conns
     doc["line_stats"] = lab.line_stats
     doc["client_late_bound_ms"] = CLIENT_LATE_MS
+    doc["min_faithful"] = MIN_FAITHFUL
     doc["realtime"] = realtime
     doc["elapsed"] = time.time() - doc["started"]
     return doc
