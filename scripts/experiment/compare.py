@@ -8,8 +8,15 @@ asserts; this prints them as a table.
 
 Offsets between vantage points (all follow from tlsrum's definitions):
   client side   handshake and ttfb start at the ClientHello leaving the client;
-                the client's clock (curl -w) starts when connect() returns,
-                just before the ClientHello goes out. Same figures.
+                the client's clock (curl -w) starts when connect() returns:
+                after its ACK of the SYN-ACK went out and before its
+                ClientHello did (the gap between the two on the client's
+                capture: client_hello_delay_ms). And a client reads its ttfb
+                clock after the response arrived and before it closes; when
+                it sat idle longer than CLIENT_WORK_MS after the server's
+                last data before closing (client_idle_ms), it read the clock
+                late by up to the excess. So the client's spans are the same
+                figures, longer by at most that slack (client_slack).
   server side   phases start when the ClientHello arrives, one one-way delay
                 later. The handshake ends with a client action (its Finished,
                 or its first data / ACK of the server Finished), which also
@@ -39,6 +46,11 @@ def kind_of(rec):
     return f'{rec["version"]} {rec["resumption"]}' + (" 0-RTT" if rec["early_data"] == "accepted" else "")
 
 
+# A client's own work between reading its ttfb clock and closing: up to
+# 0.9 ms seen on a quiet box; more is a stall (famlab's CLIENT_LATE_MS).
+CLIENT_WORK_MS = 1.0
+
+
 def client_figures(c):
     """The client's own handshake and ttfb (ms), as curl -w defines them, or None."""
     if c.get("time_connect") is None:
@@ -46,6 +58,24 @@ def client_figures(c):
     hs = (c["time_appconnect"] - c["time_connect"]) * 1000
     ttfb = (c["time_starttransfer"] - c["time_connect"]) * 1000
     return hs, ttfb
+
+
+def client_slack(c):
+    """How much longer than tlsrum's the client's handshake and ttfb may
+    measurably be (ms): its work before the ClientHello, and for ttfb its
+    stall before closing (module doc); None when the capture lacks the
+    client's ACK or ClientHello."""
+    chd = c.get("client_hello_delay_ms")
+    if chd is None:
+        return None, None
+    return chd, chd + max(0.0, (c.get("client_idle_ms") or 0.0) - CLIENT_WORK_MS)
+
+
+def agrees(mine, theirs, slack, allow=0.0):
+    """Whether tlsrum's figure agrees with the client's span (ms), which may
+    be longer by up to slack: within 2 ms or 2 % (plus allow) of it."""
+    tol = tolerance(theirs) + allow
+    return theirs - slack - tol <= mine <= theirs + tol
 
 
 def rows(doc):
@@ -81,15 +111,19 @@ def rows(doc):
                 if t["tcp_rtt"] is None or abs(t["tcp_rtt"] - rtt) > TCP_RTT_TOL_MS:
                     p.append(f'tcp_rtt {t["tcp_rtt"]} vs {rtt}')
                 shift = rtt if vantage != "client" else 0.0
-                if chs is not None and not c.get("warmup"):
-                    for name, mine, theirs in (("handshake", t["handshake"], chs),
-                                               ("ttfb", None if t["ttfb"] is None else t["ttfb"] + shift, cttfb)):
+                hs_slack, ttfb_slack = client_slack(c)
+                if chs is not None and hs_slack is None:
+                    p.append("no ACK and ClientHello in the client capture")
+                elif chs is not None and not c.get("warmup"):
+                    for name, mine, theirs, slack in (
+                            ("handshake", t["handshake"], chs, hs_slack),
+                            ("ttfb", None if t["ttfb"] is None else t["ttfb"] + shift, cttfb, ttfb_slack)):
                         if mine is None:
                             p.append(f"{name} null")
                             continue
                         row[f"{name}_diff"] = mine - theirs
-                        if abs(mine - theirs) > tolerance(theirs):
-                            p.append(f"{name} {mine:.3f} vs client {theirs:.3f}")
+                        if not agrees(mine, theirs, slack):
+                            p.append(f"{name} {mine:.3f} vs client {theirs:.3f} (slack {slack:.3f})")
                             row["noise"].append(f"client clock {name}")
                 out.append(row)
     return out

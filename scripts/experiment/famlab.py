@@ -80,16 +80,14 @@ MAX_RERUNS = 4
 # attempt to stand without a rerun: on CI's busy machine 1-5 of 80 were
 # late per attempt, and every attempt had some.
 MIN_FAITHFUL = 0.75
-RT_PRIORITY = 40
 
 
 class FamLab(Lab):
     """wanlab.Lab with an IPv6 line of its own RTT and a capture of both."""
 
     def __init__(self, rtt4, rtt6, workdir, realtime=True):
-        super().__init__(rtt4, workdir, live=False, capture_filter=f"tcp port {PORT}")
+        super().__init__(rtt4, workdir, live=False, capture_filter=f"tcp port {PORT}", realtime=realtime)
         self.rtt6 = float(rtt6)
-        self.realtime = realtime
         self.keylog = self.dir / "client.keylog"
 
     def _start_nginx(self):
@@ -135,8 +133,7 @@ class FamLab(Lab):
         for url in urls:
             args += [url, "-o", "/dev/null"]
         rtt = self.rtt if family == "ipv4" else self.rtt6
-        if self.realtime:
-            args = ["chrt", "-f", RT_PRIORITY] + args
+        args = self.clock(args)
         # curl's own key log: with it tlsrum opens TLS 1.3 and tells the
         # server's session tickets from its response (ttfb).
         args = ["env", f"SSLKEYLOGFILE={self.keylog}"] + args
