@@ -129,7 +129,9 @@ fn wan_accuracy_at_20_100_260_ms() {
             // may be (module doc; compare.py client_slack).
             let client_clock = c["time_connect"].as_f64().and_then(|tc| {
                 let Some(chd) = f(&c["client_hello_delay_ms"]) else {
-                    failures.push(format!("{who}: no ACK and ClientHello in the client capture"));
+                    failures.push(format!(
+                        "{who}: no ACK and ClientHello in the client capture"
+                    ));
                     return None;
                 };
                 let idle = (f(&c["client_idle_ms"]).unwrap_or(0.0) - CLIENT_WORK_MS).max(0.0);
