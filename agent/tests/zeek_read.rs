@@ -25,12 +25,30 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A directory of this test's own, emptied first.
-fn scratch(tag: &str) -> PathBuf {
+/// A directory of this test's own, emptied first; removed when the test
+/// passes, kept for a look when it fails.
+fn scratch(tag: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("tlsrum-zeek-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
+}
+
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// btest canonified the baselines' times: each becomes a real one again.
