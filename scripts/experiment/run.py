@@ -651,8 +651,13 @@ connection to another port, which takes its one-time library start-up (about 2 m
 early-data write); warm-ups are checked for kind and round trips but not against the clock.
 
 Rules: `tcp_rtt` within 1 ms of the configured RTT; `round_trips` exact; `handshake` and
-`ttfb` within 2 ms or 2 % of the client's clock. Columns: mean of tlsrum, mean of the
-client's clock, and in brackets the largest per-connection difference.
+`ttfb` within 2 ms or 2 % of the client's clock, which may be longer than tlsrum's by what
+the client's capture shows of the client's own time (`compare.client_slack`): the gap
+between its ACK and its ClientHello (its clock starts at `connect()` returning, somewhere
+in between), and for `ttfb` its idle beyond 1 ms after the server's last data before it
+closed (a client stalled before reading its clock). The clients whose clocks are labels
+run at SCHED_FIFO 40, below the delay line. Columns: mean of tlsrum, mean of the client's
+clock, and in brackets the largest per-connection difference.
 
 {acc_t}
 
