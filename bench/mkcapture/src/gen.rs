@@ -19,20 +19,39 @@ const NIP4: u64 = (1 << 24) - 2;
 /// port-based dissectors in tshark from claiming the copies).
 const PORT_BASE: u64 = 49152;
 const PORT_SPAN: u64 = 65536 - PORT_BASE;
+/// Server ports of QUIC copies: 1024-49151, below the clients' range, so the two never meet.
+const SERVER_PORT_BASE: u64 = 1024;
+const SERVER_PORT_SPAN: u64 = PORT_BASE - SERVER_PORT_BASE;
 
-/// The rewritten client endpoint of one copy.
+/// The rewritten endpoints of one copy: the client's address and port, and the server's port.
 #[derive(Debug, Clone, Copy)]
 pub struct CopyAddr {
     pub addr: [u8; 16],
     pub alen: usize,
     pub port: u16,
-    /// One's-complement delta for the TCP/UDP checksum (pseudo-header address + port change).
+    /// The server's port: the template's, except for QUIC ([`server_port`]).
+    pub server_port: u16,
+    /// One's-complement delta for the TCP/UDP checksum (pseudo-header address + ports change).
     pub delta: u16,
 }
 
-/// Client address and port of copy `i`: IPv4 10.0.0.0/8 or IPv6 fd00::/16, counter based, so
-/// every copy is a distinct connection (for IPv4, 16.7M addresses x 16384 ports).
-pub fn copy_addr(t: &Template, i: u64, seed: u64) -> CopyAddr {
+/// The server port of copy `i` of template `t`. A QUIC connection is known by its connection IDs,
+/// not by its addresses: copies of one capture carry the same IDs, and if they reached the same
+/// server endpoint they would be one client migrating (RFC 9000 §9), not new connections. So each
+/// QUIC copy gets its own server port; copies of one template are `i`, `i + nt`, ..., so
+/// `i / nt` tells them apart (48,128 ports before they repeat). Other copies keep the template's
+/// port (TCP connections are known by their address pair, and port-based dissectors keep working).
+pub fn server_port(t: &Template, i: u64, nt: u64) -> u16 {
+    match t.kind {
+        Kind::Quic => (SERVER_PORT_BASE + (i / nt.max(1)) % SERVER_PORT_SPAN) as u16,
+        _ => t.server.1,
+    }
+}
+
+/// Client address and port of copy `i` of `nt` templates: IPv4 10.0.0.0/8 or IPv6 fd00::/16,
+/// counter based, so every copy is a distinct connection (for IPv4, 16.7M addresses x 16384
+/// ports); QUIC copies get their own server port too ([`server_port`]).
+pub fn copy_addr(t: &Template, i: u64, nt: u64, seed: u64) -> CopyAddr {
     let mut addr = [0u8; 16];
     let (alen, port) = if t.v6 {
         addr[0] = 0xfd;
@@ -52,14 +71,18 @@ pub fn copy_addr(t: &Template, i: u64, seed: u64) -> CopyAddr {
         IpAddr::V6(a) => old.extend_from_slice(&a.octets()),
     }
     old.extend_from_slice(&t.client.1.to_be_bytes());
-    let mut new = Vec::with_capacity(18);
+    old.extend_from_slice(&t.server.1.to_be_bytes());
+    let server_port = server_port(t, i, nt);
+    let mut new = Vec::with_capacity(20);
     new.extend_from_slice(&addr[..alen]);
     new.extend_from_slice(&port.to_be_bytes());
-    CopyAddr { addr, alen, port, delta: csum_delta(&old, &new) }
+    new.extend_from_slice(&server_port.to_be_bytes());
+    CopyAddr { addr, alen, port, server_port, delta: csum_delta(&old, &new) }
 }
 
 /// Writes the frame of template packet `tp` for the copy `c` into `buf`: the client address and
-/// port are replaced (source for client->server, destination for server->client), the IPv4
+/// port are replaced (source for client->server, destination for server->client), and the
+/// server port (the other side's), the IPv4
 /// header checksum is recomputed and the TCP/UDP checksum is updated incrementally (RFC 1624),
 /// which is exact because the template's checksum was recomputed when it was built.
 pub fn render(tp: &TPkt, v6: bool, proto: u8, c: &CopyAddr, buf: &mut Vec<u8>) {
@@ -67,14 +90,15 @@ pub fn render(tp: &TPkt, v6: bool, proto: u8, c: &CopyAddr, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&tp.frame);
     let ip = &mut buf[ETH_HLEN..];
     let l4 = tp.l4 as usize;
-    let (a_off, p_off) = match (v6, tp.dir) {
-        (false, 0) => (12, l4),
-        (false, _) => (16, l4 + 2),
-        (true, 0) => (8, l4),
-        (true, _) => (24, l4 + 2),
+    let (a_off, p_off, s_off) = match (v6, tp.dir) {
+        (false, 0) => (12, l4, l4 + 2),
+        (false, _) => (16, l4 + 2, l4),
+        (true, 0) => (8, l4, l4 + 2),
+        (true, _) => (24, l4 + 2, l4),
     };
     ip[a_off..a_off + c.alen].copy_from_slice(&c.addr[..c.alen]);
     put16(ip, p_off, c.port);
+    put16(ip, s_off, c.server_port);
     if !v6 {
         fix_ipv4_checksum(ip);
     }
@@ -206,7 +230,7 @@ pub fn generate<W: Write>(templates: &[Template], o: &GenOpts, pool: &[u8], w: &
             let ti = (next_copy % nt) as u32;
             let t = &templates[ti as usize];
             st.copies[Kind::ALL.iter().position(|k| *k == t.kind).unwrap()] += 1;
-            let addr = copy_addr(t, next_copy, o.seed);
+            let addr = copy_addr(t, next_copy, nt, o.seed);
             sc.push_new(next_start, Src::Copy { t: ti, pos: 0, start: next_start, addr });
             next_copy += 1;
             if next_copy < o.connections {
@@ -306,7 +330,7 @@ mod tests {
         for v6 in [false, true] {
             let t = build(tls_conn(v6), 0, &opts(10), &pool);
             for i in [0u64, 1, 77, NIP4 - 1, NIP4, 3 * NIP4 + 5] {
-                let c = copy_addr(&t, i, 42);
+                let c = copy_addr(&t, i, 1, 42);
                 let mut buf = Vec::new();
                 let mut tuples = HashSet::new();
                 for tp in &t.pkts {
@@ -363,7 +387,7 @@ mod tests {
             let t = build(vec![raw], 0, &opts(10), &pool);
             assert_eq!(t.kind, Kind::OtherUdp);
             assert_eq!(t.client.1, 0xc350);
-            let c = copy_addr(&t, 12345, 1);
+            let c = copy_addr(&t, 12345, 1, 1);
             let mut buf = Vec::new();
             render(&t.pkts[0], false, PROTO_UDP, &c, &mut buf);
             let ipb = &buf[ETH_HLEN..];
@@ -381,15 +405,44 @@ mod tests {
         let t = build(tls_conn(false), 0, &opts(0), &pool);
         let mut seen = HashSet::new();
         for i in 0..200_000u64 {
-            let c = copy_addr(&t, i, 9);
+            let c = copy_addr(&t, i, 1, 9);
             assert!(c.port as u64 >= PORT_BASE);
             assert!(seen.insert((c.addr, c.port)), "duplicate client endpoint at copy {i}");
         }
         // copies beyond the IPv4 address space reuse addresses with different ports
-        let a = copy_addr(&t, 5, 9);
-        let b = copy_addr(&t, 5 + NIP4, 9);
+        let a = copy_addr(&t, 5, 1, 9);
+        let b = copy_addr(&t, 5 + NIP4, 1, 9);
         assert_eq!(a.addr, b.addr);
         assert_ne!(a.port, b.port);
+    }
+
+    /// Copies of a QUIC capture carry its connection IDs: each must reach its own server endpoint,
+    /// or to QUIC they are one client migrating (the sharded replay then split them differently
+    /// from one thread). The rewrite keeps both checksums right; TCP copies keep the server port.
+    #[test]
+    fn quic_copies_of_one_template_reach_distinct_server_ports() {
+        let pool = payload_pool(3);
+        for v6 in [false, true] {
+            let mut t = build(tls_conn(v6), 0, &opts(2), &pool);
+            assert_eq!(copy_addr(&t, 7, 3, 1).server_port, t.server.1, "TCP keeps its port");
+            t.kind = Kind::Quic;
+            let nt = 5;
+            let mut ports = HashSet::new();
+            let mut buf = Vec::new();
+            for i in (2..2 + 1000 * nt).step_by(nt as usize) {
+                let c = copy_addr(&t, i, nt, 11);
+                assert!(ports.insert(c.server_port), "server port repeated at copy {i}");
+                assert!((c.server_port as u64) < PORT_BASE, "below the clients' ports");
+                for tp in &t.pkts {
+                    render(tp, t.v6, t.proto, &c, &mut buf);
+                    let (p, _, _) = endpoints(&buf);
+                    let ip = &buf[ETH_HLEN..];
+                    assert!(l4_checksum_ok(ip, &p), "checksum after rewrite (v6={v6}, i={i})");
+                    let server = if tp.dir == 0 { p.dport } else { p.sport };
+                    assert_eq!(server, c.server_port);
+                }
+            }
+        }
     }
 
     #[test]
