@@ -72,7 +72,7 @@ pub struct ClientHello {
     /// Extension types in the order the client sent them (GREASE included).
     pub extensions: Vec<u16>,
     /// Boxed `str`, and the ticket length below a `u16`: the struct fits
-    /// an allocator's 320-byte size class (one in every open handshake).
+    /// an allocator's 224-byte size class (one in every open handshake).
     pub server_name: Option<Box<str>>,
     pub alpn: Vec<String>,
     /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
@@ -82,15 +82,15 @@ pub struct ClientHello {
     /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
     pub session_ticket_len: Option<u16>,
     pub psk: Option<PskOffer>,
-    pub psk_modes: Vec<u8>,
     pub early_data: bool,
-    pub key_share_groups: Vec<u16>,
-    pub supported_groups: Vec<u16>,
     pub signature_algorithms: Vec<u16>,
     /// Came in an SSLv2-compatible record (RFC 5246 Appendix E.2).
     pub sslv2_compat: bool,
-    /// Extensions whose contents did not parse (their framing did).
-    pub malformed_extensions: Vec<u16>,
+    /// How many extensions' contents did not parse (their framing did).
+    /// The contents of psk_key_exchange_modes, key_share and
+    /// supported_groups are checked but not kept: nothing reads them, and a
+    /// hello is held for as long as its handshake is open (issue 19).
+    pub malformed_extensions: u8,
     /// The extensions block was cut short.
     pub truncated_extensions: bool,
 }
@@ -102,11 +102,7 @@ impl HeapSize for ClientHello {
             + self.server_name.heap_size()
             + crate::memory::strings(&self.alpn, self.alpn.capacity())
             + self.supported_versions.heap_size()
-            + self.psk_modes.heap_size()
-            + self.key_share_groups.heap_size()
-            + self.supported_groups.heap_size()
             + self.signature_algorithms.heap_size()
-            + self.malformed_extensions.heap_size()
     }
 }
 
@@ -153,7 +149,7 @@ impl ClientHello {
                 // A malformed extension (e.g. an ALPN list with a bad length)
                 // loses that extension only: its framing is intact.
                 if ch.read_extension(typ, data).is_err() {
-                    ch.malformed_extensions.push(typ);
+                    ch.malformed_extensions = ch.malformed_extensions.saturating_add(1);
                 }
             }
         }
@@ -169,11 +165,7 @@ impl ClientHello {
         self.extensions.shrink_to_fit();
         self.alpn.shrink_to_fit();
         self.supported_versions.shrink_to_fit();
-        self.psk_modes.shrink_to_fit();
-        self.key_share_groups.shrink_to_fit();
-        self.supported_groups.shrink_to_fit();
         self.signature_algorithms.shrink_to_fit();
-        self.malformed_extensions.shrink_to_fit();
     }
 
     fn read_extension(&mut self, typ: u16, mut r: Reader<'_>) -> Result<(), InvalidMessage> {
@@ -227,21 +219,20 @@ impl ClientHello {
                 self.psk = Some(offer);
             }
             ext::PSK_KEY_EXCHANGE_MODES => {
-                self.psk_modes = r.sub8("psk_key_exchange_modes")?.rest().to_vec();
+                r.sub8("psk_key_exchange_modes")?;
             }
             ext::EARLY_DATA => self.early_data = true,
             ext::KEY_SHARE => {
                 let mut list = r.sub16("client_shares")?;
                 while list.any_left() {
-                    self.key_share_groups.push(list.u16("group")?);
+                    list.u16("group")?;
                     list.sub16("key_exchange")?;
                 }
             }
             ext::SUPPORTED_GROUPS => {
                 let mut list = r.sub16("named_group_list")?;
-                self.supported_groups.reserve_exact(list.left() / 2);
                 while list.any_left() {
-                    self.supported_groups.push(list.u16("group")?);
+                    list.u16("group")?;
                 }
             }
             ext::SIGNATURE_ALGORITHMS => {
@@ -433,8 +424,7 @@ mod tests {
         assert_eq!(ch.server_name.as_deref(), Some("server"));
         assert!(ch.offers_tls13());
         assert_eq!(ch.session_ticket_len, Some(0));
-        assert_eq!(ch.key_share_groups, vec![0x001d]);
-        assert_eq!(ch.psk_modes, vec![1]);
+        assert_eq!(ch.malformed_extensions, 0);
         assert!(ch.psk.is_none() && !ch.early_data);
         assert_eq!(ch.extensions.first(), Some(&0));
     }
@@ -478,7 +468,8 @@ mod tests {
         body[ext_len_at..ext_len_at + 2].copy_from_slice(&ext_len.to_be_bytes());
         let ch = ClientHello::parse(&body).unwrap();
         assert_eq!(ch.server_name.as_deref(), Some("server"));
-        assert_eq!(ch.malformed_extensions, vec![16]);
+        assert_eq!(ch.malformed_extensions, 1);
+        assert!(ch.alpn.is_empty());
     }
 
     /// JA4's ALPN characters come from the raw bytes of the first
