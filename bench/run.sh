@@ -34,6 +34,9 @@ options:
   --threads N           also time tlsrum with --threads N (tool tlsrum-N), alternating
                         with tlsrum on one thread (--threads 1), and report the ratio
   --regen               rebuild bench-data/big.pcap even if it is up to date
+  --tlsrum BIN          time BIN instead of building target/release/tlsrum (the tests'
+                        smoke passes its own build)
+  --data DIR            keep the capture and the reports in DIR (default bench-data/)
   -h, --help            this text
 EOF
 }
@@ -49,6 +52,8 @@ DO_TLSRUM=1
 REGEN=0
 COMPARE=""
 THREADS=""
+TLSRUM_BIN=""
+DATA_DIR=""
 INPUTS=()
 
 while [ $# -gt 0 ]; do
@@ -65,6 +70,8 @@ while [ $# -gt 0 ]; do
     --regen) REGEN=1; shift ;;
     --compare) COMPARE="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
+    --tlsrum) TLSRUM_BIN="$2"; shift 2 ;;
+    --data) DATA_DIR="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; INPUTS+=("$@"); break ;;
     -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -74,7 +81,7 @@ done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-DATA="$ROOT/bench-data"
+DATA="${DATA_DIR:-$ROOT/bench-data}"
 BIG="$DATA/big.pcap"
 mkdir -p "$DATA"
 
@@ -136,11 +143,13 @@ run_timed() {
 # --- build ----------------------------------------------------------------------------------
 echo "== building bench/mkcapture (release)"
 T0=$(date +%s.%N)
-cargo build --release --quiet --manifest-path bench/mkcapture/Cargo.toml
+cargo build --release --quiet --manifest-path bench/mkcapture/Cargo.toml --target-dir "$ROOT/bench/mkcapture/target"
 MKCAPTURE="$ROOT/bench/mkcapture/target/release/mkcapture"
 PCAPCOUNT="$ROOT/bench/mkcapture/target/release/pcapcount"
-TLSRUM="$ROOT/target/release/tlsrum"
-if [ "$DO_TLSRUM" = 1 ]; then
+TLSRUM="${TLSRUM_BIN:-$ROOT/target/release/tlsrum}"
+if [ -n "$TLSRUM_BIN" ]; then
+  [ -x "$TLSRUM" ] || { echo "run.sh: --tlsrum $TLSRUM is not an executable" >&2; exit 1; }
+elif [ "$DO_TLSRUM" = 1 ]; then
   echo "== building tlsrum (cargo build --release -p tlsrum)"
   if ! cargo build --release --quiet -p tlsrum; then
     echo "run.sh: building tlsrum failed; fix the build or run with --no-tlsrum" >&2

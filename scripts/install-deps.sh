@@ -30,6 +30,8 @@ APT_PACKAGES=(
   prometheus systemd strace python3-yaml
   # ping for the delay line's precision checks (tools/delayline, scripts/experiment)
   iputils-ping
+  # GNU time: peak memory in the benchmarks (bench/run.sh, bench/open_handshakes.sh)
+  time
   # shipping it: the container image (buildah from scratch, run by podman:
   # agent/tests/image.rs; runc where crun refuses hybrid cgroups) and the
   # clean Debian 12 the package is installed on (mmdebstrap:

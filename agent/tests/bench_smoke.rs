@@ -1,0 +1,115 @@
+//! A short smoke of the replay benchmark (`make bench`, bench/README.md):
+//! `bench/run.sh` on a small capture, with this build of tlsrum, one run
+//! each of the bare libpcap loop, tlsrum on one thread and on two, and
+//! tshark. The timings mean nothing here (benchmarks are measured by the
+//! make target, never in a test); what must hold is that the machinery
+//! works end to end: mkcapture builds and multiplies `pcaps/`, every tool
+//! reads the whole capture, the report has a row per tool, and tlsrum's
+//! records of the generated capture are the same at one and two threads
+//! (after a sort), QUIC copies included (each gets its own server port).
+//! mkcapture's own unit tests run too.
+
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
+    let out = ok(Command::new(BIN)
+        .args([
+            "replay",
+            "--format",
+            "ndjson",
+            "--quiet",
+            "--threads",
+            threads,
+        ])
+        .arg(capture));
+    let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn the_replay_benchmark_runs_end_to_end() {
+    let mkcapture = root().join("bench/mkcapture");
+    ok(Command::new(env!("CARGO"))
+        .args(["test", "--release", "--quiet", "--manifest-path"])
+        .arg(mkcapture.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(mkcapture.join("target")));
+
+    let data = std::env::temp_dir().join(format!("tlsrum-bench-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let out = ok(Command::new("bash")
+        .arg(root().join("bench/run.sh"))
+        .args([
+            "--connections",
+            "400",
+            "--bulk-ratio",
+            "2",
+            "--runs",
+            "1",
+            "--threads",
+            "2",
+        ])
+        .arg("--tlsrum")
+        .arg(BIN)
+        .arg("--data")
+        .arg(&data));
+    // The report: one row per tool with its packets/s, and the ratios.
+    let rows: Vec<(&str, f64)> = out
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [tool, secs, pps, ..] if secs.parse::<f64>().is_ok() => {
+                    Some((*tool, pps.parse::<f64>().ok()?))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    for tool in ["pcapcount", "tlsrum", "tlsrum-2", "tshark"] {
+        assert!(
+            rows.iter().any(|&(t, pps)| t == tool && pps > 0.0),
+            "no report row with packets/s for {tool}:\n{out}"
+        );
+    }
+    for ratio in ["pcapcount/tlsrum", "tlsrum/tshark", "tlsrum-2/tlsrum"] {
+        assert!(out.contains(ratio), "no {ratio} in the report:\n{out}");
+    }
+
+    let capture = data.join("big.pcap");
+    let one = sorted_records(&capture, "1");
+    assert!(
+        one.len() >= 400,
+        "{} records from 400 connection copies",
+        one.len()
+    );
+    let quic = one
+        .iter()
+        .filter(|r| r.contains("\"transport\":\"quic\""))
+        .count();
+    assert!(quic > 0, "no QUIC record in the generated capture");
+    assert!(
+        one == sorted_records(&capture, "2"),
+        "records at 1 and 2 threads differ"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}
