@@ -713,21 +713,20 @@ mod tests {
         Arc::new(Shared::new(shards, 2))
     }
 
+    /// Shard `me`'s view of the session-ID store.
+    fn ids(s: &Arc<Shared>, me: usize) -> SharedIds {
+        SharedIds {
+            shared: s.clone(),
+            me,
+        }
+    }
+
     /// An ID issued in one shard counts in another only for frames after
     /// the issuing one; the store keeps its last `cap` IDs.
     #[test]
     fn an_issued_session_id_counts_in_every_shard_from_the_next_frame() {
         let s = shared(2);
-        let (mut a, b) = (
-            SharedIds {
-                shared: s.clone(),
-                me: 0,
-            },
-            SharedIds {
-                shared: s.clone(),
-                me: 1,
-            },
-        );
+        let (mut a, b) = (ids(&s, 0), ids(&s, 1));
         s.progress[0].0.store(5, Ordering::Release);
         a.issued(42);
         s.progress[0].0.store(DONE, Ordering::Release);
@@ -773,16 +772,7 @@ mod tests {
     #[test]
     fn an_answer_not_known_yet_is_left_open() {
         let s = shared(2);
-        let (mut a, b) = (
-            SharedIds {
-                shared: s.clone(),
-                me: 0,
-            },
-            SharedIds {
-                shared: s.clone(),
-                me: 1,
-            },
-        );
+        let (mut a, b) = (ids(&s, 0), ids(&s, 1));
         s.progress[0].0.store(4, Ordering::Release);
         s.progress[1].0.store(10, Ordering::Release);
         assert_eq!(b.answer(7, 10), None, "shard 0 may still issue it");

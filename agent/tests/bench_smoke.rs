@@ -9,8 +9,9 @@
 //! (after a sort), QUIC copies included (each gets its own server port).
 //! mkcapture's own unit tests run too.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 
@@ -18,28 +19,17 @@ fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
-    let out = ok(Command::new(BIN)
-        .args([
-            "replay",
-            "--format",
-            "ndjson",
-            "--quiet",
-            "--threads",
-            threads,
-        ])
-        .arg(capture));
+    let out = common::run(&[
+        BIN,
+        "replay",
+        "--format",
+        "ndjson",
+        "--quiet",
+        "--threads",
+        threads,
+        capture.to_str().unwrap(),
+    ]);
     let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
     lines.sort();
     lines
@@ -48,30 +38,35 @@ fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
 #[test]
 fn the_replay_benchmark_runs_end_to_end() {
     let mkcapture = root().join("bench/mkcapture");
-    ok(Command::new(env!("CARGO"))
-        .args(["test", "--release", "--quiet", "--manifest-path"])
-        .arg(mkcapture.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(mkcapture.join("target")));
+    common::run(&[
+        env!("CARGO"),
+        "test",
+        "--release",
+        "--quiet",
+        "--manifest-path",
+        mkcapture.join("Cargo.toml").to_str().unwrap(),
+        "--target-dir",
+        mkcapture.join("target").to_str().unwrap(),
+    ]);
 
     let data = std::env::temp_dir().join(format!("tlsrum-bench-smoke-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let out = ok(Command::new("bash")
-        .arg(root().join("bench/run.sh"))
-        .args([
-            "--connections",
-            "400",
-            "--bulk-ratio",
-            "2",
-            "--runs",
-            "1",
-            "--threads",
-            "2",
-        ])
-        .arg("--tlsrum")
-        .arg(BIN)
-        .arg("--data")
-        .arg(&data));
+    let out = common::run(&[
+        "bash",
+        root().join("bench/run.sh").to_str().unwrap(),
+        "--connections",
+        "400",
+        "--bulk-ratio",
+        "2",
+        "--runs",
+        "1",
+        "--threads",
+        "2",
+        "--tlsrum",
+        BIN,
+        "--data",
+        data.to_str().unwrap(),
+    ]);
     // The report: one row per tool with its packets/s, and the ratios.
     let rows: Vec<(&str, f64)> = out
         .lines()
