@@ -43,7 +43,7 @@ delays them), so that the builds sharing the machine do not preempt it
 between an event and its clock read; --no-realtime runs it as it comes.
 
 Each connection also gets the wire's client_hello_delay_ms: the client's ACK
-of the SYN-ACK -> its first payload byte, from the capture (wanlab.wire_marks,
+of the SYN-ACK -> its first payload byte, from the capture (wanlab.hello_delays,
 not tlsrum). curl's time_connect is the first and its spans contain that
 gap; tlsrum's handshake and ttfb start at the second.
 
@@ -166,15 +166,13 @@ class FamLab(Lab):
         late = self.late()
         connect_late = {"ipv4": connect_lateness(self.dir / "line.csv"),
                         "ipv6": connect_lateness(self.dir / "line6.csv")}
-        marks = wanlab.wire_marks(self.caps["both"][1], tuple(CLIENT_ADDR.values()))
+        hello = wanlab.hello_delays(self.caps["both"][1], tuple(CLIENT_ADDR.values()))
         gaps = client_gaps(self.caps["both"][1], tuple(CLIENT_ADDR.values()))
         for c in self.conns:
             c["line_late_max_us"] = late.get(c["local_port"])
             c["line_connect_late_ms"] = connect_late[c["family"]].get(c["local_port"], 0.0)
             c["client_late_ms"] = c["time_connect"] * 1000 - c["rtt"] - c["line_connect_late_ms"]
-            m = marks.get((CLIENT_ADDR[c["family"]], c["local_port"]), {})
-            c["client_hello_delay_ms"] = ((m["hello"] - m["ack"]) * 1000
-                                          if "hello" in m and "ack" in m else None)
+            c["client_hello_delay_ms"] = hello.get((CLIENT_ADDR[c["family"]], c["local_port"]))
             c.update(gaps.get((CLIENT_ADDR[c["family"]], c["local_port"]),
                               {"request_gap_ms": None, "close_gap_ms": None}))
             c["client_clock_late"] = clock_late(c)

@@ -427,12 +427,8 @@ class Lab:
         # SYN-ACK goes out), tlsrum's at the ClientHello: the gap between
         # them, from the client's capture, is the client's own work before
         # its hello (0.5-1 ms; 1.6 ms from a stalled Python client).
-        marks = wire_marks(self.dir / "client.pcap")
+        hello = hello_delays(self.dir / "client.pcap")
         idle = idle_before_close(self.dir / "client.pcap")
-
-        def hello_delay(port):
-            m = marks.get((CLIENT_IP, port), {})
-            return (m["hello"] - m["ack"]) * 1000 if "hello" in m and "ack" in m else None
         # Only a plain line (no jitter, symmetric) has one expected delay.
         off = ({} if self.delay_args else
                line_deviation(self.dir / "client.pcap", self.dir / "server.pcap", self.rtt))
@@ -458,7 +454,7 @@ class Lab:
                         "tlsrum_client": take(recs["client"], p), "tlsrum_server": take(recs["server"], p),
                         "tlsrum_live": take(live, p), "nginx": take(nginx_log, p),
                         "line_late_max_us": late.get(p), "line_delay_off_us": off.get(p),
-                        "client_hello_delay_ms": hello_delay(p), "client_idle_ms": idle.get(p)})
+                        "client_hello_delay_ms": hello.get((CLIENT_IP, p)), "client_idle_ms": idle.get(p)})
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
 
@@ -603,6 +599,15 @@ def wire_marks(pcap_path, clients=(CLIENT_IP,)):
         elif flags & 0x10:
             m.setdefault("ack", ts)
     return marks
+
+
+def hello_delays(pcap_path, clients=(CLIENT_IP,)):
+    """(client address, client port) -> ms from the client's ACK of the
+    SYN-ACK to its ClientHello on this capture (wire_marks): what a client
+    clock started at connect() holds before tlsrum's phases start. A
+    connection missing either mark is absent."""
+    return {k: (m["hello"] - m["ack"]) * 1000
+            for k, m in wire_marks(pcap_path, clients).items() if "hello" in m and "ack" in m}
 
 
 def read_pcap(path):
