@@ -11,12 +11,17 @@ Offsets between vantage points (all follow from tlsrum's definitions):
                 the client's clock (curl -w) starts when connect() returns:
                 after its ACK of the SYN-ACK went out and before its
                 ClientHello did (the gap between the two on the client's
-                capture: client_hello_delay_ms). And a client reads its ttfb
-                clock after the response arrived and before it closes; when
-                it sat idle longer than CLIENT_WORK_MS after the server's
-                last data before closing (client_idle_ms), it read the clock
-                late by up to the excess. So the client's spans are the same
-                figures, longer by at most that slack (client_slack).
+                capture: client_hello_delay_ms). A client reads its
+                handshake clock after its handshake and before it sends its
+                request: late by up to the gap between the payload before
+                the request and the request (client_request_gap_ms: 0.15-0.7
+                ms; 3.6 and 5.4 ms when a client stalled). And it reads its
+                ttfb clock after the response arrived and before it closes;
+                when it sat idle longer than CLIENT_WORK_MS after the
+                server's last data before closing (client_idle_ms), it read
+                the clock late by up to the excess. So the client's spans are
+                the same figures, longer by at most that slack
+                (client_slack).
   server side   phases start when the ClientHello arrives, one one-way delay
                 later. The handshake ends with a client action (its Finished,
                 or its first data / ACK of the server Finished), which also
@@ -62,13 +67,15 @@ def client_figures(c):
 
 def client_slack(c):
     """How much longer than tlsrum's the client's handshake and ttfb may
-    measurably be (ms): its work before the ClientHello, and for ttfb its
-    stall before closing (module doc); None when the capture lacks the
-    client's ACK or ClientHello."""
+    measurably be (ms): its work before the ClientHello, and its time
+    before its request (handshake) or its stall before closing (ttfb)
+    (module doc); None when the capture lacks the client's ACK or
+    ClientHello."""
     chd = c.get("client_hello_delay_ms")
     if chd is None:
         return None, None
-    return chd, chd + max(0.0, (c.get("client_idle_ms") or 0.0) - CLIENT_WORK_MS)
+    return (chd + (c.get("client_request_gap_ms") or 0.0),
+            chd + max(0.0, (c.get("client_idle_ms") or 0.0) - CLIENT_WORK_MS))
 
 
 def agrees(mine, theirs, slack, allow=0.0):

@@ -654,8 +654,9 @@ Rules: `tcp_rtt` within 1 ms of the configured RTT; `round_trips` exact; `handsh
 `ttfb` within 2 ms or 2 % of the client's clock, which may be longer than tlsrum's by what
 the client's capture shows of the client's own time (`compare.client_slack`): the gap
 between its ACK and its ClientHello (its clock starts at `connect()` returning, somewhere
-in between), and for `ttfb` its idle beyond 1 ms after the server's last data before it
-closed (a client stalled before reading its clock). The clients whose clocks are labels
+in between); for `handshake` the gap before its request (it reads that clock after its
+handshake and before it sends the request); for `ttfb` its idle beyond 1 ms after the
+server's last data before it closed (a client stalled before reading its clock). The clients whose clocks are labels
 run at SCHED_FIFO 40, below the delay line. Columns: mean of tlsrum, mean of the client's
 clock, and in brackets the largest per-connection difference.
 

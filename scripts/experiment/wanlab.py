@@ -429,6 +429,7 @@ class Lab:
         # its hello (0.5-1 ms; 1.6 ms from a stalled Python client).
         hello = hello_delays(self.dir / "client.pcap")
         idle = idle_before_close(self.dir / "client.pcap")
+        request = request_gaps(self.dir / "client.pcap")
         # Only a plain line (no jitter, symmetric) has one expected delay.
         off = ({} if self.delay_args else
                line_deviation(self.dir / "client.pcap", self.dir / "server.pcap", self.rtt))
@@ -454,7 +455,8 @@ class Lab:
                         "tlsrum_client": take(recs["client"], p), "tlsrum_server": take(recs["server"], p),
                         "tlsrum_live": take(live, p), "nginx": take(nginx_log, p),
                         "line_late_max_us": late.get(p), "line_delay_off_us": off.get(p),
-                        "client_hello_delay_ms": hello.get((CLIENT_IP, p)), "client_idle_ms": idle.get(p)})
+                        "client_hello_delay_ms": hello.get((CLIENT_IP, p)), "client_idle_ms": idle.get(p),
+                        "client_request_gap_ms": request.get(p)})
         return {"rtt": self.rtt, "line_stats": self.line_stats, "metrics": self.metrics_text,
                 "connections": out}
 
@@ -552,13 +554,9 @@ def tcp_segments(pcap_path):
                    payload, seq, ack)
 
 
-def idle_before_close(pcap_path, client=CLIENT_IP):
-    """Client port -> how long (ms) the client sat after the last data the
-    server sent it before its first closing act (its FIN, or its last
-    payload: the close_notify), from the capture alone. A client reads its
-    ttfb clock (time_starttransfer) after the response arrives and before it
-    closes: this bounds how late it read it (normally 0.2-0.9 ms; a stalled
-    client 4.3 ms, its ttfb 4.4 ms long)."""
+def client_connections(pcap_path, client=CLIENT_IP):
+    """Client port -> (timestamp, from the client, TCP flags, payload
+    length) of its last connection's segments, in capture order."""
     conns = {}
     for ts, src, _, sport, dport, flags, payload, _, _ in tcp_segments(pcap_path):
         mine = src == client
@@ -566,8 +564,18 @@ def idle_before_close(pcap_path, client=CLIENT_IP):
         if mine and flags & 0x02:
             conns[port] = []   # a port used again: its last connection
         conns.setdefault(port, []).append((ts, mine, flags, payload))
+    return conns
+
+
+def idle_before_close(pcap_path, client=CLIENT_IP):
+    """Client port -> how long (ms) the client sat after the last data the
+    server sent it before its first closing act (its FIN, or its last
+    payload: the close_notify), from the capture alone. A client reads its
+    ttfb clock (time_starttransfer) after the response arrives and before it
+    closes: this bounds how late it read it (normally 0.2-0.9 ms; a stalled
+    client 4.3 ms, its ttfb 4.4 ms long)."""
     out = {}
-    for port, segs in conns.items():
+    for port, segs in client_connections(pcap_path, client).items():
         closing = [i for i, (_, mine, flags, _) in enumerate(segs) if mine and flags & 0x01][:1]
         closing += [i for i, (_, mine, _, n) in enumerate(segs) if mine and n > 0][-1:]
         if not closing:
@@ -576,6 +584,28 @@ def idle_before_close(pcap_path, client=CLIENT_IP):
         theirs = [ts for ts, mine, _, n in segs[:i] if not mine and n > 0]
         if theirs:
             out[port] = (segs[i][0] - max(theirs)) * 1000
+    return out
+
+
+def request_gaps(pcap_path, client=CLIENT_IP):
+    """Client port -> how long (ms) the client took before sending its
+    request, after the payload just before it (either way: its own Finished
+    in TLS 1.3 and resumed TLS 1.2, the server's Finished in full TLS 1.2),
+    from the capture alone. A client reads its handshake clock
+    (time_appconnect) in that gap: this bounds how late it read it
+    (famlab measured 0.15-0.5 ms; curl 4.2 ms late once on CI). The request
+    is the client's last payload before the response, the server's last
+    payload before the client's FIN or RST."""
+    out = {}
+    for port, segs in client_connections(pcap_path, client).items():
+        end = next((i for i, (_, mine, flags, _) in enumerate(segs) if mine and flags & 0x05), len(segs))
+        data = [i for i, (_, _, _, n) in enumerate(segs[:end]) if n > 0]
+        response = next((i for i in reversed(data) if not segs[i][1]), None)
+        request = next((i for i in reversed(data) if segs[i][1] and response is not None and i < response),
+                       None)
+        before = [i for i in data if request is not None and i < request]
+        if before:
+            out[port] = (segs[request][0] - segs[before[-1]][0]) * 1000
     return out
 
 
