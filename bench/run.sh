@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Replay throughput benchmark: tlsrum vs. a bare libpcap read loop vs. tshark, on one large
-# capture built by bench/mkcapture from real captures. See bench/README.md.
+# Replay throughput benchmark: tlsrum vs. reading the file (cat, a bare libpcap loop) vs.
+# tshark and nDPI's ndpiReader, on one large capture built by bench/mkcapture from real
+# captures. See bench/README.md.
 #
 #   bench/run.sh [options] [CAPTURE.pcap|pcapng ...]
 #
@@ -13,8 +14,10 @@ usage: bench/run.sh [options] [CAPTURE ...]
 
 Builds bench/mkcapture and tlsrum (release), creates bench-data/big.pcap from the inputs
 (CAPTURE arguments, else pcaps/*.pcapng) and times, alternating, RUNS times each:
-  pcapcount   bare libpcap read loop (the floor)
+  cat         cat FILE > /dev/null (reading the file out of the page cache)
+  pcapcount   bare libpcap read loop (the floor of a libpcap reader)
   tlsrum      target/release/tlsrum replay --format ndjson FILE > /dev/null
+  ndpiReader  ndpiReader -q -i FILE (nDPI: protocol detection, TLS SNI/JA3 per flow)
   tshark      tshark -r FILE -Y tls.handshake -T fields ... > /dev/null
 
 options:
@@ -27,6 +30,7 @@ options:
                         packets/s (default 200000; 0 = whole file)
   --tshark-full         same as --tshark-packets 0
   --no-tshark           skip tshark
+  --no-ndpi             skip ndpiReader
   --no-tlsrum           skip building and running tlsrum (generator + baselines only)
   --compare BIN         also time BIN (another tlsrum binary, e.g. one built from main
                         into another directory) as "baseline", alternating with tlsrum,
@@ -48,6 +52,7 @@ MK_ARGS=""
 RUNS=3
 TSHARK_PACKETS=200000
 DO_TSHARK=1
+DO_NDPI=1
 DO_TLSRUM=1
 REGEN=0
 COMPARE=""
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
     --tshark-packets) TSHARK_PACKETS="$2"; shift 2 ;;
     --tshark-full) TSHARK_PACKETS=0; shift ;;
     --no-tshark) DO_TSHARK=0; shift ;;
+    --no-ndpi) DO_NDPI=0; shift ;;
     --no-tlsrum) DO_TLSRUM=0; shift ;;
     --regen) REGEN=1; shift ;;
     --compare) COMPARE="$2"; shift 2 ;;
@@ -208,20 +214,28 @@ if [ "$DO_TSHARK" = 1 ]; then
   fi
 fi
 
+if [ "$DO_NDPI" = 1 ] && ! command -v ndpiReader >/dev/null 2>&1; then
+  echo "NOTE: ndpiReader not found (Debian package 'libndpi-bin'); skipping it"
+  DO_NDPI=0
+fi
+
 # --- timed runs, alternating ----------------------------------------------------------------
-TOOLS=(pcapcount)
+TOOLS=(cat pcapcount)
 [ "$DO_TLSRUM" = 1 ] && TOOLS+=(tlsrum)
 if [ -n "$COMPARE" ]; then
   [ -x "$COMPARE" ] || { echo "run.sh: --compare $COMPARE is not an executable" >&2; exit 1; }
   TOOLS+=(baseline)
 fi
 [ "$DO_TLSRUM" = 1 ] && [ -n "$THREADS" ] && TOOLS+=("tlsrum-$THREADS")
+[ "$DO_NDPI" = 1 ] && TOOLS+=(ndpiReader)
 [ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
 echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
 for ((run = 1; run <= RUNS; run++)); do
   for tool in "${TOOLS[@]}"; do
     case "$tool" in
+      cat) run_timed cat cat "$BIG" ;;
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
+      ndpiReader) run_timed ndpiReader ndpiReader -q -i "$BIG" ;;
       tlsrum) run_timed tlsrum "$TLSRUM" replay --threads 1 --format ndjson "$BIG" ;;
       baseline) run_timed baseline "$COMPARE" replay --format ndjson "$BIG" ;;
       tlsrum-*) run_timed "$tool" "$TLSRUM" replay --threads "$THREADS" --format ndjson "$BIG" ;;
@@ -263,6 +277,8 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
   echo
   awk '{ pps[$1] = $2 }
     END {
+      if ("tlsrum" in pps && "ndpiReader" in pps)
+        printf "  tlsrum/ndpiReader = %6.2fx  (tlsrum packets/s divided by ndpiReader packets/s; >1: tlsrum is faster)\n", pps["tlsrum"] / pps["ndpiReader"]
       if ("tlsrum" in pps && "tshark" in pps)
         printf "  tlsrum/tshark    = %6.2fx  (tlsrum packets/s divided by tshark packets/s; >1: tlsrum is faster)\n", pps["tlsrum"] / pps["tshark"]
       if ("tlsrum" in pps && "baseline" in pps)
@@ -271,6 +287,8 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
         printf "  pcapcount/baseline = %6.2fx\n", pps["pcapcount"] / pps["baseline"]
       if ("tlsrum" in pps)
         printf "  pcapcount/tlsrum = %6.2fx  (how far tlsrum is from the bare libpcap read floor; 1 = at the floor)\n", pps["pcapcount"] / pps["tlsrum"]
+      if ("tlsrum" in pps)
+        printf "  cat/tlsrum       = %6.2fx  (how far tlsrum is from reading the file out of the page cache)\n", pps["cat"] / pps["tlsrum"]
       for (t in pps) if (t ~ /^tlsrum-/)
         printf "  %s/tlsrum = %6.2fx  (packets/s with --threads %s over one thread, runs alternating)\n", t, pps[t] / pps["tlsrum"], substr(t, 8)
     }' "$TMP/pps"

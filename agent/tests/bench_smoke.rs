@@ -1,7 +1,7 @@
 //! A short smoke of the replay benchmark (`make bench`, bench/README.md):
 //! `bench/run.sh` on a small capture, with this build of tlsrum, one run
-//! each of the bare libpcap loop, tlsrum on one thread and on two, and
-//! tshark. The timings mean nothing here (benchmarks are measured by the
+//! each of `cat`, the bare libpcap loop, tlsrum on one thread and on two,
+//! nDPI's ndpiReader and tshark. The timings mean nothing here (benchmarks are measured by the
 //! make target, never in a test); what must hold is that the machinery
 //! works end to end: mkcapture builds and multiplies `pcaps/`, every tool
 //! reads the whole capture, the report has a row per tool, and tlsrum's
@@ -12,6 +12,8 @@
 mod common;
 
 use std::path::Path;
+
+use common::Need;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 
@@ -37,6 +39,12 @@ fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
 
 #[test]
 fn the_replay_benchmark_runs_end_to_end() {
+    if common::skip_unless(
+        "the_replay_benchmark_runs_end_to_end",
+        &[Need::Tools(&["tshark", "editcap", "ndpiReader"])],
+    ) {
+        return;
+    }
     let mkcapture = root().join("bench/mkcapture");
     common::run(&[
         env!("CARGO"),
@@ -80,13 +88,26 @@ fn the_replay_benchmark_runs_end_to_end() {
             }
         })
         .collect();
-    for tool in ["pcapcount", "tlsrum", "tlsrum-2", "tshark"] {
+    for tool in [
+        "cat",
+        "pcapcount",
+        "tlsrum",
+        "tlsrum-2",
+        "ndpiReader",
+        "tshark",
+    ] {
         assert!(
             rows.iter().any(|&(t, pps)| t == tool && pps > 0.0),
             "no report row with packets/s for {tool}:\n{out}"
         );
     }
-    for ratio in ["pcapcount/tlsrum", "tlsrum/tshark", "tlsrum-2/tlsrum"] {
+    for ratio in [
+        "cat/tlsrum",
+        "pcapcount/tlsrum",
+        "tlsrum/ndpiReader",
+        "tlsrum/tshark",
+        "tlsrum-2/tlsrum",
+    ] {
         assert!(out.contains(ratio), "no {ratio} in the report:\n{out}");
     }
 
