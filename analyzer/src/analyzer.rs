@@ -52,7 +52,19 @@ pub struct Config {
     pub keylog: Option<Arc<KeyLog>>,
     /// When a TCP connection's record goes out ([`RecordAt`]).
     pub record_at: RecordAt,
+    /// TCP flow state (bytes, as `max_memory` counts them) beyond which a
+    /// flow that has shown only its ClientHello is parked: its hello kept
+    /// as bytes instead of the handshake state made from it, which is made
+    /// again, identically, at its next packet (issue 19's memory goal;
+    /// costs a second parse of the hello for each flow parked). A quarter
+    /// of `max_memory` if that is less, so that parking comes before the
+    /// budget evicts.
+    pub park_above: usize,
 }
+
+/// Default [`Config::park_above`]: below it (~14,000 open handshakes) no
+/// flow is parked, so ordinary traffic never pays the second parse.
+pub const DEFAULT_PARK_ABOVE: usize = 32 << 20;
 
 /// When a TLS-over-TCP connection's record is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,6 +96,7 @@ impl Default for Config {
             report_finished_flows: false,
             keylog: None,
             record_at: RecordAt::Handshake,
+            park_above: DEFAULT_PARK_ABOVE,
         }
     }
 }
@@ -418,6 +431,7 @@ impl Analyzer {
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
             now,
+            park: false,
         }
     }
 
@@ -526,6 +540,7 @@ impl Analyzer {
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
             now: ts,
+            park: self.flows.bytes() >= self.cfg.park_above.min(self.cfg.max_memory / 4),
         };
         let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
@@ -1052,6 +1067,61 @@ mod tests {
             (stats.conflicting_retransmissions, stats.retransmitted_bytes),
             (0, ch.len() as u64)
         );
+    }
+
+    /// A parked flow's handshake state is made again with the trace
+    /// memory's answer of when its ClientHello came: a session ID a server
+    /// issued to another connection after that (before the parked flow's
+    /// end) does not make its TLS 1.3 compatibility ID an offered session,
+    /// as it does not for a flow never parked.
+    #[test]
+    fn a_parked_hello_keeps_the_session_id_answer_of_its_time() {
+        let sid = [0x5e; 32];
+        let mut body = vec![3, 3];
+        body.extend([7; 32]);
+        body.push(32);
+        body.extend(sid);
+        // One suite, no compression, supported_versions: TLS 1.3.
+        body.extend([0, 2, 0x13, 0x01, 1, 0, 0, 7, 0, 0x2b, 0, 3, 2, 3, 4]);
+        let ch13 = handshake_record(1, 1, &body);
+        let mut body = vec![3, 3];
+        body.extend([9; 32]);
+        body.push(32);
+        body.extend(sid);
+        body.extend([0xc0, 0x2f, 0, 0, 0]);
+        let sh12 = handshake_record(3, 2, &body);
+        let ch12 = client_hello();
+        let run = |park_above| {
+            let mut a = Analyzer::new(Config {
+                park_above,
+                ..Config::default()
+            });
+            let (c, s, c2) = ((1, 40000), (2, 443), (3, 40001));
+            let frames = [
+                tcp(c, s, 100, 0, SYN, &[]),
+                tcp(s, c, 500, 101, SYN | ACK, &[]),
+                tcp(c, s, 101, 501, ACK, &ch13),
+                tcp(c2, s, 100, 0, SYN, &[]),
+                tcp(s, c2, 500, 101, SYN | ACK, &[]),
+                tcp(c2, s, 101, 501, ACK, &ch12),
+                tcp(s, c2, 501, 101 + ch12.len() as u32, ACK, &sh12),
+            ];
+            for (i, f) in frames.iter().enumerate() {
+                a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
+            }
+            a.finish();
+            let mut out = Vec::new();
+            for r in a.take_records() {
+                crate::output::ndjson::encode(&mut out, &r);
+            }
+            (String::from_utf8(out).unwrap(), a.stats().hellos_parked)
+        };
+        let (never, none) = run(usize::MAX);
+        let (parked, n) = run(0);
+        assert_eq!((none, n), (0, 2), "both hellos parked");
+        assert_eq!(never, parked);
+        let first = never.lines().find(|l| l.contains(":40000")).unwrap();
+        assert!(!first.contains("session_id"), "{first}");
     }
 
     /// A ServerHello record choosing `suite` (TLS 1.2, no extensions).

@@ -135,6 +135,10 @@ counters! {
         /// to their cap (65,536) or the memory budget: a late segment of
         /// such a connection may open a flow of its own again.
         tombstones_evicted,
+        /// TCP flows set aside after their ClientHello while the flow state
+        /// was over its parking threshold: kept as the hello's bytes, their
+        /// handshake state made again, identically, at their next packet.
+        hellos_parked,
         /// TLS-over-TCP connection records emitted.
         tls_connections,
         /// PROXY protocol headers (v1 or v2) read in front of a stream: a

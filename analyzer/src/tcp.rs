@@ -81,6 +81,9 @@ pub struct Ctx<'a> {
     /// Capture time of the packet being handled (or of the flow's last
     /// packet when it is finished): what Zeek calls `network_time`.
     pub now: f64,
+    /// The flow table is large: a flow that has shown only its
+    /// ClientHello is parked ([`Parked`]).
+    pub park: bool,
 }
 
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
@@ -215,6 +218,44 @@ impl HeapSize for Held {
     }
 }
 
+/// A flow that has shown nothing but its client's ClientHello, one record
+/// in one segment, set aside while the flow table is large ([`Ctx::park`],
+/// issue 19): the record's body (~0.5 KiB for a browser's hello) instead of
+/// the handshake state made from it (`Active`, the parsed hello and the
+/// copy kept to compare retransmissions with: ~1.9 KiB). The state is made
+/// again from the same segment, exactly as the first time, before anything
+/// else touches the flow ([`TcpFlow::unpark`]): a SYN flood's or a large
+/// capture's open handshakes cost under 1 KiB each, other flows nothing.
+struct Parked {
+    /// The record after its 5-byte header (type 22, `version`, length).
+    body: Box<[u8]>,
+    version: [u8; 2],
+    dir: u8,
+    seq: u32,
+    ack: Option<u32>,
+    ts: f64,
+    /// What the trace memory said of the hello's session ID then (it may
+    /// know of IDs issued since by the time the state is made again).
+    session: (bool, Option<(u64, u64)>),
+}
+
+impl HeapSize for Parked {
+    fn heap_size(&self) -> usize {
+        self.body.len() + crate::memory::ALLOC_OVERHEAD
+    }
+}
+
+/// Whether a segment's payload is one whole TLS record holding one whole
+/// ClientHello, and nothing else.
+fn one_client_hello_record(p: &[u8]) -> bool {
+    let [ct::HANDSHAKE, 3, _, hi, lo, ht::CLIENT_HELLO, a, b, c, ..] = *p else {
+        return false;
+    };
+    let record = usize::from(u16::from_be_bytes([hi, lo]));
+    let message = u32::from_be_bytes([0, a, b, c]) as usize;
+    record == p.len() - 5 && message + 4 == record
+}
+
 /// One TCP flow. Until its first payload byte it is only this struct (a
 /// SYN flood costs no more): the handshake state is made then.
 pub struct TcpFlow {
@@ -248,6 +289,9 @@ pub struct TcpFlow {
     /// Made at the first payload byte; dropped once the record is out or
     /// the flow is not TLS.
     active: Option<Box<Active>>,
+    /// Instead of `active` while the flow has shown only its ClientHello
+    /// and the table is large.
+    parked: Option<Box<Parked>>,
 }
 
 impl Footprint for TcpFlow {
@@ -257,6 +301,7 @@ impl Footprint for TcpFlow {
             + std::mem::size_of::<FlowKey>()
             + SLOT_OVERHEAD
             + self.active.heap_size()
+            + self.parked.heap_size()
             + self.held.heap_size()
     }
 }
@@ -306,6 +351,7 @@ impl TcpFlow {
             status: Status::Detecting,
             stream_start: [None; 2],
             active: None,
+            parked: None,
         }
     }
 
@@ -369,6 +415,10 @@ impl TcpFlow {
         (truncated, seen_before): (bool, bool),
         ctx: &mut Ctx<'_>,
     ) -> SegmentOutcome {
+        self.unpark(ctx);
+        // The flow's first payload: if it is all a ClientHello, the flow
+        // may be parked after it.
+        let first = self.active.is_none() && !payload.is_empty();
         let dir = usize::from(from != self.a);
         self.seen[dir] = true;
         self.track_tcp_handshake(dir, ts, h);
@@ -419,7 +469,91 @@ impl TcpFlow {
         if self.status == Status::NotTls {
             self.active = None;
         }
+        if ctx.park && first && !(closed || timed || truncated || seen_before) {
+            ctx.stats.hellos_parked += u64::from(self.park(dir, ts, h, payload));
+        }
         SegmentOutcome { closed, timed }
+    }
+
+    /// Parks the flow ([`Parked`]) if `payload`, the flow's first, was one
+    /// whole ClientHello record that left nothing else behind: the state it
+    /// made is what the same segment makes again.
+    fn park(&mut self, dir: usize, ts: f64, h: &TcpHeader, payload: &[u8]) -> bool {
+        if self.status != Status::Tls
+            || h.syn
+            || h.fin
+            || h.rst
+            || !one_client_hello_record(payload)
+        {
+            return false;
+        }
+        let Some(a) = self.active.as_deref() else {
+            return false;
+        };
+        let up = &a.up;
+        let alone = up.client == Some(dir)
+            && up.notes.is_empty()
+            && up.proxied.is_none()
+            && up.server_flight.is_none()
+            && up.server_stream.is_none()
+            && up.hs.client_hello().is_some();
+        if !alone {
+            return false;
+        }
+        let session = up.hs.session_id_answer();
+        self.active = None;
+        self.parked = Some(Box::new(Parked {
+            body: payload[5..].into(),
+            version: [payload[1], payload[2]],
+            dir: dir as u8,
+            seq: h.seq,
+            ack: h.ack_flag.then_some(h.ack),
+            ts,
+            session,
+        }));
+        true
+    }
+
+    /// Makes a parked flow's handshake state again: its ClientHello's
+    /// segment goes through [`payload`](Self::payload) as it did the first
+    /// time, at the same capture time, counting nothing twice, with the
+    /// trace memory's answer of then.
+    fn unpark(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(p) = self.parked.take() else {
+            return;
+        };
+        let mut record = Vec::with_capacity(5 + p.body.len());
+        record.extend_from_slice(&[ct::HANDSHAKE, p.version[0], p.version[1]]);
+        record.extend_from_slice(&(p.body.len() as u16).to_be_bytes());
+        record.extend_from_slice(&p.body);
+        let h = TcpHeader {
+            src_port: 0,
+            dst_port: 0,
+            seq: p.seq,
+            ack: p.ack.unwrap_or(0),
+            syn: false,
+            ack_flag: p.ack.is_some(),
+            fin: false,
+            rst: false,
+        };
+        // Counted the first time already.
+        let mut counted_before = Stats::default();
+        let mut again = Ctx {
+            mem: &mut *ctx.mem,
+            keylog: ctx.keylog,
+            stats: &mut counted_before,
+            max_flow_buffer: ctx.max_flow_buffer,
+            max_handshake_message: ctx.max_handshake_message,
+            now: p.ts,
+            park: false,
+        };
+        let status = std::mem::replace(&mut self.status, Status::Detecting);
+        self.payload(usize::from(p.dir), p.ts, &h, &record, false, &mut again);
+        self.status = status;
+        if let Some(a) = self.active.as_deref_mut() {
+            a.up.hs.restore_session_id_answer(p.session);
+            a.up.hs.set_to_client(self.tcp.vantage().to_client);
+        }
     }
 
     /// How far each direction's stream is known to reach, from a
@@ -709,6 +843,7 @@ impl TcpFlow {
         hold: bool,
         ctx: &mut Ctx<'_>,
     ) -> Option<ConnectionRecord> {
+        self.unpark(ctx);
         if !timed {
             // The capture will show no more of this flow: what waits behind
             // a hole is read before the record is made.
@@ -1097,7 +1232,8 @@ mod struct_sizes {
     #[test]
     fn per_flow_structs_do_not_grow_unnoticed() {
         let sizes = [
-            ("TcpFlow", size_of::<super::TcpFlow>(), 208),
+            // 208 before the pointer to a parked hello.
+            ("TcpFlow", size_of::<super::TcpFlow>(), 216),
             ("FlowKey", size_of::<crate::flow::table::FlowKey>(), 40),
             // Active and Handshake hold the Zeek view (handshake/zeek_view.rs),
             // kept whatever the output format. Active at 768 fits mimalloc's
@@ -1122,6 +1258,8 @@ mod struct_sizes {
                 224,
             ),
             ("Probe", size_of::<super::Probe>(), 32),
+            // What a parked flow holds besides its hello's bytes.
+            ("Parked", size_of::<super::Parked>(), 72),
         ];
         for (name, size, bound) in sizes {
             eprintln!("{name}: {size} bytes (bound {bound})");

@@ -4,7 +4,8 @@
 //! Input: byte 0 picks the link type (an index into `LinkType::all()`); byte 1 switches caps on
 //! (bit 0 `max_flows` 2, bit 1 `max_flow_buffer` 64, bit 2
 //! `max_handshake_message` 64, bit 3 only port 443, bit 4 idle timeout 1 s,
-//! bit 5 report finished flows, bit 6 `max_memory` 4 KiB, bit 7 `--record-at
+//! bit 5 report finished flows, bit 6 `max_memory` 4 KiB (which also parks
+//! hello-only flows past 1 KiB of flow state), bit 7 `--record-at
 //! close`: records held on their flows until FIN/RST); then frames, each a time step (1/16 s
 //! units), a 16-bit length and the frame's bytes. `finish()` at the end.
 //! Checks: every frame is counted once in `stats().packets`; the flow state

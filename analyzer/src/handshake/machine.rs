@@ -1064,6 +1064,19 @@ impl Handshake {
         self.client_hello.as_deref()
     }
 
+    /// What the trace memory said of the ClientHello's session ID, for
+    /// [`restore_session_id_answer`](Self::restore_session_id_answer): a
+    /// parked TCP flow's handshake is made again later, when the memory
+    /// may know of IDs issued since.
+    pub fn session_id_answer(&self) -> (bool, Option<(u64, u64)>) {
+        (self.session_id_offered, self.session_id_later)
+    }
+
+    pub fn restore_session_id_answer(&mut self, (offered, later): (bool, Option<(u64, u64)>)) {
+        self.session_id_offered = offered;
+        self.session_id_later = later;
+    }
+
     /// The negotiated suite's code point (not a HelloRetryRequest's).
     pub fn cipher_suite(&self) -> Option<u16> {
         self.server_hello
