@@ -1124,6 +1124,45 @@ mod tests {
         assert!(!first.contains("session_id"), "{first}");
     }
 
+    /// Bare ACKs leave a flow parked and are replayed, in order, when its
+    /// state is made again (here at the end of the capture): a server
+    /// acknowledging client bytes the capture lost (after the hello)
+    /// counts the loss as for a flow never parked.
+    #[test]
+    fn a_parked_flow_replays_its_bare_acks() {
+        let ch = client_hello();
+        let lost = 101 + ch.len() as u32 + 100;
+        let run = |park_above| {
+            let mut a = Analyzer::new(Config {
+                park_above,
+                ..Config::default()
+            });
+            let (c, s) = ((1, 40000), (2, 443));
+            let frames = [
+                tcp(c, s, 100, 0, SYN, &[]),
+                tcp(s, c, 500, 101, SYN | ACK, &[]),
+                tcp(c, s, 101, 501, ACK, &ch),
+                tcp(s, c, 501, lost, ACK, &[]),
+            ];
+            for (i, f) in frames.iter().enumerate() {
+                a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
+            }
+            a.finish();
+            let mut out = Vec::new();
+            for r in a.take_records() {
+                crate::output::ndjson::encode(&mut out, &r);
+            }
+            (String::from_utf8(out).unwrap(), a.stats().clone())
+        };
+        let (never, never_stats) = run(usize::MAX);
+        let (parked, mut stats) = run(0);
+        assert_eq!(stats.hellos_parked, 1);
+        stats.hellos_parked = 0;
+        assert_eq!(never, parked);
+        assert_eq!(never_stats, stats);
+        assert_eq!(stats.capture_loss_bytes, 100, "{stats:?}");
+    }
+
     /// A ServerHello record choosing `suite` (TLS 1.2, no extensions).
     fn server_hello(suite: u16) -> Vec<u8> {
         let mut body = vec![3, 3];

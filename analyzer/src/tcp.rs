@@ -219,13 +219,14 @@ impl HeapSize for Held {
 }
 
 /// A flow that has shown nothing but its client's ClientHello, one record
-/// in one segment, set aside while the flow table is large ([`Ctx::park`],
-/// issue 19): the record's body (~0.5 KiB for a browser's hello) instead of
-/// the handshake state made from it (`Active`, the parsed hello and the
-/// copy kept to compare retransmissions with: ~1.9 KiB). The state is made
-/// again from the same segment, exactly as the first time, before anything
-/// else touches the flow ([`TcpFlow::unpark`]): a SYN flood's or a large
-/// capture's open handshakes cost under 1 KiB each, other flows nothing.
+/// in one segment, and bare ACKs, set aside while the flow table is large
+/// ([`Ctx::park`], issue 19): the record's body (~0.5 KiB for a browser's
+/// hello) instead of the handshake state made from it (`Active`, the
+/// parsed hello and the copy kept to compare retransmissions with: ~1.9
+/// KiB). The state is made again from the same segments, exactly as the
+/// first time, before anything else touches the flow
+/// ([`TcpFlow::unpark`]): a SYN flood's or a large capture's open
+/// handshakes cost under 1 KiB each, other flows nothing.
 struct Parked {
     /// The record after its 5-byte header (type 22, `version`, length).
     body: Box<[u8]>,
@@ -237,11 +238,21 @@ struct Parked {
     /// What the trace memory said of the hello's session ID then (it may
     /// know of IDs issued since by the time the state is made again).
     session: (bool, Option<(u64, u64)>),
+    /// Bare ACKs since (direction, acknowledgement, time), in order: a
+    /// server's kernel acknowledges the hello long before its TLS stack
+    /// answers it. Boxed: most parked flows have none.
+    acks: Option<Box<Vec<(u8, u32, f64)>>>,
 }
 
 impl HeapSize for Parked {
     fn heap_size(&self) -> usize {
-        self.body.len() + crate::memory::ALLOC_OVERHEAD
+        self.body.len()
+            + crate::memory::ALLOC_OVERHEAD
+            + self.acks.as_ref().map_or(0, |a| {
+                size_of::<Vec<(u8, u32, f64)>>()
+                    + a.capacity() * size_of::<(u8, u32, f64)>()
+                    + 2 * crate::memory::ALLOC_OVERHEAD
+            })
     }
 }
 
@@ -415,11 +426,22 @@ impl TcpFlow {
         (truncated, seen_before): (bool, bool),
         ctx: &mut Ctx<'_>,
     ) -> SegmentOutcome {
-        self.unpark(ctx);
+        let dir = usize::from(from != self.a);
+        // A bare ACK leaves a parked flow parked, noted to be replayed
+        // after its hello; anything else makes its state again first.
+        let bare_ack =
+            payload.is_empty() && h.ack_flag && !(h.syn || h.fin || h.rst || seen_before);
+        match self.parked.as_deref_mut() {
+            Some(p) if bare_ack => {
+                p.acks
+                    .get_or_insert_with(Default::default)
+                    .push((dir as u8, h.ack, ts));
+            }
+            _ => self.unpark(ctx),
+        }
         // The flow's first payload: if it is all a ClientHello, the flow
         // may be parked after it.
-        let first = self.active.is_none() && !payload.is_empty();
-        let dir = usize::from(from != self.a);
+        let first = self.active.is_none() && self.parked.is_none() && !payload.is_empty();
         self.seen[dir] = true;
         self.track_tcp_handshake(dir, ts, h);
         if seen_before {
@@ -510,6 +532,7 @@ impl TcpFlow {
             ack: h.ack_flag.then_some(h.ack),
             ts,
             session,
+            acks: None,
         }));
         true
     }
@@ -550,9 +573,31 @@ impl TcpFlow {
         let status = std::mem::replace(&mut self.status, Status::Detecting);
         self.payload(usize::from(p.dir), p.ts, &h, &record, false, &mut again);
         self.status = status;
+        let to_client = self.tcp.vantage().to_client;
         if let Some(a) = self.active.as_deref_mut() {
             a.up.hs.restore_session_id_answer(p.session);
-            a.up.hs.set_to_client(self.tcp.vantage().to_client);
+            a.up.hs.set_to_client(to_client);
+        }
+        // The bare ACKs, as they came (counted now: they were not).
+        for (dir, ack, ts) in p.acks.map(|a| *a).unwrap_or_default() {
+            let h = TcpHeader {
+                ack,
+                ack_flag: true,
+                ..h
+            };
+            let mut then = Ctx {
+                mem: &mut *ctx.mem,
+                keylog: ctx.keylog,
+                stats: &mut *ctx.stats,
+                max_flow_buffer: ctx.max_flow_buffer,
+                max_handshake_message: ctx.max_handshake_message,
+                now: ts,
+                park: false,
+            };
+            self.payload(usize::from(dir), ts, &h, &[], false, &mut then);
+            if let Some(a) = self.active.as_deref_mut() {
+                a.up.hs.set_to_client(to_client);
+            }
         }
     }
 
@@ -1258,8 +1303,9 @@ mod struct_sizes {
                 224,
             ),
             ("Probe", size_of::<super::Probe>(), 32),
-            // What a parked flow holds besides its hello's bytes.
-            ("Parked", size_of::<super::Parked>(), 72),
+            // What a parked flow holds besides its hello's bytes: 80 is
+            // a mimalloc size class (the next is 96).
+            ("Parked", size_of::<super::Parked>(), 80),
         ];
         for (name, size, bound) in sizes {
             eprintln!("{name}: {size} bytes (bound {bound})");
