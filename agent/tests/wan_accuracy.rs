@@ -39,7 +39,8 @@
 //! by more than 0.5 ms is not judged on them at all; at every RTT, every
 //! scenario must have a connection that was (coverage: on CI's busy
 //! machine 9 of 75 connections were late after two reruns, none of them
-//! the last of its scenario).
+//! the last of its scenario; accuracy.py reruns an RTT up to four times
+//! while a scenario has none, and keeps the best attempt).
 //!
 //! Needs root, /dev/net/tun, nginx, curl, openssl, tcpdump, python3: without
 //! them the test is skipped with a message, except under CI=true where a
@@ -99,8 +100,8 @@ fn wan_accuracy_at_20_100_260_ms() {
                 c["local_port"]
             );
             // A delay line late on a connection is a disturbed trial of
-            // the lab (accuracy.py reran the RTT up to twice and kept the
-            // last): the wire no longer shows the configured RTT, so the
+            // the lab (accuracy.py reran the RTT and kept its best
+            // attempt): the wire no longer shows the configured RTT, so the
             // figures measured against wall-clock expectations (tcp_rtt vs
             // the configured RTT, the client's clock, avoidable = RTT) are
             // not judged; kinds, round trips, live = replay and the
