@@ -20,7 +20,7 @@
 //!   more than 0.5 ms off, and `tcp_rtt` within 1 ms of the configured RTT.
 //!   A connection where it did not is a failed trial, not judged.
 //!   thinktime.py keeps every attempt's lab and reruns an RTT (up to
-//!   twice) while some program's kind, injected or not, has no faithful
+//!   four times) while some program's kind, injected or not, has no faithful
 //!   connection at it; every kind must be judged at every RTT and every
 //!   program's kinds at some RTT;
 //! - each field within [injected − 1 ms, injected + natural + 1 ms] at every
