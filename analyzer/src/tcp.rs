@@ -225,7 +225,7 @@ impl HeapSize for Held {
 /// parsed hello and the copy kept to compare retransmissions with: ~1.9
 /// KiB). The state is made again from the same segments, exactly as the
 /// first time, before anything else touches the flow
-/// ([`TcpFlow::unpark`]): a SYN flood's or a large capture's open
+/// ([`TcpFlow::unpark`]): a hello flood's or a large capture's open
 /// handshakes cost under 1 KiB each, other flows nothing.
 struct Parked {
     /// The record after its 5-byte header (type 22, `version`, length).
