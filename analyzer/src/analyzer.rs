@@ -1069,6 +1069,24 @@ mod tests {
         );
     }
 
+    /// Raw-IP frames 10 ms apart through an analyzer parking above
+    /// `park_above`, to the end: its NDJSON and its counters.
+    fn replay_to_end(park_above: usize, frames: &[Vec<u8>]) -> (String, Stats) {
+        let mut a = Analyzer::new(Config {
+            park_above,
+            ..Config::default()
+        });
+        for (i, f) in frames.iter().enumerate() {
+            a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
+        }
+        a.finish();
+        let mut out = Vec::new();
+        for r in a.take_records() {
+            crate::output::ndjson::encode(&mut out, &r);
+        }
+        (String::from_utf8(out).unwrap(), a.stats().clone())
+    }
+
     /// A parked flow's handshake state is made again with the trace
     /// memory's answer of when its ClientHello came: a session ID a server
     /// issued to another connection after that (before the parked flow's
@@ -1092,10 +1110,6 @@ mod tests {
         let sh12 = handshake_record(3, 2, &body);
         let ch12 = client_hello();
         let run = |park_above| {
-            let mut a = Analyzer::new(Config {
-                park_above,
-                ..Config::default()
-            });
             let (c, s, c2) = ((1, 40000), (2, 443), (3, 40001));
             let frames = [
                 tcp(c, s, 100, 0, SYN, &[]),
@@ -1106,15 +1120,8 @@ mod tests {
                 tcp(c2, s, 101, 501, ACK, &ch12),
                 tcp(s, c2, 501, 101 + ch12.len() as u32, ACK, &sh12),
             ];
-            for (i, f) in frames.iter().enumerate() {
-                a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
-            }
-            a.finish();
-            let mut out = Vec::new();
-            for r in a.take_records() {
-                crate::output::ndjson::encode(&mut out, &r);
-            }
-            (String::from_utf8(out).unwrap(), a.stats().hellos_parked)
+            let (out, stats) = replay_to_end(park_above, &frames);
+            (out, stats.hellos_parked)
         };
         let (never, none) = run(usize::MAX);
         let (parked, n) = run(0);
@@ -1132,28 +1139,14 @@ mod tests {
     fn a_parked_flow_replays_its_bare_acks() {
         let ch = client_hello();
         let lost = 101 + ch.len() as u32 + 100;
-        let run = |park_above| {
-            let mut a = Analyzer::new(Config {
-                park_above,
-                ..Config::default()
-            });
-            let (c, s) = ((1, 40000), (2, 443));
-            let frames = [
-                tcp(c, s, 100, 0, SYN, &[]),
-                tcp(s, c, 500, 101, SYN | ACK, &[]),
-                tcp(c, s, 101, 501, ACK, &ch),
-                tcp(s, c, 501, lost, ACK, &[]),
-            ];
-            for (i, f) in frames.iter().enumerate() {
-                a.push_frame(1.0 + i as f64 * 0.01, LinkType::RawIp, f);
-            }
-            a.finish();
-            let mut out = Vec::new();
-            for r in a.take_records() {
-                crate::output::ndjson::encode(&mut out, &r);
-            }
-            (String::from_utf8(out).unwrap(), a.stats().clone())
-        };
+        let (c, s) = ((1, 40000), (2, 443));
+        let frames = [
+            tcp(c, s, 100, 0, SYN, &[]),
+            tcp(s, c, 500, 101, SYN | ACK, &[]),
+            tcp(c, s, 101, 501, ACK, &ch),
+            tcp(s, c, 501, lost, ACK, &[]),
+        ];
+        let run = |park_above| replay_to_end(park_above, &frames);
         let (never, never_stats) = run(usize::MAX);
         let (parked, mut stats) = run(0);
         assert_eq!(stats.hellos_parked, 1);

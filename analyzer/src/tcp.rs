@@ -86,6 +86,22 @@ pub struct Ctx<'a> {
     pub park: bool,
 }
 
+impl Ctx<'_> {
+    /// The same context at another capture time, not parking: for
+    /// segments replayed into a flow made again.
+    fn at(&mut self, now: f64) -> Ctx<'_> {
+        Ctx {
+            mem: &mut *self.mem,
+            keylog: self.keylog,
+            stats: &mut *self.stats,
+            max_flow_buffer: self.max_flow_buffer,
+            max_handshake_message: self.max_handshake_message,
+            now,
+            park: false,
+        }
+    }
+}
+
 /// Collects the first bytes of a segment to see if a TLS ClientHello starts there.
 #[derive(Debug, Default)]
 struct Probe {
@@ -563,15 +579,8 @@ impl TcpFlow {
         };
         // Counted the first time already.
         let mut counted_before = Stats::default();
-        let mut again = Ctx {
-            mem: &mut *ctx.mem,
-            keylog: ctx.keylog,
-            stats: &mut counted_before,
-            max_flow_buffer: ctx.max_flow_buffer,
-            max_handshake_message: ctx.max_handshake_message,
-            now: p.ts,
-            park: false,
-        };
+        let mut again = ctx.at(p.ts);
+        again.stats = &mut counted_before;
         let status = std::mem::replace(&mut self.status, Status::Detecting);
         self.payload(usize::from(p.dir), p.ts, &h, &record, false, &mut again);
         self.status = status;
@@ -587,16 +596,7 @@ impl TcpFlow {
                 ack_flag: true,
                 ..h
             };
-            let mut then = Ctx {
-                mem: &mut *ctx.mem,
-                keylog: ctx.keylog,
-                stats: &mut *ctx.stats,
-                max_flow_buffer: ctx.max_flow_buffer,
-                max_handshake_message: ctx.max_handshake_message,
-                now: ts,
-                park: false,
-            };
-            self.payload(usize::from(dir), ts, &h, &[], false, &mut then);
+            self.payload(usize::from(dir), ts, &h, &[], false, &mut ctx.at(ts));
             if let Some(a) = self.active.as_deref_mut() {
                 a.up.hs.set_to_client(to_client);
             }
