@@ -26,7 +26,10 @@
 //!   `total_handshake_time` / `total_success_handshake_count_in` (9.2 adds
 //!   only inbound handshakes there);
 //! - each client's ttfb (curl `time_starttransfer - time_connect`) within
-//!   5 ms + 2 % of tlsrum's inbound ttfb for its port;
+//!   5 ms + 2 % of tlsrum's inbound `client_hello_delay` + `ttfb` for its
+//!   port: curl's span starts at TCP connect, tlsrum's `ttfb` at the
+//!   ClientHello, and curl's own TLS set-up between them (3 ms usually, 8 ms
+//!   once on a loaded CI machine) is on the wire as `client_hello_delay`;
 //! - roles from `replay --local <proxy's addresses>` of the proxy's capture
 //!   and live from the host's interfaces: inbound for the client side,
 //!   outbound for the origin side.
@@ -224,10 +227,11 @@ fn check_mode(mode: &Value, n: usize, failures: &mut Vec<String>) -> f64 {
             fail(format!("client port {p}: no inbound record"));
             continue;
         };
-        let ours = f(&r["timing"]["ttfb"]);
-        if (curl_ttfb - ours).abs() > 5.0 + 0.02 * curl_ttfb {
+        let t = &r["timing"];
+        let ours = f(&t["client_hello_delay"]) + f(&t["ttfb"]);
+        if !ours.is_finite() || (curl_ttfb - ours).abs() > 5.0 + 0.02 * curl_ttfb {
             fail(format!(
-                "client port {p}: curl ttfb {curl_ttfb:.1} ms, tlsrum {ours:.1} ms"
+                "client port {p}: curl ttfb {curl_ttfb:.1} ms, tlsrum client_hello_delay + ttfb {ours:.1} ms"
             ));
         }
     }
