@@ -86,10 +86,11 @@ KINDS = ["tls12-full", "tls12-resumed", "tls13-full", "tls13-hrr"]
 # client's middlebox ChangeCipherSpec in a call of its own before the
 # Finished (hold the CCS: it opens the flight and the Finished waits
 # behind it); after a HelloRetryRequest it writes ClientHello2 (2), then
-# CCS (3), then Finished (4), and the CCS goes with ClientHello2 on the
-# wire (it is written without waiting for the server), so the flight after
-# the server's is the Finished, write 4. The write logs in the output
-# (`writes`) show these for every connection.
+# CCS (3) as soon as it has read the ServerHello, then Finished (4) after
+# the rest of the server's flight: the hold goes on the Finished, write 4.
+# It reads the HelloRetryRequest's trailing CCS only after writing
+# ClientHello2 (own_time skips such reads). The write logs in the output
+# (`writes`, `events`) show these for every connection.
 CLIENT_FLIGHT = {
     ("s_client", "tls12-full"): 2, ("s_client", "tls12-resumed"): 2,
     ("s_client", "tls13-full"): 2, ("s_client", "tls13-hrr"): 3,
@@ -161,7 +162,9 @@ def read_log(path):
                     "pport": int(f[9]), "head": f[10],
                     # run-queue wait so far (ms): before the hold (a connect:
                     # at its call), at the event
-                    "rq0": float(f[11]) if len(f) > 12 else None, "rq1": float(f[12]) if len(f) > 12 else None})
+                    "rq0": float(f[11]) if len(f) > 12 else None, "rq1": float(f[12]) if len(f) > 12 else None,
+                    # a write: bytes received and still unread at it (-1: not TCP)
+                    "queued": int(f[13]) if f[0] == "W" and len(f) > 13 else -1})
     return out
 
 
@@ -174,6 +177,10 @@ def own_time(events, n):
     the first read after its previous write (the input it answers: the
     program may read a flight record by record, verifying as it goes) or,
     for its first write, connect() returning, to the call, less any hold,
+    where reads returning only bytes that had arrived by the previous write
+    (its `queued`: the rest of the flight it answered, such as a
+    HelloRetryRequest's ChangeCipherSpec read after ClientHello2) do not
+    start the input unless nothing else does,
     plus the writes that followed it without a read between (a flight
     written in several calls). Added to it: the time the program was
     runnable but waiting for a CPU over that span, from the previous write
@@ -191,6 +198,13 @@ def own_time(events, n):
                     before.insert(0, x)
             if not before:
                 return None
+            # Skip the reads that only drained what was already queued.
+            left = prev["queued"] if prev and prev["queued"] > 0 else 0
+            fresh = 0
+            while fresh < len(before) - 1 and before[fresh]["ev"] == "R" and before[fresh]["len"] <= left:
+                left -= before[fresh]["len"]
+                fresh += 1
+            before = before[fresh:]
             last = e
             for x in events[i + 1:]:
                 if x["ev"] != "W":

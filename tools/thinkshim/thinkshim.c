@@ -27,7 +27,15 @@
  *                                    the event, and for W also before the
  *                                    hold: on a busy machine a peer woken by
  *                                    its input may wait for a CPU, which
- *                                    the wire shows as think time
+ *                                    the wire shows as think time. A W
+ *                                    line then ends with the bytes already
+ *                                    received and not yet read on a TCP
+ *                                    socket at the write (-1 otherwise):
+ *                                    the reads after the write that return
+ *                                    them finish the input it answered
+ *                                    (a HelloRetryRequest's trailing
+ *                                    ChangeCipherSpec), they are no input
+ *                                    to the next write
  *
  * A "connection" is a TCP socket (counted from its creation by socket(),
  * accept() or accept4() until close()), or, for an unconnected UDP socket
@@ -62,6 +70,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -221,9 +230,18 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	for (size_t i = 0; b && i < headlen && i < 6; i++)
 		snprintf(hex + 2 * i, 3, "%02x", b[i]);
 	double rq = run_delay();
-	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f\n", n ? 'W' : (len ? 'R' : 'C'),
+	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f", n ? 'W' : (len ? 'R' : 'C'),
 		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-",
 		n || !len ? rq0 : rq, rq);
+	if (n) {
+		int queued = -1, type = 0;
+		socklen_t tl = sizeof(type);
+		if (to || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+		    ioctl(fd, FIONREAD, &queued) != 0)
+			queued = -1;
+		fprintf(logf, " %d", queued);
+	}
+	fputc('\n', logf);
 }
 
 static double now_real(void)
