@@ -33,10 +33,13 @@
 //!   its spread (gnutls-cli's client_think over full handshakes ran to
 //!   5.5 ms in one CI run while its three HRR connections stayed under
 //!   3.4 and an injected HRR one carried 4.9 at all three vantages). Where the program's own clock (the shim's log
-//!   of its reads and writes, and the kernel's count of the time it waited
-//!   for a CPU) shows it slower around the held write than on any
-//!   connection without injection, the upper bound grows by that excess,
-//!   and only by it (this 2-core machine is shared);
+//!   of its reads and writes, the kernel's count of the time it waited
+//!   for a CPU, and the time from its input's last packet on its host's
+//!   capture to the read or connect() that returned it: a program woken
+//!   on an idle virtual CPU ran 3.4 ms after its SYN-ACK with 0.1 ms of
+//!   run-queue wait in one CI run) shows it slower around the held write
+//!   than on any connection without injection, the upper bound grows by
+//!   that excess, and only by it (this 2-core machine is shared);
 //! - `handshake ≈ round_trips × tcp_rtt + server_think + client_think`
 //!   within 1 ms wherever all the terms exist;
 //! - QUIC: `client_think` and `client_hello_delay` null (DESIGN.md);

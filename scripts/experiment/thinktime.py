@@ -172,7 +172,28 @@ def read_writes(path):
     return [e for e in read_log(path) if e["ev"] == "W"]
 
 
-def own_time(events, n):
+def host_arrivals(d):
+    """(side, client port) -> sorted capture times of the packets that
+    reached that side's host on that connection: the client's capture for
+    what the server sent, the server's for what the client sent."""
+    import struct
+    client_ip = bytes(map(int, CLIENT_IP.split(".")))
+    server_ip = bytes(map(int, SERVER_IP.split(".")))
+    out = {}
+    for side, cap, src in (("client", "client", server_ip), ("server", "server", client_ip)):
+        path = d / f"{cap}.pcap"
+        for ts, pkt in wanlab.read_pcap(path) if path.exists() else []:
+            if len(pkt) < 24 or pkt[0] >> 4 != 4 or pkt[12:16] != src:
+                continue
+            ihl = (pkt[0] & 15) * 4
+            sport, dport = struct.unpack(">HH", pkt[ihl:ihl + 4])
+            out.setdefault((side, dport if side == "client" else sport), []).append(ts)
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def own_time(events, n, arrivals=()):
     """The program's own time (ms) around its write n, by its own clock: from
     the first read after its previous write (the input it answers: the
     program may read a flight record by record, verifying as it goes) or,
@@ -185,7 +206,13 @@ def own_time(events, n):
     written in several calls). Added to it: the time the program was
     runnable but waiting for a CPU over that span, from the previous write
     (a peer woken by its input can wait on a busy machine before its read
-    returns; the kernel's schedstat shows it, the program's clock cannot).
+    returns; the kernel's schedstat shows it, the program's clock cannot),
+    or, where more, the time from the last packet that reached the host
+    (`arrivals`, its own capture: the same clock) before that first read
+    or connect() returned: a program woken on an idle virtual CPU can run
+    milliseconds after its input arrived with no run-queue wait to show
+    (a SYN-ACK at .438361, connect() back at .441759 with 0.11 ms waited,
+    in one CI run).
     None when the log cannot tell (a non-blocking connect logs no return)."""
     for i, e in enumerate(events):
         if e["ev"] == "W" and e["n"] == n:
@@ -198,13 +225,18 @@ def own_time(events, n):
                     before.insert(0, x)
             if not before:
                 return None
-            # Skip the reads that only drained what was already queued.
-            left = prev["queued"] if prev and prev["queued"] > 0 else 0
-            fresh = 0
-            while fresh < len(before) - 1 and before[fresh]["ev"] == "R" and before[fresh]["len"] <= left:
-                left -= before[fresh]["len"]
-                fresh += 1
-            before = before[fresh:]
+            # Skip the reads that only drained what was already queued at
+            # the previous write, when more input came after it (all of it
+            # queued: a held write's input was waiting, and the program
+            # started on it with its first read).
+            left = prev.get("queued", -1) if prev else 0
+            left = max(left, 0)
+            if sum(x["len"] for x in before if x["ev"] == "R") > left:
+                fresh = 0
+                while fresh < len(before) - 1 and before[fresh]["ev"] == "R" and before[fresh]["len"] <= left:
+                    left -= before[fresh]["len"]
+                    fresh += 1
+                before = before[fresh:]
             last = e
             for x in events[i + 1:]:
                 if x["ev"] != "W":
@@ -219,6 +251,16 @@ def own_time(events, n):
             wait = 0.0
             if None not in (e["rq0"], since, last["rq1"], e["rq1"]):
                 wait = (e["rq0"] - since) + (last["rq1"] - e["rq1"])
+            # Woken late: the input's last packet to the program's return
+            # with it, less the run-queue wait already counted for that span;
+            # only for input that came while the program waited for it.
+            came = [t for t in arrivals if t <= before[0]["t0"]]
+            if came and (prev is None or came[-1] > prev["t1"]):
+                woke = (before[0]["t0"] - came[-1]) * 1e3
+                waited = 0.0
+                if None not in (since, before[0]["rq1"]):
+                    waited = before[0]["rq1"] - since
+                wait += max(woke - max(waited, 0.0), 0.0)
             return round(own * 1e3 + max(wait, 0.0), 3)
     return None
 
@@ -282,7 +324,7 @@ def actual_holds(c):
     return out
 
 
-def own_times(c, rtt):
+def own_times(c, rtt, arrivals=None):
     """Each side's own time over the handshake by its own clock, summed over
     its flights as the fields sum it: every write that follows input
     (a read, or connect()) opens a flight. The handshake's span comes from
@@ -296,23 +338,25 @@ def own_times(c, rtt):
     def starts(events):
         return [e["n"] for i, e in enumerate(events)
                 if e["ev"] == "W" and i > 0 and events[i - 1]["ev"] in ("R", "C")]
-    def total(events, ns):
-        vals = [own_time(events, n) for n in ns]
+    arrivals = arrivals or {}
+    came = {side: arrivals.get((side, c["local_port"]), []) for side in ("client", "server")}
+    def total(events, ns, side):
+        vals = [own_time(events, n, came[side]) for n in ns]
         return None if not vals or None in vals else round(sum(vals), 3)
     sev = c["server_events"]
     if c["kind"] == "quic-full":
-        out["server_think"] = own_time(sev, 1)
+        out["server_think"] = own_time(sev, 1, came["server"])
         return out
     if not r or t.get("handshake") is None or t.get("tcp_rtt") is None:
         return out
     hello = r["ts"] + (t["tcp_rtt"] + (t.get("client_hello_delay") or 0)) / 1e3
     end = hello + t["handshake"] / 1e3
     first = {e["n"]: e for e in sev if e["ev"] == "W"}
-    out["server_think"] = total(sev, [n for n in starts(sev) if first[n]["t0"] < end + rtt / 4e3])
+    out["server_think"] = total(sev, [n for n in starts(sev) if first[n]["t0"] < end + rtt / 4e3], "server")
     ev = c["events"]
     cw = {e["n"]: e for e in ev if e["ev"] == "W"}
-    out["client_hello_delay"] = own_time(ev, 1)
-    out["client_think"] = total(ev, [n for n in starts(ev) if n > 1 and cw[n]["t0"] <= end + 0.0005])
+    out["client_hello_delay"] = own_time(ev, 1, came["client"])
+    out["client_think"] = total(ev, [n for n in starts(ev) if n > 1 and cw[n]["t0"] <= end + 0.0005], "client")
     return out
 
 
@@ -653,6 +697,7 @@ class ChainLab:
         # the match). A line stalled before it read a packet stamps the
         # arrival late too and its own log shows nothing; this shows it.
         dev = line_deviation(self.dir, self.rtt)
+        came = host_arrivals(self.dir)
         def take(q, key):
             lst = q.get(key)
             return lst.pop(0) if lst else None
@@ -686,7 +731,7 @@ class ChainLab:
                 row["line_delay_off_us"] = round(max((d for ts, d in dev.get(p, []) if start <= ts <= end),
                                                      default=0.0), 1)
             row["held"] = actual_holds(row)
-            row["own"] = own_times(row, self.rtt)
+            row["own"] = own_times(row, self.rtt, came)
             # The link itself: TCP's round trip at every vantage within 1 ms
             # of the configured one (a stall before the line reads a packet
             # does not show in its lateness log).
