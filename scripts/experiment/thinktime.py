@@ -317,19 +317,30 @@ def line_deviation(d, rtt):
     return out
 
 
-def actual_holds(c):
+def actual_holds(c, arrivals=None):
     """How long the shim really held each write it held (ms, from its log:
     the clock before and after the sleep). A sleeping peer wakes late on a
-    busy machine; that lateness is part of the injection, not of tlsrum."""
-    def held(writes, n):
+    busy machine; that lateness is part of the injection, not of tlsrum.
+    A client's hold counts from the last packet that reached its host before
+    the hold ended, where that came after the hold began: gnutls-cli holds
+    its CCS on reading the ServerHello, and a server flight's tail arriving
+    later shortens what the wire can show (19.6 ms of a 21.05 ms hold in one
+    run)."""
+    came = (arrivals or {}).get(("client", c["local_port"]), [])
+    def held(writes, n, side=None):
         for w in writes:
             if w["n"] == n and w["held"] > 0:
-                return round((w["t1"] - w["t0"]) * 1e3, 3)
+                start = w["t0"]
+                if side == "client":
+                    late = [t for t in came if start < t < w["t1"]]
+                    if late:
+                        start = late[-1]
+                return round((w["t1"] - start) * 1e3, 3)
         return None
     out = {"server_think": held(c["server_writes"], 1)}
     if c["client"] in ("s_client", "gnutls-cli"):
         out["client_hello_delay"] = held(c["writes"], 1)
-        out["client_think"] = held(c["writes"], CLIENT_FLIGHT[(c["client"], c["kind"])])
+        out["client_think"] = held(c["writes"], CLIENT_FLIGHT[(c["client"], c["kind"])], "client")
     return out
 
 
@@ -739,7 +750,7 @@ class ChainLab:
                                               default=0.0)
                 row["line_delay_off_us"] = round(max((d for ts, d in dev.get(p, []) if start <= ts <= end),
                                                      default=0.0), 1)
-            row["held"] = actual_holds(row)
+            row["held"] = actual_holds(row, came)
             row["own"] = own_times(row, self.rtt, came)
             # The link itself: TCP's round trip at every vantage within 1 ms
             # of the configured one (a stall before the line reads a packet
