@@ -177,7 +177,12 @@ def read_writes(path):
 FLIGHT_GAP_S = 0.010
 
 
-def host_arrivals(d):
+def read_captures(d):
+    """The lab's three captures, each read once: side -> [(time, IP packet)]."""
+    return {side: list(wanlab.read_pcap(d / f"{side}.pcap")) for side in ("client", "router", "server")}
+
+
+def host_arrivals(caps):
     """(side, client port) -> sorted capture times of the packets that
     reached that side's host on that connection: the client's capture for
     what the server sent, the server's for what the client sent."""
@@ -185,9 +190,8 @@ def host_arrivals(d):
     client_ip = bytes(map(int, CLIENT_IP.split(".")))
     server_ip = bytes(map(int, SERVER_IP.split(".")))
     out = {}
-    for side, cap, src in (("client", "client", server_ip), ("server", "server", client_ip)):
-        path = d / f"{cap}.pcap"
-        for ts, pkt in wanlab.read_pcap(path) if path.exists() else []:
+    for side, src in (("client", server_ip), ("server", client_ip)):
+        for ts, pkt in caps[side]:
             if len(pkt) < 24 or pkt[0] >> 4 != 4 or pkt[12:16] != src:
                 continue
             ihl = (pkt[0] & 15) * 4
@@ -234,8 +238,7 @@ def own_time(events, n, arrivals=()):
             # the previous write, when more input came after it (all of it
             # queued: a held write's input was waiting, and the program
             # started on it with its first read).
-            left = prev.get("queued", -1) if prev else 0
-            left = max(left, 0)
+            left = max(prev.get("queued", -1), 0) if prev else 0
             if sum(x["len"] for x in before if x["ev"] == "R") > left:
                 fresh = 0
                 while fresh < len(before) - 1 and before[fresh]["ev"] == "R" and before[fresh]["len"] <= left:
@@ -282,7 +285,7 @@ def link_off(c):
             or (c["link_rtt_off_ms"] or 0) > 1.0)
 
 
-def line_deviation(d, rtt):
+def line_deviation(caps, rtt):
     """Client port -> [(time, µs)]: how far each packet's delay across each
     line (client capture -> router capture, router -> server) was from the
     configured one."""
@@ -291,12 +294,12 @@ def line_deviation(d, rtt):
     def key(pkt):
         return pkt[:8] + pkt[9:10] + pkt[12:] if len(pkt) >= 20 else pkt
 
-    def index(path):
+    def index(packets):
         seen = {}
-        for ts, pkt in wanlab.read_pcap(path):
+        for ts, pkt in packets:
             seen.setdefault(key(pkt), []).append((ts, pkt))
         return seen
-    caps = {side: index(d / f"{side}.pcap") for side in ("client", "router", "server")}
+    caps = {side: index(packets) for side, packets in caps.items()}
     client_ip = bytes(map(int, CLIENT_IP.split(".")))
     out = {}
     for a, b, frac in (("client", "router", SPLIT), ("router", "server", 1 - SPLIT)):
@@ -327,20 +330,16 @@ def actual_holds(c, arrivals=None):
     later shortens what the wire can show (19.6 ms of a 21.05 ms hold in one
     run)."""
     came = (arrivals or {}).get(("client", c["local_port"]), [])
-    def held(writes, n, side=None):
+    def held(writes, n, arrived=()):
         for w in writes:
             if w["n"] == n and w["held"] > 0:
-                start = w["t0"]
-                if side == "client":
-                    late = [t for t in came if start < t < w["t1"]]
-                    if late:
-                        start = late[-1]
+                start = max([w["t0"]] + [t for t in arrived if t < w["t1"]])
                 return round((w["t1"] - start) * 1e3, 3)
         return None
     out = {"server_think": held(c["server_writes"], 1)}
     if c["client"] in ("s_client", "gnutls-cli"):
         out["client_hello_delay"] = held(c["writes"], 1)
-        out["client_think"] = held(c["writes"], CLIENT_FLIGHT[(c["client"], c["kind"])], "client")
+        out["client_think"] = held(c["writes"], CLIENT_FLIGHT[(c["client"], c["kind"])], came)
     return out
 
 
@@ -716,8 +715,9 @@ class ChainLab:
         # decrements the TTL, so TTL and header checksum are left out of
         # the match). A line stalled before it read a packet stamps the
         # arrival late too and its own log shows nothing; this shows it.
-        dev = line_deviation(self.dir, self.rtt)
-        came = host_arrivals(self.dir)
+        caps = read_captures(self.dir)
+        dev = line_deviation(caps, self.rtt)
+        came = host_arrivals(caps)
         def take(q, key):
             lst = q.get(key)
             return lst.pop(0) if lst else None
