@@ -208,8 +208,43 @@ fn quic_records_match_aioquic_on_both_backends() {
         }
         for t in ["tcp_rtt", "handshake", "ttfb"] {
             if let (Some(a), Some(b)) = (e["timing"][t].as_f64(), p["timing"][t].as_f64()) {
+                if t == "ttfb" && (a - b).abs() > 1.0 {
+                    assert!(
+                        crossed(e, p),
+                        "port {port} ttfb: ebpf {a} pcap {b} (handshake ebpf {} pcap {})",
+                        e["timing"]["handshake"],
+                        p["timing"]["handshake"]
+                    );
+                    continue;
+                }
                 assert!((a - b).abs() <= 1.0, "port {port} {t}: ebpf {a} pcap {b}");
             }
         }
     }
+}
+
+/// Most a server packet and the client's first 1-RTT packet may be apart
+/// and still be seen in either order by the two backends (the gap between
+/// one hook and the other, on a virtual CPU that can stall).
+const CROSSING_MS: f64 = 1.0;
+
+/// Whether the backends' ttfb differ because a server 1-RTT packet crossed
+/// the client's first one at the sensor. The two backends look at
+/// different points: an arriving packet passes the capture tap before the
+/// TC ingress hook, a leaving one the TC egress hook before the tap. A
+/// server packet sent (on the other CPU) between the two looks, such as
+/// aioquic's 0.5-RTT answer to a 0-RTT request, comes after the client's
+/// packet for one backend and before it for the other; that backend then
+/// times the server's next packet. So the backend with the smaller ttfb
+/// must have had its server packet right on the heels of the client's.
+fn crossed(e: &Value, p: &Value) -> bool {
+    let time = |r: &Value, t: &str| r["timing"][t].as_f64().unwrap_or(f64::NAN);
+    let (early, late) = if time(e, "ttfb") < time(p, "ttfb") {
+        (e, p)
+    } else {
+        (p, e)
+    };
+    let gap = time(early, "ttfb") - time(early, "handshake");
+    (0.0..=CROSSING_MS).contains(&gap)
+        && (time(early, "handshake") - time(late, "handshake")).abs() <= 1.0
 }
