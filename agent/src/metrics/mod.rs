@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use analyzer::counters::Counter as Count;
-use analyzer::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption, Transport};
+use analyzer::record::{ConnectionRecord, EarlyData, HandshakeKind, Resumption};
 use analyzer::Stats;
 use anyhow::Result;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -164,10 +164,82 @@ fn lifetime_buckets() -> impl Iterator<Item = f64> {
 /// well below any pool's idle time worth the name.
 pub const ON_DEMAND_MS: f64 = 10.0;
 
-/// The `role` label: the record's, `unknown` when it has none (replay
-/// without `--local`).
-fn role_label(r: &ConnectionRecord) -> String {
-    r.role.map_or("unknown", |r| r.as_str()).to_string()
+/// The `use` label of `tls_connections_first_use`, by whether the
+/// connection waited more than [`ON_DEMAND_MS`].
+const FIRST_USES: [&str; 2] = ["on_demand", "pooled"];
+
+/// Most label combinations whose series [`Metrics`] keeps at hand; more
+/// and it starts over (the series themselves stay).
+const SERIES_CACHE: usize = 4096;
+
+/// A record's label values: the `role` is `unknown` where the record has
+/// none (replay without `--local`).
+#[derive(PartialEq, Eq, Hash)]
+struct SeriesKey {
+    server_name: String,
+    ja4_stable: String,
+    role: &'static str,
+    kind: &'static str,
+    method: &'static str,
+    version: &'static str,
+    family: &'static str,
+    transport: &'static str,
+}
+
+/// The series of one [`SeriesKey`], each taken at its first use (a record
+/// without, say, a ttfb creates no ttfb series): the next record with
+/// these labels skips some twenty label hashes and string copies.
+#[derive(Default)]
+struct Series {
+    client: String,
+    handshakes: Option<Counter>,
+    client_handshakes: Option<Counter>,
+    /// By method (session_id, ticket, psk) and [`OFFER_OUTCOMES`].
+    offers: [[Option<Counter>; 2]; 3],
+    /// By [`EARLY_OUTCOMES`].
+    early_data: [Option<Counter>; 3],
+    hrr: Option<Counter>,
+    handshake_seconds: Option<Histogram>,
+    client_handshake_seconds: Option<Histogram>,
+    ttfb: Option<Histogram>,
+    round_trips: Option<Histogram>,
+    tcp_rtt: Option<Histogram>,
+    avoidable: Option<Counter<f64, AtomicU64>>,
+    idle_before_use: Option<Histogram>,
+    /// By [`FIRST_USES`].
+    first_use: [Option<Counter>; 2],
+    lifetime: Option<Histogram>,
+    /// client_hello_delay, server_think, client_think, network.
+    think: [Option<Histogram>; 4],
+}
+
+/// The series in `slot`, or the one of `labels` in `family` (noted under
+/// its server name), kept there.
+fn noted<'s, S, M>(
+    slot: &'s mut Option<M>,
+    owners: &mut Owners,
+    family: &Family<S, M>,
+    labels: impl FnOnce() -> S,
+) -> &'s M
+where
+    S: Named + Clone + Hash + Eq + Send + Sync + 'static,
+    M: Clone + Send + Sync + 'static,
+{
+    slot.get_or_insert_with(|| owners.get(family, &labels()).clone())
+}
+
+/// The same for a family without `server_name`.
+fn plain<'s, S, M, C>(
+    slot: &'s mut Option<M>,
+    family: &Family<S, M, C>,
+    labels: impl FnOnce() -> S,
+) -> &'s M
+where
+    S: Clone + Hash + Eq,
+    M: Clone,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    slot.get_or_insert_with(|| family.get_or_create(&labels()).clone())
 }
 
 /// Every counter of the analyzer (QUIC's included) with its value.
@@ -200,6 +272,8 @@ pub struct Metrics {
     client_handshakes: Family<ClientKindLabels, Counter>,
     client_handshake_seconds: Family<ClientLabels, Histogram>,
     owners: Owners,
+    /// Each label combination's series, as the records have used them.
+    series: HashMap<SeriesKey, Series, foldhash::fast::RandomState>,
     /// (server_name, transport) pairs whose zero series exist.
     precreated: HashSet<(String, String)>,
     build_info: Family<BuildLabels, Gauge>,
@@ -400,6 +474,7 @@ impl Metrics {
             flow_memory,
             health,
             owners: Owners::default(),
+            series: HashMap::default(),
             precreated: HashSet::new(),
             build_info,
         };
@@ -470,180 +545,204 @@ impl Metrics {
     }
 
     pub fn record(&mut self, r: &ConnectionRecord) {
-        let server_name = self.names.label(r.sni.as_deref());
-        let ja4_stable = self.clients.label(r.ja4_stable.as_deref());
-        let client = self.clients.name(&ja4_stable);
-        let family = r.family.as_str().to_string();
-        let version = r.version.unwrap_or("unknown").to_string();
-        let transport = match r.transport {
-            Transport::Tcp => "tcp",
-            Transport::Quic => "quic",
-        }
-        .to_string();
-        // A one-sided capture may not show the kind.
-        let kind = r.handshake.map_or("unknown", |k| k.as_str()).to_string();
-        let role = role_label(r);
-        self.precreate(&server_name, &transport);
+        let key = SeriesKey {
+            server_name: self.names.label(r.sni.as_deref()),
+            ja4_stable: self.clients.label(r.ja4_stable.as_deref()),
+            role: r.role.map_or("unknown", |r| r.as_str()),
+            // A one-sided capture may not show the kind.
+            kind: r.handshake.map_or("unknown", |k| k.as_str()),
+            method: r.resumption.map_or("none", |m| m.as_str()),
+            version: r.version.unwrap_or("unknown"),
+            family: r.family.as_str(),
+            transport: r.transport.as_str(),
+        };
         self.records.inc();
-        self.owners
-            .get(
-                &self.handshakes,
-                &HandshakeLabels {
-                    role: role.clone(),
-                    kind: kind.clone(),
-                    method: r.resumption.map_or("none", |m| m.as_str()).into(),
-                    version: version.clone(),
-                    family: family.clone(),
-                    transport: transport.clone(),
-                    server_name: server_name.clone(),
-                },
-            )
-            .inc();
-        self.client_handshakes
-            .get_or_create(&ClientKindLabels {
-                ja4_stable: ja4_stable.clone(),
-                client: client.clone(),
-                kind: kind.clone(),
-                transport: transport.clone(),
-            })
-            .inc();
+        let mut s = match self.series.remove(&key) {
+            Some(s) => s,
+            None => {
+                self.precreate(&key.server_name, key.transport);
+                if self.series.len() >= SERIES_CACHE {
+                    self.series.clear();
+                }
+                Series {
+                    client: self.clients.name(&key.ja4_stable),
+                    ..Series::default()
+                }
+            }
+        };
+        self.observe(&key, &mut s, r);
+        self.series.insert(key, s);
+    }
+
+    /// Adds the record to its series, each found (and created, noted
+    /// under its name) at its first use by these labels.
+    fn observe(&mut self, k: &SeriesKey, s: &mut Series, r: &ConnectionRecord) {
+        let (name, transport) = (&k.server_name, k.transport);
+        let owners = &mut self.owners;
+        let nt = || NameTransportLabels {
+            transport: transport.into(),
+            server_name: name.clone(),
+        };
+        let tl = || TimedLabels {
+            kind: k.kind.into(),
+            family: k.family.into(),
+            version: k.version.into(),
+            transport: transport.into(),
+            server_name: name.clone(),
+        };
+        noted(&mut s.handshakes, owners, &self.handshakes, || {
+            HandshakeLabels {
+                role: k.role.into(),
+                kind: k.kind.into(),
+                method: k.method.into(),
+                version: k.version.into(),
+                family: k.family.into(),
+                transport: transport.into(),
+                server_name: name.clone(),
+            }
+        })
+        .inc();
+        plain(&mut s.client_handshakes, &self.client_handshakes, || {
+            ClientKindLabels {
+                ja4_stable: k.ja4_stable.clone(),
+                client: s.client.clone(),
+                kind: k.kind.into(),
+                transport: transport.into(),
+            }
+        })
+        .inc();
         for m in r.offered.iter().flatten() {
             let outcome = match (r.handshake, r.resumption) {
-                (Some(HandshakeKind::Resumed), Some(acc)) if acc == *m => "accepted",
+                (Some(HandshakeKind::Resumed), Some(acc)) if acc == *m => 0,
                 (Some(HandshakeKind::Resumed), _) => continue, // another offered method won
-                (Some(HandshakeKind::Full), _) => "declined",
+                (Some(HandshakeKind::Full), _) => 1,
                 _ => continue, // failed or incomplete: no verdict
             };
-            self.owners
-                .get(
-                    &self.offers,
-                    &OfferLabels {
-                        outcome: outcome.into(),
-                        method: m.as_str().into(),
-                        transport: transport.clone(),
-                        server_name: server_name.clone(),
-                    },
-                )
-                .inc();
+            let method = match m {
+                Resumption::SessionId => 0,
+                Resumption::Ticket => 1,
+                Resumption::Psk => 2,
+            };
+            noted(&mut s.offers[method][outcome], owners, &self.offers, || {
+                OfferLabels {
+                    outcome: OFFER_OUTCOMES[outcome].into(),
+                    method: m.as_str().into(),
+                    transport: transport.into(),
+                    server_name: name.clone(),
+                }
+            })
+            .inc();
         }
-        if let Some(e) = r
+        if let Some(i) = r
             .early_data
-            .filter(|&e| e != analyzer::record::EarlyData::None)
+            .and_then(|e| EARLY_OUTCOMES.iter().position(|&o| o == e))
         {
-            self.owners
-                .get(
-                    &self.early_data,
-                    &EarlyDataLabels {
-                        outcome: e.as_str().into(),
-                        transport: transport.clone(),
-                        server_name: server_name.clone(),
-                    },
-                )
-                .inc();
+            noted(&mut s.early_data[i], owners, &self.early_data, || {
+                EarlyDataLabels {
+                    outcome: EARLY_OUTCOMES[i].as_str().into(),
+                    transport: transport.into(),
+                    server_name: name.clone(),
+                }
+            })
+            .inc();
         }
-        let nt = NameTransportLabels {
-            transport: transport.clone(),
-            server_name: server_name.clone(),
-        };
         if r.hrr {
-            self.owners.get(&self.hrr, &nt).inc();
+            noted(&mut s.hrr, owners, &self.hrr, nt).inc();
         }
-        let tl = TimedLabels {
-            kind: kind.clone(),
-            family,
-            version,
-            transport: transport.clone(),
-            server_name: server_name.clone(),
-        };
         if let Some(ms) = r.timing.handshake {
-            self.owners
-                .get(
-                    &self.handshake_seconds,
-                    &RoleTimedLabels {
-                        role: role.clone(),
-                        kind: tl.kind.clone(),
-                        family: tl.family.clone(),
-                        version: tl.version.clone(),
-                        transport: tl.transport.clone(),
-                        server_name: tl.server_name.clone(),
-                    },
-                )
-                .observe(ms / 1e3);
-            self.client_handshake_seconds
-                .get_or_create(&ClientLabels {
-                    ja4_stable,
-                    client,
-                    transport: transport.clone(),
-                })
-                .observe(ms / 1e3);
+            noted(
+                &mut s.handshake_seconds,
+                owners,
+                &self.handshake_seconds,
+                || RoleTimedLabels {
+                    role: k.role.into(),
+                    kind: k.kind.into(),
+                    family: k.family.into(),
+                    version: k.version.into(),
+                    transport: transport.into(),
+                    server_name: name.clone(),
+                },
+            )
+            .observe(ms / 1e3);
+            plain(
+                &mut s.client_handshake_seconds,
+                &self.client_handshake_seconds,
+                || ClientLabels {
+                    ja4_stable: k.ja4_stable.clone(),
+                    client: s.client.clone(),
+                    transport: transport.into(),
+                },
+            )
+            .observe(ms / 1e3);
         }
         if let Some(ms) = r.timing.ttfb {
-            self.owners.get(&self.ttfb_seconds, &tl).observe(ms / 1e3);
+            noted(&mut s.ttfb, owners, &self.ttfb_seconds, tl).observe(ms / 1e3);
         }
-        let kl = KindLabels {
-            kind,
-            transport: transport.clone(),
-            server_name: server_name.clone(),
-        };
         if let Some(n) = r.timing.round_trips {
-            self.owners.get(&self.round_trips, &kl).observe(n as f64);
+            noted(&mut s.round_trips, owners, &self.round_trips, || {
+                KindLabels {
+                    kind: k.kind.into(),
+                    transport: transport.into(),
+                    server_name: name.clone(),
+                }
+            })
+            .observe(n as f64);
         }
         if let Some(ms) = r.timing.tcp_rtt {
-            self.owners
-                .get(&self.tcp_rtt_seconds, &nt)
-                .observe(ms / 1e3);
+            noted(&mut s.tcp_rtt, owners, &self.tcp_rtt_seconds, nt).observe(ms / 1e3);
         }
         if let Some(ms) = r.timing.avoidable {
-            self.owners
-                .get(&self.avoidable_seconds, &nt)
-                .inc_by(ms / 1e3);
+            noted(&mut s.avoidable, owners, &self.avoidable_seconds, nt).inc_by(ms / 1e3);
         }
         if let Some(ms) = r.timing.idle_before_use {
-            self.owners
-                .get(
-                    &self.idle_before_use_seconds,
-                    &RoleNameTransportLabels {
-                        role: role.clone(),
-                        transport: transport.clone(),
-                        server_name: server_name.clone(),
-                    },
-                )
-                .observe(ms / 1e3);
-            let first_use = if ms <= ON_DEMAND_MS {
-                "on_demand"
-            } else {
-                "pooled"
-            };
-            self.owners
-                .get(
-                    &self.first_use,
-                    &FirstUseLabels {
-                        role: role.clone(),
-                        server_name: server_name.clone(),
-                        r#use: first_use.into(),
-                    },
-                )
-                .inc();
+            noted(
+                &mut s.idle_before_use,
+                owners,
+                &self.idle_before_use_seconds,
+                || RoleNameTransportLabels {
+                    role: k.role.into(),
+                    transport: transport.into(),
+                    server_name: name.clone(),
+                },
+            )
+            .observe(ms / 1e3);
+            let i = usize::from(ms > ON_DEMAND_MS);
+            noted(&mut s.first_use[i], owners, &self.first_use, || {
+                FirstUseLabels {
+                    role: k.role.into(),
+                    server_name: name.clone(),
+                    r#use: FIRST_USES[i].into(),
+                }
+            })
+            .inc();
         }
         if let Some(ms) = r.timing.lifetime {
-            self.lifetime_seconds
-                .get_or_create(&RoleTransportLabels {
-                    role,
-                    transport: transport.clone(),
-                })
-                .observe(ms / 1e3);
+            plain(&mut s.lifetime, &self.lifetime_seconds, || {
+                RoleTransportLabels {
+                    role: k.role.into(),
+                    transport: transport.into(),
+                }
+            })
+            .observe(ms / 1e3);
         }
-        for (family, ms) in [
-            (
+        for ((slot, family), ms) in s
+            .think
+            .iter_mut()
+            .zip([
                 &self.client_hello_delay_seconds,
+                &self.server_think_seconds,
+                &self.client_think_seconds,
+                &self.network_seconds,
+            ])
+            .zip([
                 r.timing.client_hello_delay,
-            ),
-            (&self.server_think_seconds, r.timing.server_think),
-            (&self.client_think_seconds, r.timing.client_think),
-            (&self.network_seconds, r.timing.network()),
-        ] {
+                r.timing.server_think,
+                r.timing.client_think,
+                r.timing.network(),
+            ])
+        {
             if let Some(ms) = ms {
-                self.owners.get(family, &nt).observe(ms / 1e3);
+                noted(slot, owners, family, nt).observe(ms / 1e3);
             }
         }
     }
@@ -674,6 +773,7 @@ impl Metrics {
         for name in self.names.take_retired() {
             self.owners.retire(&name);
             self.precreated.retain(|(n, _)| *n != name);
+            self.series.retain(|k, _| k.server_name != name);
         }
         out
     }
@@ -708,7 +808,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet, HashSet};
 
     use analyzer::counters::QuicStats;
-    use analyzer::record::Family;
+    use analyzer::record::{Family, Transport};
 
     use super::health::{series, Series};
     use super::*;

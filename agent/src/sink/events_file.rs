@@ -94,6 +94,10 @@ fn needs_header(file: &mut File) -> std::io::Result<bool> {
     Ok(last.starts_with("#close"))
 }
 
+/// Bytes written to the file at a time (or at the second's flush): a
+/// record is ~1.5 KB, and 8 KiB pieces cost a write() every five records.
+const WRITE_BUFFER: usize = 256 * 1024;
+
 fn open_append(path: &Path, format: EventsFormat) -> Result<Box<dyn EventsSink>> {
     let mut file = OpenOptions::new()
         .create(true)
@@ -102,7 +106,7 @@ fn open_append(path: &Path, format: EventsFormat) -> Result<Box<dyn EventsSink>>
         .open(path)
         .with_context(|| format!("opening {} for appending", path.display()))?;
     let header = needs_header(&mut file).with_context(|| format!("reading {}", path.display()))?;
-    Ok(format.sink(BufWriter::new(file), header))
+    Ok(format.sink(BufWriter::with_capacity(WRITE_BUFFER, file), header))
 }
 
 impl EventsFile {
