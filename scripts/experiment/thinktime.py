@@ -320,6 +320,82 @@ def line_deviation(caps, rtt):
     return out
 
 
+def link_excess(caps, port, end):
+    """Vantage -> field -> ms: how much longer (or shorter) the lines made
+    the gaps a think-time field sums at that vantage than the TCP
+    handshake's round trip, which the field subtracts, says they were;
+    None for a connection that is not plain TLS over TCP. Each turn's gap
+    is taken at the vantage and at the thinking side's own capture, as
+    tlsrum takes it (analyzer/src/handshake/timing.rs): the server from
+    the last record it heard to the last of its answer, the client from
+    the last record of that answer to the last of its next flight. The
+    link judge bounds each packet's delay (500 µs) but not their sum: in
+    one CI run a TLS 1.2 handshake's four crossings were each 0.1-0.4 ms
+    slower than the SYN's and SYN-ACK's, 0.94 ms in all."""
+    import struct
+
+    def key(pkt):
+        return pkt[:8] + pkt[9:10] + pkt[12:]
+
+    client_ip = bytes(map(int, CLIENT_IP.split(".")))
+    times, order = {}, []
+    for side in ("client", "router", "server"):
+        times[side] = {}
+        for ts, pkt in caps[side]:
+            if len(pkt) < 40 or pkt[0] >> 4 != 4 or pkt[9] != 6:
+                continue
+            ihl = (pkt[0] & 15) * 4
+            sport, dport = struct.unpack(">HH", pkt[ihl:ihl + 4])
+            if port not in (sport, dport):
+                continue
+            k = key(pkt)
+            if k in times[side]:
+                continue   # a retransmitted copy: the first one counts
+            times[side][k] = ts
+            if side == "client":
+                flags = pkt[ihl + 13]
+                size = struct.unpack(">H", pkt[2:4])[0] - ihl - (pkt[ihl + 12] >> 4) * 4
+                body = pkt[len(pkt) - size:] if size > 0 else b""
+                order.append((ts, k, pkt[12:16] == client_ip, flags, body))
+    syn = next((k for _, k, up, f, _ in order if up and f & 0x12 == 0x02), None)
+    synack = next((k for _, k, up, f, _ in order if not up and f & 0x12 == 0x12), None)
+    ack = next((k for t, k, up, f, b in order
+                if up and not b and synack and t > times["client"][synack]), None)
+    # Flights of records up to the handshake's end (the client's capture),
+    # without a TLS 1.3 client's lone ChangeCipherSpec, which tlsrum skips.
+    flights = []
+    for ts, k, up, _, body in order:
+        if not body or ts > end or (up and body == b"\x14\x03\x03\x00\x01\x01"):
+            continue
+        if flights and flights[-1][0] == up:
+            flights[-1][1].append(k)
+        else:
+            flights.append((up, [k]))
+    if not (syn and synack and ack) or not flights or not flights[0][0]:
+        return None
+
+    def gap(side, a, b):
+        return times[side][b] - times[side][a]
+
+    out = {}
+    for v in ("client", "router", "server"):
+        if not all(k in times[v] for _, ks in flights for k in ks) or syn not in times[v] \
+                or synack not in times[v] or ack not in times[v]:
+            return None
+        server, client = 0.0, 0.0
+        # client flight i, server flight i+1, client flight i+2: a server turn
+        for i in range(0, len(flights) - 2, 2):
+            heard, answer, next_ = flights[i][1][-1], flights[i + 1][1][-1], flights[i + 2][1][-1]
+            server += gap(v, heard, answer) - gap("server", heard, answer) \
+                - (gap(v, syn, synack) - gap("server", syn, synack))
+            client += gap(v, answer, next_) - gap("client", answer, next_) \
+                - (gap(v, synack, ack) - gap("client", synack, ack))
+        hello = flights[0][1][0]
+        out[v] = {"server_think": round(server * 1e3, 3), "client_think": round(client * 1e3, 3),
+                  "client_hello_delay": round((gap(v, ack, hello) - gap("client", ack, hello)) * 1e3, 3)}
+    return out
+
+
 def actual_holds(c, arrivals=None):
     """How long the shim really held each write it held (ms, from its log:
     the clock before and after the sleep). A sleeping peer wakes late on a
@@ -750,6 +826,8 @@ class ChainLab:
                                               default=0.0)
                 row["line_delay_off_us"] = round(max((d for ts, d in dev.get(p, []) if start <= ts <= end),
                                                      default=0.0), 1)
+                if c["kind"] != "quic-full":
+                    row["link"] = link_excess(caps, p, r["ts"] + (span - self.rtt) / 1e3 + 0.0005)
             row["held"] = actual_holds(row, came)
             row["own"] = own_times(row, self.rtt, came)
             # The link itself: TCP's round trip at every vantage within 1 ms
