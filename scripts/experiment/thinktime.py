@@ -285,19 +285,38 @@ def link_off(c):
             or (c["link_rtt_off_ms"] or 0) > 1.0)
 
 
+def packet_key(pkt):
+    """A packet as every capture point sees it: the router decrements the
+    TTL, so TTL and header checksum are left out."""
+    return pkt[:8] + pkt[9:10] + pkt[12:] if len(pkt) >= 20 else pkt
+
+
+def tcp_by_port(caps):
+    """Client port -> side -> [(time, IPv4 TCP packet)], in capture order:
+    each capture walked once for all connections."""
+    import struct
+    out = {}
+    for side, packets in caps.items():
+        for ts, pkt in packets:
+            if len(pkt) < 40 or pkt[0] >> 4 != 4 or pkt[9] != 6:
+                continue
+            ihl = (pkt[0] & 15) * 4
+            sport, dport = struct.unpack(">HH", pkt[ihl:ihl + 4])
+            for port in {sport, dport}:
+                out.setdefault(port, {}).setdefault(side, []).append((ts, pkt))
+    return out
+
+
 def line_deviation(caps, rtt):
     """Client port -> [(time, µs)]: how far each packet's delay across each
     line (client capture -> router capture, router -> server) was from the
     configured one."""
     import struct
 
-    def key(pkt):
-        return pkt[:8] + pkt[9:10] + pkt[12:] if len(pkt) >= 20 else pkt
-
     def index(packets):
         seen = {}
         for ts, pkt in packets:
-            seen.setdefault(key(pkt), []).append((ts, pkt))
+            seen.setdefault(packet_key(pkt), []).append((ts, pkt))
         return seen
     caps = {side: index(packets) for side, packets in caps.items()}
     client_ip = bytes(map(int, CLIENT_IP.split(".")))
@@ -320,9 +339,10 @@ def line_deviation(caps, rtt):
     return out
 
 
-def link_excess(caps, port, end):
-    """Vantage -> field -> ms: how much longer (or shorter) the lines made
-    the gaps a think-time field sums at that vantage than the TCP
+def link_excess(conn, end):
+    """Vantage -> field -> ms, for one connection's packets (`conn`, from
+    tcp_by_port): how much longer (or shorter) the lines made the gaps a
+    think-time field sums at that vantage than the TCP
     handshake's round trip, which the field subtracts, says they were;
     None for a connection that is not plain TLS over TCP. Each turn's gap
     is taken at the vantage and at the thinking side's own capture, as
@@ -334,21 +354,13 @@ def link_excess(caps, port, end):
     slower than the SYN's and SYN-ACK's, 0.94 ms in all."""
     import struct
 
-    def key(pkt):
-        return pkt[:8] + pkt[9:10] + pkt[12:]
-
     client_ip = bytes(map(int, CLIENT_IP.split(".")))
     times, order = {}, []
     for side in ("client", "router", "server"):
         times[side] = {}
-        for ts, pkt in caps[side]:
-            if len(pkt) < 40 or pkt[0] >> 4 != 4 or pkt[9] != 6:
-                continue
+        for ts, pkt in conn.get(side, []):
             ihl = (pkt[0] & 15) * 4
-            sport, dport = struct.unpack(">HH", pkt[ihl:ihl + 4])
-            if port not in (sport, dport):
-                continue
-            k = key(pkt)
+            k = packet_key(pkt)
             if k in times[side]:
                 continue   # a retransmitted copy: the first one counts
             times[side][k] = ts
@@ -794,6 +806,7 @@ class ChainLab:
         caps = read_captures(self.dir)
         dev = line_deviation(caps, self.rtt)
         came = host_arrivals(caps)
+        tcp = tcp_by_port(caps)
         def take(q, key):
             lst = q.get(key)
             return lst.pop(0) if lst else None
@@ -827,7 +840,7 @@ class ChainLab:
                 row["line_delay_off_us"] = round(max((d for ts, d in dev.get(p, []) if start <= ts <= end),
                                                      default=0.0), 1)
                 if c["kind"] != "quic-full":
-                    row["link"] = link_excess(caps, p, r["ts"] + (span - self.rtt) / 1e3 + 0.0005)
+                    row["link"] = link_excess(tcp.get(p, {}), r["ts"] + (span - self.rtt) / 1e3 + 0.0005)
             row["held"] = actual_holds(row, came)
             row["own"] = own_times(row, self.rtt, came)
             # The link itself: TCP's round trip at every vantage within 1 ms
