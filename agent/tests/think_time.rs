@@ -32,14 +32,16 @@
 //!   connections carry too. A kind's own few connections alone understate
 //!   its spread (gnutls-cli's client_think over full handshakes ran to
 //!   5.5 ms in one CI run while its three HRR connections stayed under
-//!   3.4 and an injected HRR one carried 4.9 at all three vantages). Where the program's own clock (the shim's log
-//!   of its reads and writes, the kernel's count of the time it waited
-//!   for a CPU, and the time from its input's last packet on its host's
-//!   capture to the read or connect() that returned it: a program woken
-//!   on an idle virtual CPU ran 3.4 ms after its SYN-ACK with 0.1 ms of
-//!   run-queue wait in one CI run) shows it slower around the held write
-//!   than on any connection without injection, the upper bound grows by
-//!   that excess, and only by it (this 2-core machine is shared). The
+//!   3.4 and an injected HRR one carried 4.9 at all three vantages). The
+//!   upper bound is instead the hold plus the connection's own time, by the
+//!   program's own clock (the shim's log of its reads and writes, the
+//!   kernel's count of the time it waited for a CPU, and the time from its
+//!   input's last packet on its host's capture to the read or connect()
+//!   that returned it: a program woken on an idle virtual CPU ran 3.4 ms
+//!   after its SYN-ACK with 0.1 ms of run-queue wait in one CI run), plus
+//!   the largest remainder its clock does not see on the natural
+//!   connections (figure less own time: under 0.4 ms in kept labs),
+//!   wherever that is larger (this 2-core machine is shared). The
 //!   field is judged less what the lines measurably added to the gaps it
 //!   sums at that vantage beyond the TCP handshake's round trip (from the
 //!   three captures: each packet within the link judge's 500 µs, four of
@@ -131,6 +133,15 @@ fn link_misbehaved(c: &Value) -> Option<String> {
     })
 }
 
+/// What the lines added to the gaps `field` sums at the vantage `at`
+/// (a `tlsrum_*` key), beyond the TCP handshake's round trip: thinktime.py
+/// link_excess.
+fn link_share(c: &Value, at: &str, field: &str) -> f64 {
+    c["link"][at.trim_start_matches("tlsrum_")][field]
+        .as_f64()
+        .unwrap_or(0.0)
+}
+
 /// The holds the shim logged on this connection, by side: (write, ms).
 fn holds(writes: &Value) -> Vec<(u64, f64)> {
     writes
@@ -171,7 +182,18 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     ) {
         return;
     }
-    let (doc, work): (Value, _) = common::delayline::run_lab("thinktime.py", "think");
+    // THINK_TIME_DOC judges a kept lab's think.json again, without a run.
+    let (doc, work): (Value, Option<std::path::PathBuf>) = match std::env::var_os("THINK_TIME_DOC")
+    {
+        Some(path) => {
+            let doc = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            (doc, None)
+        }
+        None => {
+            let (doc, work) = common::delayline::run_lab("thinktime.py", "think");
+            (doc, Some(work))
+        }
+    };
     let mut failures = Vec::new();
     // Connections the delay lines disturbed, and whether each (program,
     // kind, injected) was judged at all.
@@ -213,23 +235,40 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     // (the shim's log: from the first read of the input it answers, or
     // connect() returning, to the write, less the hold, plus the rest of a
     // flight written in several calls, plus the time the kernel kept it
-    // waiting for a CPU since its previous write): its largest value
-    // without injection.
-    let mut own_natural: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
+    // waiting for a CPU since its previous write). On a faithful
+    // connection without injection, a field less the link's share is that
+    // own time plus a small remainder the program's clock cannot see
+    // (the kernel's path between the wire and the read or write): the
+    // largest remainder, per program, work and field, over every RTT and
+    // vantage. An injected connection is then allowed the hold plus its
+    // own time plus that remainder, where this exceeds the natural bound:
+    // the same connection's clock and figure, compared like with like
+    // (the largest own time and the largest figure over natural
+    // connections can come from different connections: one CI run's
+    // nginx server was 2.3 ms slower on an injected connection by its own
+    // clock, with no allowance for it).
+    let mut unexplained: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         for c in lab["connections"].as_array().unwrap() {
-            if c["injected"].as_bool().unwrap() {
+            if c["injected"].as_bool().unwrap() || link_misbehaved(c).is_some() {
                 continue;
             }
             for field in FIELDS {
-                if let Some(v) = c["own"][field].as_f64() {
+                let Some(own) = c["own"][field].as_f64() else {
+                    continue;
+                };
+                for (_, at) in VANTAGES {
+                    let Some(v) = c[at]["timing"][field].as_f64() else {
+                        continue;
+                    };
                     let key = (
                         c["program"].as_str().unwrap().to_string(),
-                        c["kind"].as_str().unwrap().to_string(),
+                        same_work(c["kind"].as_str().unwrap()).to_string(),
                         field,
                     );
-                    let e = own_natural.entry(key).or_insert(0.0);
-                    *e = e.max(v);
+                    let rest = v - link_share(c, at, field) - own;
+                    let e = unexplained.entry(key).or_insert(f64::MIN);
+                    *e = e.max(rest);
                 }
             }
         }
@@ -398,32 +437,29 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
                     } else {
                         0.0
                     };
-                    // A program slower on this connection than on any
-                    // without injection, by its own clock, carries that
-                    // extra time too (a shared machine wakes a sleeper
-                    // late and runs it slower): the allowance grows by
-                    // exactly what the program's clock showed, no more.
-                    let extra = match (
+                    // The program slower on this connection by its own
+                    // clock (above): the hold, its own time and the
+                    // largest remainder on natural connections.
+                    let by_own = match (
                         injected,
                         c["own"][field].as_f64(),
-                        own_natural.get(&(program.to_string(), kind.to_string(), field)),
+                        unexplained.get(&(program.to_string(), same_work(kind).to_string(), field)),
                     ) {
-                        (true, Some(own), Some(&max)) => (own - max).max(0.0),
+                        (true, Some(own), Some(&rest)) => own + rest,
                         _ => 0.0,
                     };
+                    let extra = (by_own - nat).max(0.0);
                     // What the lines measurably added to (or took from)
                     // the gaps this field sums at this vantage, beyond the
                     // TCP handshake's round trip it subtracts: each packet
                     // is within the link judge's 500 µs, their sum need
                     // not be (thinktime.py link_excess, from the three
                     // captures). The field less it is judged.
-                    let link = c["link"][at.trim_start_matches("tlsrum_")][field]
-                        .as_f64()
-                        .unwrap_or(0.0);
+                    let link = link_share(c, at, field);
                     let judged = v - link;
                     if judged < want - answer - 1.0 || judged > want + nat + extra + 1.0 {
                         failures.push(format!(
-                            "{who}: {field} {v} ms, less the link's {link:.3} {judged:.3}, injected {want} (natural up to {nat}, slower here by {extra:.3}, answer {answer:.3}): outside [{:.3}, {:.3}]",
+                            "{who}: {field} {v} ms, less the link's {link:.3} {judged:.3}, injected {want} (natural up to {nat}, its own clock allows {extra:.3} more, answer {answer:.3}): outside [{:.3}, {:.3}]",
                             want - answer - 1.0,
                             want + nat + extra + 1.0
                         ));
@@ -494,7 +530,13 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     }
     eprintln!("the shim's largest oversleep (ms): {oversleep:?}");
     eprintln!("largest spread of a field across the three vantages (ms): {spread:?}");
-    eprintln!("largest own-clock excess over natural on an injected connection (ms): {widened:?}");
+    eprintln!("largest remainder beyond the own clock on natural connections (ms):");
+    for ((program, kind, field), v) in &unexplained {
+        eprintln!("  {program:8} {kind:14} {field:19} {v:+.3}");
+    }
+    eprintln!(
+        "largest own-clock allowance over natural on an injected connection (ms): {widened:?}"
+    );
     eprintln!("measured − injected (ms) on injected connections; identity: handshake − sum:");
     for ((field, vantage, rtt), (lo, hi)) in &excess {
         eprintln!("  {field:19} {vantage:7} rtt {rtt:3}: {lo:+.3} .. {hi:+.3}");
@@ -519,5 +561,7 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
         failures.len(),
         failures.first().map(String::as_str).unwrap_or("")
     );
-    let _ = std::fs::remove_dir_all(&work);
+    if let Some(work) = work {
+        let _ = std::fs::remove_dir_all(work);
+    }
 }
