@@ -405,6 +405,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
         report_finished_flows: true,
         record_at: args.record_at.into(),
+        zeek_view: args.events.is_some() && args.events_format.is_zeek(),
         ..Config::default()
     });
     analyzer.set_local(Some(host.current().clone()));

@@ -45,11 +45,10 @@ pub fn pump(
 
 /// Hands the records the analyzer has finished to the sink.
 pub fn flush_records(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Result<()> {
-    let records = analyzer.take_records();
-    if records.is_empty() {
+    if analyzer.records_waiting() == 0 {
         return Ok(());
     }
-    sink.records(&records)
+    analyzer.with_records(|records| sink.records(records))
 }
 
 /// Flows finished per step at the end of input (see [`finish`]).

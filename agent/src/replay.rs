@@ -300,6 +300,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         idle_timeout: args.idle_timeout,
         server_ports: args.ports.clone(),
         record_at: args.record_at.into(),
+        zeek_view: args.format.is_some_and(Format::is_zeek),
         keylog: match &args.keylog {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -332,9 +333,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode> {
         None => Windows::None,
     };
     let format = args.format.unwrap_or(Format::Table);
-    if matches!(format, Format::Zeek | Format::ZeekJson)
-        && !(dims.is_empty() && args.window.is_none())
-    {
+    if format.is_zeek() && !(dims.is_empty() && args.window.is_none()) {
         anyhow::bail!(
             "--format {} writes one row per connection: --by and --window have no Zeek form",
             format.name()

@@ -668,9 +668,11 @@ fn shard(
                     let versions = analyzer.stats().quic.undecoded_versions.values().len();
                     versions_at.resize(versions, seq);
                     if analyzer.records_waiting() > 0 {
-                        for r in analyzer.take_records() {
-                            out.push(seq, r, encoder);
-                        }
+                        analyzer.with_records(|records| {
+                            for r in records.drain(..) {
+                                out.push(seq, r, encoder);
+                            }
+                        });
                     }
                 }
                 shared.advance(me, end);
@@ -685,9 +687,11 @@ fn shard(
                 loop {
                     let done = analyzer.finish_some(FINISH_BATCH);
                     let mut out = Out::default();
-                    for r in analyzer.take_records() {
-                        out.push(0, r, encoder);
-                    }
+                    analyzer.with_records(|records| {
+                        for r in records.drain(..) {
+                            out.push(0, r, encoder);
+                        }
+                    });
                     if tx.send(FromShard::Finished(out)).is_err() {
                         return;
                     }

@@ -60,6 +60,11 @@ pub struct Config {
     /// of `max_memory` if that is less, so that parking comes before the
     /// budget evicts.
     pub park_above: usize,
+    /// Follow each handshake as Zeek would, for the Zeek output formats
+    /// (`ConnectionRecord::zeek`, docs/zeek.md): its event history and a
+    /// SHA-256 of every certificate, ~6 % of a replay. Off, records carry
+    /// no Zeek facts and are otherwise the same.
+    pub zeek_view: bool,
 }
 
 /// Default [`Config::park_above`]: below it (~14,000 open handshakes) no
@@ -97,6 +102,7 @@ impl Default for Config {
             keylog: None,
             record_at: RecordAt::Handshake,
             park_above: DEFAULT_PARK_ABOVE,
+            zeek_view: true,
         }
     }
 }
@@ -200,6 +206,10 @@ pub struct Analyzer {
     /// Connections that ended (RECENT_CONNECTIONS).
     ended: Tombstones,
     out: Vec<ConnectionRecord>,
+    /// `out`'s last buffer, emptied, for the next records: a record is
+    /// ~1 KiB, and a fresh Vec for every batch grew by doubling (copying
+    /// each record again) into newly faulted pages.
+    spare: Vec<ConnectionRecord>,
     /// Flows whose analysis ended (record out, or not TLS) since the last
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
     finished: Vec<(Endpoint, Endpoint)>,
@@ -223,13 +233,15 @@ impl Analyzer {
             },
             ended: Tombstones::new(RECENT_CONNECTIONS),
             out: Vec::new(),
+            spare: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
             last_sweep: f64::MIN,
             local: None,
             capture: None,
             quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
-                .with_keylog(cfg.keylog.clone()),
+                .with_keylog(cfg.keylog.clone())
+                .with_zeek_view(cfg.zeek_view),
             cfg,
         }
     }
@@ -250,7 +262,14 @@ impl Analyzer {
 
     /// Records finished since the last call, in the order they finished.
     pub fn take_records(&mut self) -> Vec<ConnectionRecord> {
-        let mut out = std::mem::take(&mut self.out);
+        self.with_records(std::mem::take)
+    }
+
+    /// Hands the records finished since the last call, in the order they
+    /// finished, to `f` (which may drain them), and keeps their buffer for
+    /// the next ones.
+    pub fn with_records<R>(&mut self, f: impl FnOnce(&mut Vec<ConnectionRecord>) -> R) -> R {
+        let mut out = std::mem::replace(&mut self.out, std::mem::take(&mut self.spare));
         if let Some(local) = &self.local {
             for r in &mut out {
                 r.role = local.role_of(&r.client, &r.server);
@@ -261,7 +280,10 @@ impl Analyzer {
                 r.capture = Some(capture.clone());
             }
         }
-        out
+        let r = f(&mut out);
+        out.clear();
+        self.spare = out;
+        r
     }
 
     /// The capture records taken from now on name in their `capture`
@@ -430,6 +452,7 @@ impl Analyzer {
             stats: &mut self.stats,
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
+            zeek_view: self.cfg.zeek_view,
             now,
             park: false,
         }
@@ -539,6 +562,7 @@ impl Analyzer {
             stats: &mut self.stats,
             max_flow_buffer: self.cfg.max_flow_buffer,
             max_handshake_message: self.cfg.max_handshake_message,
+            zeek_view: self.cfg.zeek_view,
             now: ts,
             park: self.flows.bytes() >= self.cfg.park_above.min(self.cfg.max_memory / 4),
         };
@@ -812,6 +836,37 @@ mod tests {
         assert_eq!(records[0].ts, 1.0);
         let zeek = records[0].zeek.as_deref().expect("zeek facts");
         assert_eq!(zeek.ts, 1.05);
+    }
+
+    /// Without the Zeek view a record has no Zeek facts and is otherwise
+    /// the same.
+    #[test]
+    fn without_the_zeek_view_only_the_zeek_facts_go() {
+        let ch = client_hello();
+        let frames = [
+            (1.0, tcp((1, 40000), (2, 443), 100, 0, SYN, &[])),
+            (1.01, tcp((2, 443), (1, 40000), 500, 101, SYN | ACK, &[])),
+            (1.02, tcp((1, 40000), (2, 443), 101, 501, ACK, &[])),
+            (1.03, tcp((1, 40000), (2, 443), 101, 501, ACK, &ch)),
+        ];
+        let record = |zeek_view| {
+            let mut a = Analyzer::new(Config {
+                zeek_view,
+                ..Config::default()
+            });
+            for (ts, f) in &frames {
+                a.push_frame(*ts, LinkType::RawIp, f);
+            }
+            a.finish();
+            let mut records = a.take_records();
+            assert_eq!(records.len(), 1, "{records:?}");
+            records.remove(0)
+        };
+        let (mut with, without) = (record(true), record(false));
+        assert!(with.zeek.is_some());
+        assert!(without.zeek.is_none());
+        with.zeek = None;
+        assert_eq!(format!("{with:?}"), format!("{without:?}"));
     }
 
     const FIN: u8 = 0x01;

@@ -78,6 +78,8 @@ pub struct Ctx<'a> {
     pub max_flow_buffer: usize,
     /// Largest handshake message kept ([`RecordStream`]).
     pub max_handshake_message: usize,
+    /// Follow handshakes as Zeek would ([`crate::Config::zeek_view`]).
+    pub zeek_view: bool,
     /// Capture time of the packet being handled (or of the flow's last
     /// packet when it is finished): what Zeek calls `network_time`.
     pub now: f64,
@@ -96,6 +98,7 @@ impl Ctx<'_> {
             stats: &mut *self.stats,
             max_flow_buffer: self.max_flow_buffer,
             max_handshake_message: self.max_handshake_message,
+            zeek_view: self.zeek_view,
             now,
             park: false,
         }
@@ -422,7 +425,7 @@ impl TcpFlow {
                     server_stream: None,
                     probe: Some(Box::default()),
                     client: None,
-                    hs: Handshake::new(Transport::Tcp),
+                    hs: Handshake::new(Transport::Tcp).zeek_view(ctx.zeek_view),
                     notes: Vec::new(),
                     server_flight: None,
                     proxied: None,

@@ -40,6 +40,11 @@ pub enum EventsFormat {
 }
 
 impl EventsFormat {
+    /// Writes Zeek's ssl.log ([`analyzer::Config::zeek_view`]).
+    pub fn is_zeek(self) -> bool {
+        matches!(self, EventsFormat::Zeek | EventsFormat::ZeekJson)
+    }
+
     /// The sink writing this format to `w`; `header`: a Zeek TSV header
     /// block first.
     pub fn sink<W: std::io::Write + 'static>(self, w: W, header: bool) -> Box<dyn EventsSink> {

@@ -120,6 +120,12 @@ pub enum Format {
 }
 
 impl Format {
+    /// Writes Zeek's ssl.log: its records need the analyzer's Zeek view
+    /// ([`analyzer::Config::zeek_view`]).
+    pub fn is_zeek(self) -> bool {
+        matches!(self, Format::Zeek | Format::ZeekJson)
+    }
+
     /// The sink writing this format to standard output; `top` is the
     /// number of server names the table shows, `names` the client names
     /// its never-resume section uses; `with_capture`: a CSV column naming

@@ -250,6 +250,8 @@ pub struct Handshake {
     server_acked: Option<u32>,
     /// What Zeek would see (the Zeek output formats).
     pub(super) zeek: super::zeek_view::ZeekView,
+    /// `zeek` is followed ([`crate::Config::zeek_view`]).
+    pub(super) zeek_view: bool,
 }
 
 impl HeapSize for Handshake {
@@ -334,7 +336,15 @@ impl Handshake {
             server_hello_ack: None,
             server_acked: None,
             zeek: Default::default(),
+            zeek_view: true,
         }
+    }
+
+    /// Whether to follow the handshake as Zeek would
+    /// ([`crate::Config::zeek_view`]); on unless told.
+    pub fn zeek_view(mut self, on: bool) -> Self {
+        self.zeek_view = on;
+        self
     }
 
     /// One event. The transitions, as one table.
@@ -1087,6 +1097,9 @@ impl Handshake {
 
     /// Hands an event to the Zeek view with what it needs of the hellos.
     fn zeek_sees(&mut self, dir: Dir, ev: &Event<'_>, mem: &mut dyn TraceMemory) {
+        if !self.zeek_view {
+            return;
+        }
         let sh = self.server_hello.as_ref();
         let cx = super::zeek_view::Context {
             quic: self.transport == Transport::Quic,

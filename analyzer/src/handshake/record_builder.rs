@@ -184,7 +184,9 @@ impl Handshake {
             role: None,
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
             capture: None,
-            zeek: Some(Box::new(self.zeek.facts(self.zeek_facts(view.first_ts)))),
+            zeek: self
+                .zeek_view
+                .then(|| Box::new(self.zeek.facts(self.zeek_facts(view.first_ts)))),
             unsettled: None,
         }
     }

@@ -260,6 +260,7 @@ pub struct QuicTracker {
     idle_timeout: f64,
     scratch: Vec<u8>,
     keylog: Option<Arc<KeyLog>>,
+    zeek_view: bool,
     /// Bytes the connections hold, as last measured ([`Conn::footprint`]).
     bytes: usize,
     /// Records finished, in order; the analyzer drains them.
@@ -278,12 +279,19 @@ impl QuicTracker {
             idle_timeout,
             scratch: Vec::with_capacity(1500),
             keylog: None,
+            zeek_view: true,
             bytes: 0,
             out: Vec::new(),
         }
     }
 
     /// TLS secrets to open Handshake packets with (see [`HandshakeLevel`]).
+    /// Follow handshakes as Zeek would ([`crate::Config::zeek_view`]).
+    pub fn with_zeek_view(mut self, on: bool) -> Self {
+        self.zeek_view = on;
+        self
+    }
+
     pub fn with_keylog(mut self, keylog: Option<Arc<KeyLog>>) -> Self {
         self.keylog = keylog.filter(|k| !k.is_empty());
         self
@@ -795,7 +803,7 @@ impl QuicTracker {
             .or(hint.first_attempt)
             .filter(|&v| ts - v <= VN_WINDOW && ts >= v);
         let start = vn.map_or(ts, |v| hint.first_attempt.map_or(v, |f| f.min(v)));
-        let mut hs = Handshake::new(Transport::Quic);
+        let mut hs = Handshake::new(Transport::Quic).zeek_view(self.zeek_view);
         hs.on(Dir::Client, Event::Begin { ts: start }, &mut NoMemory);
         if vn.is_some() {
             hs.on(Dir::Server, Event::VersionNegotiation, &mut NoMemory);
@@ -918,7 +926,11 @@ impl QuicTracker {
             server_seen: true,
             client_seen: false,
             keys_unknown: true,
-            ..Active::new(l, Handshake::new(Transport::Quic), ts)
+            ..Active::new(
+                l,
+                Handshake::new(Transport::Quic).zeek_view(self.zeek_view),
+                ts,
+            )
         });
         if hint.retry {
             // Its Initials are keyed from the Retry's Source Connection ID
