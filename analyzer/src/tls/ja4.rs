@@ -232,6 +232,8 @@ pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
 /// full ([`MEMO_ENTRIES`]), so bounded whatever the traffic.
 struct Memo {
     known: HashMap<Box<[u16]>, (String, String), foldhash::fast::RandomState>,
+    /// JA4S, by its inputs ([`ja4s`]).
+    known_server: HashMap<Box<[u16]>, String, foldhash::fast::RandomState>,
     /// Scratch for the key being looked up.
     key: Vec<u16>,
 }
@@ -243,6 +245,7 @@ const MEMO_ENTRIES: usize = 1024;
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo {
         known: HashMap::default(),
+        known_server: HashMap::default(),
         key: Vec::new(),
     });
 }
@@ -343,8 +346,41 @@ fn push_server_ab(out: &mut Vec<u8>, sh: &ServerHello, quic: bool) {
 }
 
 /// JA4S of a ServerHello: `t120400_c030_4e8089b08790` (extensions hashed
-/// in the server's order).
+/// in the server's order). Remembered by its inputs, as [`ja4_and_stable`].
 pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
+    MEMO.with_borrow_mut(|memo| {
+        let key = &mut memo.key;
+        key.clear();
+        let alpn = sh
+            .ja4_alpn
+            .map_or(0, |[a, b]| 0x1_0000 | u32::from(a) << 8 | u32::from(b));
+        let len = sh.extensions.len() as u64;
+        key.extend([
+            u16::from(quic),
+            sh.version().0,
+            sh.cipher_suite,
+            (alpn >> 16) as u16,
+            alpn as u16,
+            (len >> 32) as u16,
+            (len >> 16) as u16,
+            len as u16,
+        ]);
+        key.extend_from_slice(&sh.extensions);
+        if let Some(known) = memo.known_server.get(memo.key.as_slice()) {
+            return known.clone();
+        }
+        let computed = compute_ja4s(sh, quic);
+        if memo.known_server.len() >= MEMO_ENTRIES {
+            memo.known_server.clear();
+        }
+        memo.known_server
+            .insert(memo.key.as_slice().into(), computed.clone());
+        computed
+    })
+}
+
+/// [`ja4s`] without the memo.
+fn compute_ja4s(sh: &ServerHello, quic: bool) -> String {
     let mut out = Vec::with_capacity(25);
     push_server_ab(&mut out, sh, quic);
     out.push(b'_');
@@ -574,5 +610,43 @@ mod tests {
         };
         assert_eq!(ja4s(&sh, false), "t120400_c030_4e8089b08790");
         assert_eq!(ja4s_r(&sh, false), "t120400_c030_0005,0017,ff01,0000");
+    }
+
+    /// JA4S's memo answers what computing answers, as the client's.
+    #[test]
+    fn server_memo_answers_as_computing() {
+        let base = ServerHello {
+            legacy_version: 0x0303,
+            cipher_suite: 0xc030,
+            extensions: vec![0x0005, 0x0017, 0xff01, 0x0000],
+            ..Default::default()
+        };
+        let mut hellos = vec![base.clone()];
+        let mut v = base.clone();
+        v.selected_version = Some(0x0304);
+        hellos.push(v);
+        let mut v = base.clone();
+        v.cipher_suite = 0x1301;
+        hellos.push(v);
+        let mut v = base.clone();
+        v.ja4_alpn = Some(*b"h2");
+        hellos.push(v);
+        let mut v = base.clone();
+        v.extensions.swap(0, 1);
+        hellos.push(v);
+        let mut v = base.clone();
+        v.extensions.pop();
+        hellos.push(v);
+        for round in 0..2 {
+            for (i, sh) in hellos.iter().enumerate() {
+                for quic in [false, true] {
+                    assert_eq!(
+                        ja4s(sh, quic),
+                        compute_ja4s(sh, quic),
+                        "hello {i}, quic {quic}, round {round}"
+                    );
+                }
+            }
+        }
     }
 }
