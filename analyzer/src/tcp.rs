@@ -505,8 +505,9 @@ impl TcpFlow {
         }
         let timed = self.active.as_ref().map(|a| &a.up).is_some_and(|a| {
             let opened = a.server_flight.as_ref().is_none_or(|f| f.done);
-            let waits = a.hs.awaits_use() && a.client.is_some_and(|c| seen[c]);
-            (a.client.is_some() && opened && a.hs.fully_timed() && !waits)
+            // Cheapest first: this runs for every segment.
+            let waits = || a.client.is_some_and(|c| seen[c]) && a.hs.awaits_use();
+            (a.client.is_some() && opened && a.hs.fully_timed() && !waits())
                 || a.hs.records_overflowed()
         });
         if self.status == Status::NotTls {
