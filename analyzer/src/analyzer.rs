@@ -3,8 +3,8 @@
 //! pipeline ([`crate::handshake`]) and hand back connection records.
 
 use crate::local_nets::LocalNets;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -159,10 +159,14 @@ struct IssuedIds {
     certs: LruCache<u64, Leaf>,
 }
 
+/// What stands for a session ID or a certificate in the trace memory: a
+/// SipHash under keys drawn once per process, so that traffic cannot be
+/// made to collide with an ID or a certificate seen before (std's fixed
+/// keys allowed that in principle), and the same for every shard of a
+/// sharded replay, which share one store of IDs.
 fn hash(bytes: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
+    static KEYS: std::sync::OnceLock<RandomState> = std::sync::OnceLock::new();
+    KEYS.get_or_init(RandomState::new).hash_one(bytes)
 }
 
 impl TraceMemory for IssuedIds {
