@@ -113,8 +113,10 @@ enum FromShard {
 /// completed it, in the order it completed them: as they are, or, when the
 /// sink has an encoder ([`RecordSink::encoder`]), as its bytes, encoded on
 /// the shard so that the reading thread only puts them in order. A record
-/// with an open question ([`ConnectionRecord::unsettled`]) stays a record
-/// until the reading thread has settled it.
+/// with an open question ([`ConnectionRecord::unsettled`]) is then encoded
+/// both ways, and the reading thread picks one when it has the answer
+/// (encoding them itself was a tenth of its time, and it is the one
+/// thread that does not run in parallel).
 #[derive(Default)]
 struct Out {
     entries: Vec<(u64, Entry)>,
@@ -124,20 +126,44 @@ struct Out {
 enum Entry {
     /// Where its bytes are in `bytes`.
     Line(usize, usize),
+    /// A record with an open question, its bytes if the session ID was
+    /// not issued and if it was ([`ConnectionRecord::settle`]), and the
+    /// question.
+    Either {
+        not_issued: (usize, usize),
+        issued: (usize, usize),
+        question: (u64, u64),
+    },
     Record(Box<ConnectionRecord>),
 }
 
 impl Out {
-    fn push(&mut self, seq: u64, record: ConnectionRecord, encoder: Option<Encoder>) {
-        match encoder {
-            Some(encode) if record.unsettled.is_none() => {
-                let start = self.bytes.len();
-                encode(&record, &mut self.bytes);
-                self.entries
-                    .push((seq, Entry::Line(start, self.bytes.len())));
+    fn push(&mut self, seq: u64, mut record: ConnectionRecord, encoder: Option<Encoder>) {
+        let Some(encode) = encoder else {
+            self.entries.push((seq, Entry::Record(Box::new(record))));
+            return;
+        };
+        let mut line = |record: &ConnectionRecord| {
+            let start = self.bytes.len();
+            encode(record, &mut self.bytes);
+            (start, self.bytes.len())
+        };
+        // As `settle` leaves it: unanswered, then answered yes.
+        let open = record.unsettled.take();
+        let not_issued = line(&record);
+        let entry = match open {
+            None => Entry::Line(not_issued.0, not_issued.1),
+            Some(u) => {
+                record.offered = u.offered;
+                record.timing.avoidable = u.avoidable;
+                Entry::Either {
+                    not_issued,
+                    issued: line(&record),
+                    question: u.session_id,
+                }
             }
-            _ => self.entries.push((seq, Entry::Record(Box::new(record)))),
-        }
+        };
+        self.entries.push((seq, entry));
     }
 }
 
@@ -162,8 +188,21 @@ fn write(
     }
     all.sort_by_key(|e| e.0);
     for (_, _, e) in &mut all {
-        if let Entry::Record(r) = e {
-            settle(shared, r);
+        match e {
+            Entry::Record(r) => settle(shared, r),
+            Entry::Either {
+                not_issued,
+                issued,
+                question,
+            } => {
+                let (a, b) = if was_issued(shared, *question) {
+                    *issued
+                } else {
+                    *not_issued
+                };
+                *e = Entry::Line(a, b);
+            }
+            Entry::Line(..) => {}
         }
     }
     match encoder {
@@ -175,6 +214,8 @@ fn write(
                         bytes.extend_from_slice(outs[*k].bytes.get(*a..*b).unwrap_or_default())
                     }
                     Entry::Record(r) => encode(r, &mut bytes),
+                    // Made lines above.
+                    Entry::Either { .. } => {}
                 }
             }
             for out in outs.iter_mut() {
@@ -187,7 +228,7 @@ fn write(
                 .into_iter()
                 .filter_map(|(_, _, e)| match e {
                     Entry::Record(r) => Some(*r),
-                    Entry::Line(..) => None,
+                    Entry::Line(..) | Entry::Either { .. } => None,
                 })
                 .collect();
             sink.records(&records)
@@ -198,13 +239,15 @@ fn write(
 /// Answers a record's open session-ID question from the shared store.
 fn settle(shared: &Shared, r: &mut ConnectionRecord) {
     if let Some(u) = &r.unsettled {
-        let (hash, q) = u.session_id;
-        let issued = {
-            let ids = shared.ids.lock().unwrap_or_else(|e| e.into_inner());
-            ids.first.get(&hash).is_some_and(|&s| s < q)
-        };
+        let issued = was_issued(shared, u.session_id);
         r.settle(issued);
     }
+}
+
+/// Whether the session ID hashed `hash` was issued before frame `q`.
+fn was_issued(shared: &Shared, (hash, q): (u64, u64)) -> bool {
+    let ids = shared.ids.lock().unwrap_or_else(|e| e.into_inner());
+    ids.first.get(&hash).is_some_and(|&s| s < q)
 }
 
 /// Padded to its own cache line: shards write their progress per frame.
@@ -295,8 +338,7 @@ impl SharedIds {
     }
 
     fn issued_before(&self, hash: u64, q: u64) -> bool {
-        let ids = self.shared.ids.lock().unwrap_or_else(|e| e.into_inner());
-        ids.first.get(&hash).is_some_and(|&s| s < q)
+        was_issued(&self.shared, (hash, q))
     }
 
     /// Is every other shard past frame `q`? Then every ID issued before
