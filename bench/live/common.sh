@@ -89,6 +89,9 @@ stop() {
 agent_start() {
   local backend="$1" mport="$2"; shift 2
   AGENT_EVENTS="$TMPD/events-$backend-$mport.ndjson"
+  # `live --events` appends: a second run on the same backend and port
+  # would count the first run's records too.
+  rm -f "$AGENT_EVENTS"
   AGENT_METRICS="http://127.0.0.1:$mport/metrics"
   bg "agent-$backend-$mport" ip netns exec "$SNS" "$TLSRUM" live --iface "$SDEV" \
     --backend "$backend" --metrics "127.0.0.1:$mport" --events "$AGENT_EVENTS" "$@"
