@@ -207,7 +207,25 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
     // without injection that the link carried faithfully, per (program,
     // work), over every RTT and vantage (a late line adds its lateness to
     // the far vantages' figures, which is not the program's think).
+    //
+    // And the programs' own time around the held write, by their own clock
+    // (the shim's log: from the first read of the input it answers, or
+    // connect() returning, to the write, less the hold, plus the rest of a
+    // flight written in several calls, plus the time the kernel kept it
+    // waiting for a CPU since its previous write). On those same
+    // connections, a field less the link's share is that own time plus a
+    // small remainder the program's clock cannot see (the kernel's path
+    // between the wire and the read or write): `unexplained` is the
+    // largest remainder, per program, work and field, over every RTT and
+    // vantage. An injected connection is then allowed the hold plus its
+    // own time plus that remainder, where this exceeds the natural bound:
+    // the same connection's clock and figure, compared like with like
+    // (the largest own time and the largest figure over natural
+    // connections can come from different connections: one CI run's
+    // nginx server was 2.3 ms slower on an injected connection by its own
+    // clock, with no allowance for it).
     let mut natural: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
+    let mut unexplained: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
     for lab in doc["labs"].as_array().unwrap() {
         for c in lab["connections"].as_array().unwrap() {
             if c["injected"].as_bool().unwrap() || link_misbehaved(c).is_some() {
@@ -222,53 +240,16 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             };
             for (_, at) in VANTAGES {
                 for field in FIELDS {
-                    if let Some(v) = c[at]["timing"][field].as_f64() {
-                        let e = natural.entry(key(field)).or_insert(0.0);
-                        *e = e.max(v);
-                    }
-                }
-            }
-        }
-    }
-
-    // The programs' own time around the held write, by their own clock
-    // (the shim's log: from the first read of the input it answers, or
-    // connect() returning, to the write, less the hold, plus the rest of a
-    // flight written in several calls, plus the time the kernel kept it
-    // waiting for a CPU since its previous write). On a faithful
-    // connection without injection, a field less the link's share is that
-    // own time plus a small remainder the program's clock cannot see
-    // (the kernel's path between the wire and the read or write): the
-    // largest remainder, per program, work and field, over every RTT and
-    // vantage. An injected connection is then allowed the hold plus its
-    // own time plus that remainder, where this exceeds the natural bound:
-    // the same connection's clock and figure, compared like with like
-    // (the largest own time and the largest figure over natural
-    // connections can come from different connections: one CI run's
-    // nginx server was 2.3 ms slower on an injected connection by its own
-    // clock, with no allowance for it).
-    let mut unexplained: BTreeMap<(String, String, &str), f64> = BTreeMap::new();
-    for lab in doc["labs"].as_array().unwrap() {
-        for c in lab["connections"].as_array().unwrap() {
-            if c["injected"].as_bool().unwrap() || link_misbehaved(c).is_some() {
-                continue;
-            }
-            for field in FIELDS {
-                let Some(own) = c["own"][field].as_f64() else {
-                    continue;
-                };
-                for (_, at) in VANTAGES {
                     let Some(v) = c[at]["timing"][field].as_f64() else {
                         continue;
                     };
-                    let key = (
-                        c["program"].as_str().unwrap().to_string(),
-                        same_work(c["kind"].as_str().unwrap()).to_string(),
-                        field,
-                    );
-                    let rest = v - link_share(c, at, field) - own;
-                    let e = unexplained.entry(key).or_insert(f64::MIN);
-                    *e = e.max(rest);
+                    let e = natural.entry(key(field)).or_insert(0.0);
+                    *e = e.max(v);
+                    if let Some(own) = c["own"][field].as_f64() {
+                        let rest = v - link_share(c, at, field) - own;
+                        let e = unexplained.entry(key(field)).or_insert(f64::MIN);
+                        *e = e.max(rest);
+                    }
                 }
             }
         }

@@ -250,46 +250,55 @@ thread_local! {
     });
 }
 
-/// Every input of [`ja4_and_stable`], each list after its length, so that
-/// two hellos with equal keys have equal fingerprints.
-fn memo_key(ch: &ClientHello, quic: bool, key: &mut Vec<u16>) {
-    key.clear();
-    let alpn = ch
-        .ja4_alpn
-        .map_or(0, |[a, b]| 0x1_0000 | u32::from(a) << 8 | u32::from(b));
-    key.extend([
-        u16::from(quic),
-        ch.legacy_version,
-        (alpn >> 16) as u16,
-        alpn as u16,
-    ]);
-    for list in [
-        &ch.cipher_suites,
-        &ch.extensions,
-        &ch.supported_versions,
-        &ch.signature_algorithms,
-    ] {
-        let len = list.len() as u64;
-        key.extend([(len >> 32) as u16, (len >> 16) as u16, len as u16]);
-        key.extend_from_slice(list);
+/// The memo keys' parts: the two ALPN characters (none apart from any
+/// value) and a list after its length, so that two hellos with equal keys
+/// have equal fingerprints.
+fn push_alpn(key: &mut Vec<u16>, alpn: Option<[u8; 2]>) {
+    let v = alpn.map_or(0, |[a, b]| 0x1_0000 | u32::from(a) << 8 | u32::from(b));
+    key.extend([(v >> 16) as u16, v as u16]);
+}
+
+fn push_list(key: &mut Vec<u16>, list: &[u16]) {
+    let len = list.len() as u64;
+    key.extend([(len >> 32) as u16, (len >> 16) as u16, len as u16]);
+    key.extend_from_slice(list);
+}
+
+/// The value `known` holds for `key`, else `compute`'s, remembered
+/// (`known` is emptied first when full).
+fn recall<V: Clone>(
+    known: &mut HashMap<Box<[u16]>, V, foldhash::fast::RandomState>,
+    key: &[u16],
+    compute: impl FnOnce() -> V,
+) -> V {
+    if let Some(v) = known.get(key) {
+        return v.clone();
     }
+    let v = compute();
+    if known.len() >= MEMO_ENTRIES {
+        known.clear();
+    }
+    known.insert(key.into(), v.clone());
+    v
 }
 
 /// [`ja4`] and [`ja4_stable`] together: they share the suites hash, and
 /// are one value when the hello has no session-dependent extension.
 pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
     MEMO.with_borrow_mut(|memo| {
-        memo_key(ch, quic, &mut memo.key);
-        if let Some(known) = memo.known.get(memo.key.as_slice()) {
-            return known.clone();
+        let key = &mut memo.key;
+        key.clear();
+        key.extend([u16::from(quic), ch.legacy_version]);
+        push_alpn(key, ch.ja4_alpn);
+        for list in [
+            &ch.cipher_suites,
+            &ch.extensions,
+            &ch.supported_versions,
+            &ch.signature_algorithms,
+        ] {
+            push_list(key, list);
         }
-        let computed = compute_ja4_and_stable(ch, quic);
-        if memo.known.len() >= MEMO_ENTRIES {
-            memo.known.clear();
-        }
-        let key = memo.key.as_slice().into();
-        memo.known.insert(key, computed.clone());
-        computed
+        recall(&mut memo.known, key, || compute_ja4_and_stable(ch, quic))
     })
 }
 
@@ -351,31 +360,10 @@ pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
     MEMO.with_borrow_mut(|memo| {
         let key = &mut memo.key;
         key.clear();
-        let alpn = sh
-            .ja4_alpn
-            .map_or(0, |[a, b]| 0x1_0000 | u32::from(a) << 8 | u32::from(b));
-        let len = sh.extensions.len() as u64;
-        key.extend([
-            u16::from(quic),
-            sh.version().0,
-            sh.cipher_suite,
-            (alpn >> 16) as u16,
-            alpn as u16,
-            (len >> 32) as u16,
-            (len >> 16) as u16,
-            len as u16,
-        ]);
-        key.extend_from_slice(&sh.extensions);
-        if let Some(known) = memo.known_server.get(memo.key.as_slice()) {
-            return known.clone();
-        }
-        let computed = compute_ja4s(sh, quic);
-        if memo.known_server.len() >= MEMO_ENTRIES {
-            memo.known_server.clear();
-        }
-        memo.known_server
-            .insert(memo.key.as_slice().into(), computed.clone());
-        computed
+        key.extend([u16::from(quic), sh.version().0, sh.cipher_suite]);
+        push_alpn(key, sh.ja4_alpn);
+        push_list(key, &sh.extensions);
+        recall(&mut memo.known_server, key, || compute_ja4s(sh, quic))
     })
 }
 
@@ -435,6 +423,26 @@ mod tests {
         assert_eq!(ja4(&ch, true), "q13d1516h2_8daaf6152771_e5627efa2ab1");
     }
 
+    /// `memo` answers what `compute` does for each hello, twice over, asked
+    /// in turn so that each is remembered before the next.
+    fn memo_answers<H, V: PartialEq + std::fmt::Debug>(
+        hellos: &[H],
+        memo: fn(&H, bool) -> V,
+        compute: fn(&H, bool) -> V,
+    ) {
+        for round in 0..2 {
+            for (i, h) in hellos.iter().enumerate() {
+                for quic in [false, true] {
+                    assert_eq!(
+                        memo(h, quic),
+                        compute(h, quic),
+                        "hello {i}, quic {quic}, round {round}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The memo answers what computing answers, for hellos that differ in
     /// any one input (moving a value from one list to the next included),
     /// asked in turn so that each is remembered before the next.
@@ -469,17 +477,7 @@ mod tests {
         let mut v = base.clone();
         v.signature_algorithms.clear();
         hellos.push(v);
-        for round in 0..2 {
-            for (i, ch) in hellos.iter().enumerate() {
-                for quic in [false, true] {
-                    assert_eq!(
-                        ja4_and_stable(ch, quic),
-                        compute_ja4_and_stable(ch, quic),
-                        "hello {i}, quic {quic}, round {round}"
-                    );
-                }
-            }
-        }
+        memo_answers(&hellos, ja4_and_stable, compute_ja4_and_stable);
     }
 
     #[test]
@@ -637,16 +635,6 @@ mod tests {
         let mut v = base.clone();
         v.extensions.pop();
         hellos.push(v);
-        for round in 0..2 {
-            for (i, sh) in hellos.iter().enumerate() {
-                for quic in [false, true] {
-                    assert_eq!(
-                        ja4s(sh, quic),
-                        compute_ja4s(sh, quic),
-                        "hello {i}, quic {quic}, round {round}"
-                    );
-                }
-            }
-        }
+        memo_answers(&hellos, ja4s, compute_ja4s);
     }
 }
