@@ -88,7 +88,15 @@ struct Args {
     /// ns) on exit.
     #[arg(long)]
     log: Option<PathBuf>,
-    /// Packets kept for --log (the rest are counted, not logged).
+    /// Write one CSV line per stall of this line's thread (`from_ns,to_ns`,
+    /// CLOCK_REALTIME) on exit: a wake-up more than 100 µs after the time
+    /// it asked for, whether from a sleep or a busy-poll. The thread did not
+    /// run then (the host took the virtual CPU, or an interrupt did), so a
+    /// packet due then left late through no fault of the line's.
+    #[arg(long)]
+    stall_log: Option<PathBuf>,
+    /// Packets kept for --log, and stalls for --stall-log (the rest are
+    /// counted, not logged).
     #[arg(long, default_value_t = 1_000_000)]
     log_limit: usize,
     /// Write the exit statistics (JSON) here instead of stderr.
@@ -256,6 +264,10 @@ struct DirStats {
     late_hist: Vec<u64>,
 }
 
+/// A wake-up this much later than asked is a stall of the line's thread:
+/// a busy-poll's ppoll returns within a few µs, so this is far beyond it.
+const STALL_NS: u64 = 100_000;
+
 const LATE_BUCKET_NS: u64 = 10_000;
 const LATE_BUCKETS: usize = 1001;
 
@@ -365,6 +377,9 @@ fn run(args: Args) -> Result<()> {
     let mut stats = [DirStats::new(), DirStats::new()];
     let mut log: Vec<LogEntry> = Vec::new();
     let mut log_dropped = 0u64;
+    // (due, woke) of each wake-up later than STALL_NS, monotonic ns.
+    let mut stalls: Vec<(u64, u64)> = Vec::new();
+    let (mut stall_count, mut stalled_ns) = (0u64, 0u64);
     let fds = [a.tun.as_raw_fd(), b.tun.as_raw_fd()];
     let spin_ns = args.spin_us * 1000;
     let mut buf = vec![0u8; 65_536];
@@ -407,7 +422,20 @@ fn run(args: Args) -> Result<()> {
             let left = d.saturating_sub(sys::mono_ns());
             left.saturating_sub(spin_ns)
         });
+        let asked = sys::mono_ns();
         let ready = sys::wait_readable(&fds, timeout).context("ppoll")?;
+        if let Some(t) = timeout {
+            // Woken early by a packet, or on time: nothing. Later: the
+            // thread was not running when it should have been.
+            let (due, woke) = (asked + t, sys::mono_ns());
+            if woke > due + STALL_NS {
+                stall_count += 1;
+                stalled_ns += woke - due;
+                if args.stall_log.is_some() && stalls.len() < args.log_limit {
+                    stalls.push((due, woke));
+                }
+            }
+        }
         for (i, dir) in [Dir::AtoB, Dir::BtoA].into_iter().enumerate() {
             if !ready[i] {
                 continue;
@@ -449,12 +477,24 @@ fn run(args: Args) -> Result<()> {
         }
         w.flush()?;
     }
+    if let Some(path) = &args.stall_log {
+        let mut w = BufWriter::new(
+            File::create(path).with_context(|| format!("create {}", path.display()))?,
+        );
+        writeln!(w, "from_ns,to_ns")?;
+        for &(due, woke) in &stalls {
+            writeln!(w, "{},{}", to_real(due), to_real(woke))?;
+        }
+        w.flush()?;
+    }
     let json = format!(
-        "{{\"ab\":{},\"ba\":{},\"still_queued\":{},\"log_dropped\":{}}}",
+        "{{\"ab\":{},\"ba\":{},\"still_queued\":{},\"log_dropped\":{},\"stalls\":{},\"stalled_ms\":{:.3}}}",
         stats[0].json(&line.dirs[0]),
         stats[1].json(&line.dirs[1]),
         line.queued(),
-        log_dropped
+        log_dropped,
+        stall_count,
+        stalled_ns as f64 / 1e6
     );
     match &args.stats {
         Some(p) => {

@@ -1,6 +1,16 @@
 //! The delay line between two real namespaces: delays per direction within
 //! 0.5 ms (its own log and ping through it), loss, and clean teardown.
 //! Needs root and /dev/net/tun; skipped without them unless CI=true.
+//!
+//! What is judged is the line, not the machine: a virtual CPU the host
+//! takes away for 10 ms stops the line with everything else (one CI run:
+//! one echo of 21 came back 10.3 ms late, the rest within 0.35 ms). The
+//! line logs each time its thread woke more than 100 µs after it asked to
+//! (`--stall-log`). A packet's lateness is judged less the time the line
+//! was stalled while it was due; an echo in flight with a packet the
+//! stalls made 0.1 ms late or more is excused, counted and printed. A trial in which more than
+//! half of the echoes were excused leaves too few to judge the line: it is
+//! run again, up to three times, and three such trials fail the test.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -30,12 +40,91 @@ fn capable() -> bool {
     ok
 }
 
+fn stop_child(mut c: Child, what: &str) {
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    assert!(c.wait().unwrap().success(), "{what} exited with an error");
+}
+
+/// How long (ns) the line was stalled within [from, to].
+fn stalled(stalls: &[(i128, i128)], from: i128, to: i128) -> i128 {
+    stalls
+        .iter()
+        .map(|&(a, b)| (b.min(to) - a.max(from)).max(0))
+        .sum()
+}
+
+/// A packet the line's stalls made this late (ns) excuses the echoes in
+/// flight with it.
+const EXCUSE_NS: i128 = 100_000;
+
+/// A packet the line forwarded: its deadline and release (ns).
+struct Forwarded {
+    deadline: i128,
+    release: i128,
+}
+
+impl Forwarded {
+    /// Release less deadline, less the time the line was stalled between
+    /// them (ms).
+    fn own_late_ms(&self, stalls: &[(i128, i128)]) -> f64 {
+        (self.release - self.deadline - stalled(stalls, self.deadline, self.release)) as f64 / 1e6
+    }
+}
+
+/// An echo reply: when it came back (ns) and its round trip (ms).
+struct Echo {
+    at: i128,
+    rtt_ms: f64,
+}
+
+/// The echoes none of whose packets the line's stalls made 0.1 ms late or
+/// more (their windows overlap no such packet's deadline-to-release); `None`
+/// when more than half were (too few left to judge the line).
+fn unstalled(
+    echoes: Vec<Echo>,
+    forwarded: &[Forwarded],
+    stalls: &[(i128, i128)],
+) -> Option<Vec<Echo>> {
+    let harmed: Vec<(i128, i128)> = forwarded
+        .iter()
+        .filter(|p| stalled(stalls, p.deadline, p.release) >= EXCUSE_NS)
+        .map(|p| (p.deadline, p.release))
+        .collect();
+    let total = echoes.len();
+    let kept: Vec<Echo> = echoes
+        .into_iter()
+        .filter(|e| stalled(&harmed, e.at - (e.rtt_ms * 1e6) as i128, e.at) == 0)
+        .collect();
+    let excused = total - kept.len();
+    eprintln!(
+        "{excused} of {total} echoes in flight while a stall of the line delayed a packet: excused"
+    );
+    (excused * 2 <= total).then_some(kept)
+}
+
+fn mean(echoes: &[Echo]) -> f64 {
+    echoes.iter().map(|e| e.rtt_ms).sum::<f64>() / echoes.len() as f64
+}
+
+/// Runs `trial` until it is not void (`Some`), at most three times.
+fn measure<T>(mut trial: impl FnMut() -> Option<T>) -> T {
+    for attempt in 1..=3 {
+        if let Some(t) = trial() {
+            return t;
+        }
+        eprintln!("trial {attempt}: the machine stalled too often to judge the line");
+    }
+    panic!("three trials in a row with more than half the echoes excused: the machine stalled too often to judge the line");
+}
+
 /// A running delay line; stopped and its namespaces removed on drop, also
 /// when the test fails.
 struct Lab {
     child: Option<Child>,
     ns: [String; 2],
     log: PathBuf,
+    stall_log: PathBuf,
 }
 
 impl Lab {
@@ -45,9 +134,12 @@ impl Lab {
             format!("dlt{}{tag}s", std::process::id()),
         ];
         let log = std::env::temp_dir().join(format!("{}.csv", ns[0]));
+        let stall_log = std::env::temp_dir().join(format!("{}-stalls.csv", ns[0]));
         let mut child = Command::new(env!("CARGO_BIN_EXE_delayline"))
             .args(["--ns-a", &ns[0], "--ns-b", &ns[1], "--create-ns", "--log"])
             .arg(&log)
+            .arg("--stall-log")
+            .arg(&stall_log)
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
@@ -60,16 +152,19 @@ impl Lab {
             child: Some(child),
             ns,
             log,
+            stall_log,
         };
         assert_eq!(line.trim(), "ready", "delayline did not come up");
         lab
     }
 
-    fn ping(&self, count: u32, interval: &str, size: u32) -> (u32, Vec<f64>) {
+    fn ping(&self, count: u32, interval: &str, size: u32) -> Vec<Echo> {
         self.ping_to("198.18.0.2", count, interval, size)
     }
 
-    fn ping_to(&self, peer: &str, count: u32, interval: &str, size: u32) -> (u32, Vec<f64>) {
+    /// Each echo that came back, by `ping -D`'s lines:
+    /// `[1795933073.598855] 64 bytes from 198.18.0.2: icmp_seq=1 ttl=64 time=20.1 ms`.
+    fn ping_to(&self, peer: &str, count: u32, interval: &str, size: u32) -> Vec<Echo> {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -77,7 +172,7 @@ impl Lab {
                 &self.ns[0],
                 "ping",
                 "-n",
-                "-q",
+                "-D",
                 "-c",
                 &count.to_string(),
                 "-i",
@@ -88,50 +183,46 @@ impl Lab {
             .arg(peer)
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let received = text
-            .split(", ")
-            .find_map(|p| {
-                p.strip_suffix(" received")
-                    .and_then(|n| n.trim().parse().ok())
-            })
-            .unwrap_or(0);
-        // rtt min/avg/max/mdev = 20.026/20.046/20.618/0.057 ms
-        let stats = text
+        String::from_utf8_lossy(&out.stdout)
             .lines()
-            .find(|l| l.contains("min/avg/max"))
-            .and_then(|l| l.split(" = ").nth(1))
-            .map(|v| {
-                v.trim_end_matches(" ms")
-                    .split('/')
-                    .filter_map(|x| x.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        (received, stats)
-    }
-
-    /// Stops the line (SIGTERM) and returns each forwarded packet's
-    /// direction and lateness (release minus deadline) in ms.
-    fn stop(&mut self) -> Vec<(String, f64)> {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child by pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            assert!(
-                c.wait().unwrap().success(),
-                "delayline exited with an error"
-            );
-        }
-        let text = std::fs::read_to_string(&self.log).expect("delayline log");
-        text.lines()
-            .skip(1)
-            .map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                let late =
-                    (f[7].parse::<i128>().unwrap() - f[6].parse::<i128>().unwrap()) as f64 / 1e6;
-                (f[0].to_string(), late)
+            .filter_map(|l| {
+                let at: f64 = l.strip_prefix('[')?.split(']').next()?.parse().ok()?;
+                let rtt_ms = l.split(" time=").nth(1)?.split(' ').next()?.parse().ok()?;
+                Some(Echo {
+                    at: (at * 1e6).round() as i128 * 1000,
+                    rtt_ms,
+                })
             })
             .collect()
+    }
+
+    /// Stops the line (SIGTERM); the packets it forwarded and its stalls.
+    fn stop(&mut self) -> (Vec<Forwarded>, Vec<(i128, i128)>) {
+        if let Some(c) = self.child.take() {
+            stop_child(c, "delayline");
+        }
+        let text = std::fs::read_to_string(&self.log).expect("delayline log");
+        let forwarded = text
+            .lines()
+            .skip(1) // the CSV header
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                Forwarded {
+                    deadline: f[6].parse().unwrap(),
+                    release: f[7].parse().unwrap(),
+                }
+            })
+            .collect();
+        let stalls = std::fs::read_to_string(&self.stall_log)
+            .expect("delayline stall log")
+            .lines()
+            .skip(1) // the CSV header
+            .map(|l| {
+                let (a, b) = l.split_once(',').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        (forwarded, stalls)
     }
 }
 
@@ -147,6 +238,7 @@ impl Drop for Lab {
             }
         }
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(&self.stall_log);
     }
 }
 
@@ -156,43 +248,56 @@ fn holds_its_delay_within_half_a_millisecond() {
     if !capable() {
         return;
     }
-    let mut lab = Lab::start("p", &["--rtt", "20"]);
-    // Load beside the measured pings: large echoes every 2 ms.
-    let load = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.ns[0],
-            "ping",
-            "-q",
-            "-c",
-            "600",
-            "-i",
-            "0.002",
-            "-s",
-            "1400",
-            "198.18.0.2",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (received, stats) = lab.ping(200, "0.005", 56);
-    let mut load = load;
-    load.wait().unwrap();
-    let late = lab.stop();
-    assert_eq!(received, 200);
-    let avg = stats[1];
+    let (echoes, late) = measure(|| {
+        let mut lab = Lab::start("p", &["--rtt", "20"]);
+        // Load beside the measured pings: large echoes every 2 ms.
+        let mut load = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns[0],
+                "ping",
+                "-q",
+                "-c",
+                "600",
+                "-i",
+                "0.002",
+                "-s",
+                "1400",
+                "198.18.0.2",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let echoes = lab.ping(200, "0.005", 56);
+        load.wait().unwrap();
+        let (forwarded, stalls) = lab.stop();
+        assert_eq!(echoes.len(), 200);
+        assert!(
+            forwarded.len() >= 1400,
+            "only {} packets forwarded",
+            forwarded.len()
+        );
+        let late: Vec<f64> = forwarded.iter().map(|p| p.own_late_ms(&stalls)).collect();
+        let stalled_ms: f64 = stalls.iter().map(|(a, b)| (b - a) as f64 / 1e6).sum();
+        eprintln!(
+            "the line stalled {} times, {stalled_ms:.3} ms in all: each packet's lateness less its share",
+            stalls.len()
+        );
+        let echoes = unstalled(echoes, &forwarded, &stalls)?;
+        Some((echoes, late))
+    });
+    let avg = mean(&echoes);
     assert!(
         (avg - 20.0).abs() < 0.5,
         "ping average {avg} ms through a 20 ms line"
     );
-    assert!(late.len() >= 1400, "only {} packets forwarded", late.len());
-    let mut l: Vec<f64> = late.iter().map(|x| x.1).collect();
+    let mut l = late;
     l.sort_by(f64::total_cmp);
     let median = l[l.len() / 2];
     let within = l.iter().filter(|&&x| x <= 0.5).count() as f64 / l.len() as f64;
     eprintln!(
-        "lateness: median {median:.4} ms, p99 {:.4} ms, max {:.4} ms, {:.2}% within 0.5 ms",
+        "lateness (less stalls): median {median:.4} ms, p99 {:.4} ms, max {:.4} ms, {:.2}% within 0.5 ms",
         l[l.len() * 99 / 100],
         l[l.len() - 1],
         within * 100.0
@@ -211,14 +316,17 @@ fn delays_each_direction_separately() {
     if !capable() {
         return;
     }
-    let mut lab = Lab::start("a", &["--delay-ab", "30", "--delay-ba", "5"]);
-    let (received, stats) = lab.ping(20, "0.02", 56);
-    lab.stop();
-    assert_eq!(received, 20);
+    let echoes = measure(|| {
+        let mut lab = Lab::start("a", &["--delay-ab", "30", "--delay-ba", "5"]);
+        let echoes = lab.ping(20, "0.02", 56);
+        let (forwarded, stalls) = lab.stop();
+        assert_eq!(echoes.len(), 20);
+        unstalled(echoes, &forwarded, &stalls)
+    });
+    let avg = mean(&echoes);
     assert!(
-        (stats[1] - 35.0).abs() < 0.5,
-        "ping average {} ms, expected 35",
-        stats[1]
+        (avg - 35.0).abs() < 0.5,
+        "ping average {avg} ms, expected 35"
     );
 }
 
@@ -229,7 +337,7 @@ fn drops_the_configured_share() {
         return;
     }
     let mut lab = Lab::start("l", &["--rtt", "2", "--loss", "30", "--seed", "7"]);
-    let (received, _) = lab.ping(400, "0.005", 56);
+    let received = lab.ping(400, "0.005", 56).len();
     lab.stop();
     // An echo survives both directions: 0.7 * 0.7 = 49 %.
     assert!(
@@ -246,24 +354,31 @@ fn carries_ipv6_with_a_route_to_its_peer() {
     }
     // The line adds the peer route and skips duplicate address detection
     // itself: pinging at once, with no setup of our own, must work.
-    let mut lab = Lab::start(
-        "6",
-        &[
-            "--addr-a",
-            "fd00:1813::1",
-            "--addr-b",
-            "fd00:1813::2",
-            "--rtt",
-            "20",
-        ],
-    );
-    let (received, stats) = lab.ping_to("fd00:1813::2", 20, "0.02", 56);
-    let late = lab.stop();
-    assert_eq!(received, 20, "IPv6 echoes through the line");
+    let echoes = measure(|| {
+        let mut lab = Lab::start(
+            "6",
+            &[
+                "--addr-a",
+                "fd00:1813::1",
+                "--addr-b",
+                "fd00:1813::2",
+                "--rtt",
+                "20",
+            ],
+        );
+        let echoes = lab.ping_to("fd00:1813::2", 20, "0.02", 56);
+        let (forwarded, stalls) = lab.stop();
+        assert_eq!(echoes.len(), 20, "IPv6 echoes through the line");
+        assert!(
+            forwarded.len() >= 40,
+            "only {} packets forwarded",
+            forwarded.len()
+        );
+        unstalled(echoes, &forwarded, &stalls)
+    });
+    let avg = mean(&echoes);
     assert!(
-        (stats[1] - 20.0).abs() < 0.5,
-        "ping average {} ms through a 20 ms line",
-        stats[1]
+        (avg - 20.0).abs() < 0.5,
+        "ping average {avg} ms through a 20 ms line"
     );
-    assert!(late.len() >= 40, "only {} packets forwarded", late.len());
 }
