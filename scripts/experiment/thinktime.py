@@ -494,6 +494,7 @@ class ChainLab:
         self.name = name or f"tt{os.getpid() % 100000}"
         self.ns = {"client": f"{self.name}-c", "router": f"{self.name}-r", "server": f"{self.name}-s"}
         self.procs = EnvProcs()
+        self.awake = wanlab.KeepAwake()
         self.conns = []
         self.created = []
         self.servers = []
@@ -520,6 +521,7 @@ class ChainLab:
 
     def _up(self):
         wanlab.check_capabilities()
+        self.awake.start()
         dl = wanlab.binary("delayline", "DELAYLINE")
         for ns in self.ns.values():
             if Path(f"/run/netns/{ns}").exists():
@@ -635,6 +637,7 @@ class ChainLab:
                     except (ProcessLookupError, ValueError):
                         pass
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.awake.stop()
 
     # ---- clients ---------------------------------------------------------
     def _client(self, cmd, hold, tag, stdin="", program=None):
