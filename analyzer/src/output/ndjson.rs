@@ -74,11 +74,45 @@ fn str_(out: &mut Vec<u8>, s: &str) {
 }
 
 fn f64_(out: &mut Vec<u8>, v: f64) {
-    if v.is_finite() {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
-    } else {
+    if !v.is_finite() {
         out.extend_from_slice(b"null");
+    } else if !micros(out, v) {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
     }
+}
+
+/// Writes `v` as ryu would when it is the double nearest a whole number of
+/// millionths from 1e-5 (below it ryu writes an exponent) to 2^32 (every
+/// timing, in ms to the µs, and every timestamp), and says whether it did. Such a decimal is ryu's shortest
+/// form: its neighbours with as many digits are 1e-6 away, farther than
+/// half the spacing of doubles below 2^32 (under 5e-7), so none of them
+/// reads back as `v`; ryu writes it plainly (no exponent), with ".0" for a
+/// whole number. Zero and negative numbers are left to ryu.
+fn micros(out: &mut Vec<u8>, v: f64) -> bool {
+    if !(1e-5..4_294_967_296.0).contains(&v) {
+        return false;
+    }
+    let scaled = (v * 1e6).round();
+    if scaled / 1e6 != v {
+        return false;
+    }
+    let scaled = scaled as u64;
+    let (whole, mut frac) = (scaled / 1_000_000, scaled % 1_000_000);
+    out.extend_from_slice(itoa::Buffer::new().format(whole).as_bytes());
+    out.push(b'.');
+    if frac == 0 {
+        out.push(b'0');
+        return true;
+    }
+    let mut digits = 6;
+    while frac % 10 == 0 {
+        frac /= 10;
+        digits -= 1;
+    }
+    let text = itoa::Buffer::new().format(frac).len();
+    out.extend(std::iter::repeat_n(b'0', digits - text));
+    out.extend_from_slice(itoa::Buffer::new().format(frac).as_bytes());
+    true
 }
 
 fn u64_(out: &mut Vec<u8>, v: u64) {
@@ -385,6 +419,60 @@ mod tests {
             capture: (n % 5 == 2).then(|| format!("dir/{text}.pcap")),
             zeek: None,
             unsettled: None,
+        }
+    }
+
+    /// Numbers written without ryu are written as ryu writes them: whole
+    /// millionths and thousandths across the range, their neighbours a few
+    /// doubles away (which ryu must take), and arbitrary doubles.
+    #[test]
+    fn numbers_as_ryu_writes_them() {
+        let ryu = |v: f64| ryu::Buffer::new().format_finite(v).to_string();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            // xorshift64*: reproducible, no dependency.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            0.001,
+            0.000_001,
+            1e-7,
+            0.1,
+            0.3,
+            2.5,
+            1e3,
+            4_294_967_295.999_999,
+            4_294_967_296.0,
+            1_795_322_130.979_839,
+            1e16,
+            -1.5,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+        ];
+        for _ in 0..200_000 {
+            let r = next();
+            let magnitude = 10u64.pow((r % 16) as u32);
+            let millionths = (next() % magnitude) as f64;
+            for scale in [1e6, 1e3, 1.0] {
+                let v = millionths / scale;
+                values.extend([
+                    v,
+                    f64::from_bits(v.to_bits() + 1),
+                    f64::from_bits(v.to_bits().saturating_sub(1)),
+                ]);
+            }
+            values.push(f64::from_bits(next()));
+        }
+        for v in values.into_iter().filter(|v| v.is_finite()) {
+            let mut mine = Vec::new();
+            f64_(&mut mine, v);
+            assert_eq!(String::from_utf8(mine).unwrap(), ryu(v), "{v:e}");
         }
     }
 
