@@ -12,9 +12,10 @@
 //!   New/Reused and ClientHellos, gnutls-cli's resumption and
 //!   HelloRetryRequest lines, nginx's `$ssl_session_reused`, aioquic's
 //!   state), and tlsrum's record agrees;
-//! - the shim held exactly the writes it was told to (its own log), and
-//!   injected is what it really held (the clock around its sleep: a busy
-//!   machine wakes a sleeper late);
+//! - the shim held exactly the writes it was told to, each at least as long
+//!   as asked (its own log), and injected is what the wire can show of the
+//!   hold (the clock around its sleep, since a busy machine wakes a sleeper
+//!   late, from the last of the peer's packets that came during it);
 //! - the link behaved during the handshake: no packet's delay across either
 //!   line (between the captures at its ends, and by the line's own log)
 //!   more than 0.5 ms off, and `tcp_rtt` within 1 ms of the configured RTT.
@@ -312,9 +313,14 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
             if injected == client_holds.is_empty() && !quic {
                 failures.push(format!("{who}: the client's holds were {client_holds:?}"));
             }
-            // The injected time is what the shim really held (its log: the
-            // clock before and after its sleep), which a busy machine makes
-            // a little longer than asked; both are printed.
+            // The injected time is what the wire can show of the shim's
+            // hold (thinktime.py actual_holds: its clock before and after
+            // the sleep, which a busy machine makes a little longer than
+            // asked, from the last of the peer's packets to reach the
+            // host during it: gnutls-cli holds on reading the ServerHello,
+            // and one CI run's server flight ended 4.6 ms into a 21 ms
+            // hold). That the shim slept what it was asked is checked on
+            // its log alone, below.
             let inj = |field: &str| {
                 if !injected || (quic && field != "server_think") {
                     0.0
@@ -323,19 +329,31 @@ fn think_times_against_injected_delays_at_20_100_260_ms() {
                 }
             };
             if injected {
+                for (side, writes) in [("client", &c["writes"]), ("server", &c["server_writes"])] {
+                    for w in writes.as_array().into_iter().flatten() {
+                        let asked = w["held"].as_f64().unwrap_or(0.0);
+                        if asked <= 0.0 {
+                            continue;
+                        }
+                        let slept = (w["t1"].as_f64().unwrap() - w["t0"].as_f64().unwrap()) * 1e3;
+                        // Its log's clock is to the µs.
+                        if slept < asked - 0.002 {
+                            failures.push(format!(
+                                "{who}: the {side}'s shim slept {slept:.3} ms before write {}, asked {asked}",
+                                w["n"]
+                            ));
+                        }
+                        let o = oversleep.entry(side).or_insert(0.0);
+                        *o = f64::max(*o, slept - asked);
+                    }
+                }
                 for field in FIELDS {
                     if quic && field != "server_think" {
                         continue;
                     }
-                    let (asked, got) = (hold[field].as_f64().unwrap(), inj(field));
-                    // NaN (no hold logged) fails too.
-                    if got.is_nan() || got < asked {
-                        failures.push(format!(
-                            "{who}: the shim held {field} {got} ms, asked {asked}"
-                        ));
+                    if inj(field).is_nan() {
+                        failures.push(format!("{who}: no hold of {field} in the shim's log"));
                     }
-                    let o = oversleep.entry(field).or_insert(0.0);
-                    *o = f64::max(*o, got - asked);
                 }
             }
             // One figure whatever the vantage (DESIGN.md): the three
