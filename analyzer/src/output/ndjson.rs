@@ -109,9 +109,10 @@ fn micros(out: &mut Vec<u8>, v: f64) -> bool {
         frac /= 10;
         digits -= 1;
     }
-    let text = itoa::Buffer::new().format(frac).len();
-    out.extend(std::iter::repeat_n(b'0', digits - text));
-    out.extend_from_slice(itoa::Buffer::new().format(frac).as_bytes());
+    let mut buf = itoa::Buffer::new();
+    let text = buf.format(frac).as_bytes();
+    out.extend(std::iter::repeat_n(b'0', digits - text.len()));
+    out.extend_from_slice(text);
     true
 }
 

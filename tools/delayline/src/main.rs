@@ -418,11 +418,10 @@ fn run(args: Args) -> Result<()> {
             }
         }
         // Sleep until shortly before the next deadline, then busy-poll.
-        let timeout = line.next_deadline().map(|d| {
-            let left = d.saturating_sub(sys::mono_ns());
-            left.saturating_sub(spin_ns)
-        });
         let asked = sys::mono_ns();
+        let timeout = line
+            .next_deadline()
+            .map(|d| d.saturating_sub(asked).saturating_sub(spin_ns));
         let ready = sys::wait_readable(&fds, timeout).context("ppoll")?;
         if let Some(t) = timeout {
             // Woken early by a packet, or on time: nothing. Later: the

@@ -8,9 +8,10 @@
 //! line logs each time its thread woke more than 100 µs after it asked to
 //! (`--stall-log`). A packet's lateness is judged less the time the line
 //! was stalled while it was due; an echo in flight with a packet the
-//! stalls made 0.1 ms late or more is excused, counted and printed. A trial in which more than
-//! half of the echoes were excused leaves too few to judge the line: it is
-//! run again, up to three times, and three such trials fail the test.
+//! stalls made 0.1 ms late or more is excused, counted and printed. A
+//! trial in which more than half of the echoes were excused leaves too few
+//! to judge the line: it is run again, up to three times, and three such
+//! trials fail the test.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -38,12 +39,6 @@ fn capable() -> bool {
         eprintln!("skipping: needs root, /dev/net/tun and ping");
     }
     ok
-}
-
-fn stop_child(mut c: Child, what: &str) {
-    // SAFETY: signalling our own child by pid.
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    assert!(c.wait().unwrap().success(), "{what} exited with an error");
 }
 
 /// How long (ns) the line was stalled within [from, to].
@@ -198,8 +193,13 @@ impl Lab {
 
     /// Stops the line (SIGTERM); the packets it forwarded and its stalls.
     fn stop(&mut self) -> (Vec<Forwarded>, Vec<(i128, i128)>) {
-        if let Some(c) = self.child.take() {
-            stop_child(c, "delayline");
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child by pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            assert!(
+                c.wait().unwrap().success(),
+                "delayline exited with an error"
+            );
         }
         let text = std::fs::read_to_string(&self.log).expect("delayline log");
         let forwarded = text
