@@ -90,9 +90,10 @@ struct Args {
     log: Option<PathBuf>,
     /// Write one CSV line per stall of this line's thread (`from_ns,to_ns`,
     /// CLOCK_REALTIME) on exit: a wake-up more than 100 µs after the time
-    /// it asked for, whether from a sleep or a busy-poll. The thread did not
-    /// run then (the host took the virtual CPU, or an interrupt did), so a
-    /// packet due then left late through no fault of the line's.
+    /// it asked for, whether from a sleep or a busy-poll, or a packet's
+    /// write that took more than 100 µs. The thread did not run then (the
+    /// host took the virtual CPU, or an interrupt did), so a packet due
+    /// then left late through no fault of the line's.
     #[arg(long)]
     stall_log: Option<PathBuf>,
     /// Packets kept for --log, and stalls for --stall-log (the rest are
@@ -110,6 +111,12 @@ struct Args {
     /// Do not ask for SCHED_FIFO.
     #[arg(long)]
     no_realtime: bool,
+    /// Keep every CPU from halting while the line runs: a busy loop at
+    /// SCHED_IDLE on each (it takes only time nothing else wants). On a VM
+    /// whose idle vCPUs halt, the line otherwise wakes late for a packet
+    /// that comes while it sleeps, and stamps its arrival that late.
+    #[arg(long)]
+    keep_awake: bool,
 }
 
 fn ms_to_ns(ms: f64) -> Result<u64> {
@@ -264,8 +271,9 @@ struct DirStats {
     late_hist: Vec<u64>,
 }
 
-/// A wake-up this much later than asked is a stall of the line's thread:
-/// a busy-poll's ppoll returns within a few µs, so this is far beyond it.
+/// A wake-up this much later than asked, or a write this long, is a stall
+/// of the line's thread: a busy-poll's ppoll returns within a few µs and a
+/// write runs the peer's receive path in tens, so this is far beyond both.
 const STALL_NS: u64 = 100_000;
 
 const LATE_BUCKET_NS: u64 = 10_000;
@@ -366,6 +374,9 @@ fn run(args: Args) -> Result<()> {
     let a = setup_side(&args, &args.ns_a, &args.addr_a, &args.addr_b)?;
     let b = setup_side(&args, &args.ns_b, &args.addr_b, &args.addr_a)?;
 
+    if args.keep_awake {
+        sys::keep_awake(&stop).context("--keep-awake")?;
+    }
     for missed in sys::tune_scheduling(!args.no_realtime) {
         eprintln!("delayline: warning: {missed} (delays will be less precise)");
     }
@@ -394,7 +405,19 @@ fn run(args: Args) -> Result<()> {
             // namespace's stack; the write itself runs that stack's receive
             // path (tens of µs) in our context.
             let released = sys::mono_ns();
-            match sys::write_packet(out_fd, &p.data) {
+            let written = sys::write_packet(out_fd, &p.data);
+            // A write that took this long was not all the receive path's
+            // work: the thread was taken away in it, and the packets queued
+            // behind this one leave late for it.
+            let done = sys::mono_ns();
+            if done > released + STALL_NS {
+                stall_count += 1;
+                stalled_ns += done - released;
+                if args.stall_log.is_some() && stalls.len() < args.log_limit {
+                    stalls.push((released, done));
+                }
+            }
+            match written {
                 Ok(()) => {
                     st.released(released.saturating_sub(p.deadline));
                     if args.log.is_some() {

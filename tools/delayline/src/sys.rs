@@ -177,3 +177,42 @@ pub fn tune_scheduling(realtime: bool) -> Vec<String> {
     }
     missed
 }
+
+/// Starts a busy loop at SCHED_IDLE pinned to each CPU this process may
+/// use; they spin until `stop`. A halted virtual CPU wakes late (0.5-3.9 ms
+/// on a Firecracker VM without a cpuidle driver), and a line asleep when a
+/// packet comes stamps its arrival that late; SCHED_IDLE runs only when
+/// nothing else can, so no other work loses CPU to it. Returns the CPUs.
+pub fn keep_awake(stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> io::Result<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: cpu is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect();
+    for &cpu in &cpus {
+        let stop = std::sync::Arc::clone(stop);
+        std::thread::Builder::new()
+            .name(format!("awake{cpu}"))
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+                unsafe {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut one);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+                    let param = libc::sched_param { sched_priority: 0 };
+                    libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+                }
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })?;
+    }
+    Ok(cpus.len())
+}
