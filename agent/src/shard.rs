@@ -1,11 +1,13 @@
 //! Flow-sharded replay (`tlsrum replay --threads N`): this thread reads the
-//! capture, decodes each frame just far enough to find its connection
+//! capture and hands every frame of a round to all N shards, each a thread
+//! with its own [`Analyzer`]: as places in the capture's mapping when the
+//! source has one ([`Source::mapping`], a plain file; the source then keeps
+//! the pages of rounds in flight), else copied into the round. Each shard
+//! decodes every frame just far enough to find its connection
 //! ([`Packet::conversation`], the analyzer's own decoder, so tunnels and
-//! VLANs land by their inner connection) and hands the frames to N
-//! shards, each a thread with its own [`Analyzer`]: as places in the
-//! capture's mapping when the source has one ([`Source::mapping`], a plain
-//! file; the source then keeps the pages of rounds in flight), else copied
-//! into batches. Shards prefetch their next frames' headers: this thread
+//! VLANs land by their inner connection) and analyzes its own; this thread
+//! decodes nothing (it did, and was the part that did not run in
+//! parallel). Shards prefetch their next frames' headers: this thread
 //! touched them last, on another core.
 //!
 //! What keeps the output that of one thread:
@@ -15,8 +17,8 @@
 //!   RFC 9000 §9 forbids migrating before the handshake is confirmed, so
 //!   this only touches packets after a record's handshake part.
 //! - Frames are numbered in capture order. The idle sweep one analyzer
-//!   runs when the capture clock passes a second is replayed in every
-//!   shard at the same frame ([`Analyzer::tick`]).
+//!   runs when the capture clock passes a second is run in every shard at
+//!   the same frame ([`Analyzer::tick`]): each sees every frame's clock.
 //! - Records are merged by the number of the frame that completed them:
 //!   the order of one thread. A sink that only writes each record's bytes
 //!   (NDJSON) has the shards encode them; this thread puts them in order. Records several shards finish at the same
@@ -68,40 +70,38 @@ const PREFETCH_AHEAD: usize = 4;
 /// "Past every frame": a shard at the end of its input, or gone.
 const DONE: u64 = u64::MAX;
 
-/// One frame or one sweep for a shard.
+/// One frame of a round; its number is the round's first plus its index.
 #[derive(Clone, Copy)]
-enum Item {
+struct Item {
+    ts: f64,
+    link: LinkType,
     /// Its bytes are `start..end` of the batch's `data`, or of the
     /// source's mapping when `mapped`.
-    Frame {
-        seq: u64,
-        ts: f64,
-        link: LinkType,
-        start: usize,
-        end: usize,
-        mapped: bool,
-    },
-    /// The idle sweep one analyzer would run before frame `seq`.
-    Tick { seq: u64, ts: f64 },
+    start: usize,
+    end: usize,
+    mapped: bool,
 }
 
-/// One shard's part of a round: frame bytes back to back, and the items.
+/// A round, the same for every shard: the frames the source rewrote (not
+/// in its mapping) back to back, and every frame's place.
 #[derive(Default)]
 struct Batch {
+    /// The number of its first frame.
+    first: u64,
     data: Vec<u8>,
     items: Vec<Item>,
 }
 
 enum ToShard {
-    /// A round's batch; `end`: the number after the round's last frame.
-    Round { batch: Batch, end: u64 },
+    /// A round's frames, shared by every shard.
+    Round(Arc<Batch>),
     /// End of input: finish every flow.
     Finish,
 }
 
 enum FromShard {
-    /// The batch back (emptied, for reuse) and the records it completed.
-    Round { batch: Batch, out: Out },
+    /// The records a round completed.
+    Round(Out),
     /// Records of flows finished at the end of input.
     Finished(Out),
     /// The shard is done: its counters, and the frame where each value of
@@ -138,6 +138,17 @@ enum Entry {
 }
 
 impl Out {
+    /// The records the analyzer has completed, at frame `seq`.
+    fn take(&mut self, analyzer: &mut Analyzer, seq: u64, encoder: Option<Encoder>) {
+        if analyzer.records_waiting() > 0 {
+            analyzer.with_records(|records| {
+                for r in records.drain(..) {
+                    self.push(seq, r, encoder);
+                }
+            });
+        }
+    }
+
     fn push(&mut self, seq: u64, mut record: ConnectionRecord, encoder: Option<Encoder>) {
         let Some(encode) = encoder else {
             self.entries.push((seq, Entry::Record(Box::new(record))));
@@ -176,6 +187,7 @@ fn write(
     shared: &Shared,
     encoder: Option<Encoder>,
     sink: &mut dyn RecordSink,
+    bytes: &mut Vec<u8>,
 ) -> Result<()> {
     // (frame, shard, entry): stable sort keeps shard order, then each
     // shard's own order, within a frame.
@@ -207,13 +219,15 @@ fn write(
     }
     match encoder {
         Some(encode) => {
-            let mut bytes = Vec::with_capacity(outs.iter().map(|o| o.bytes.len()).sum());
+            // Kept from round to round: a buffer this size, allocated anew,
+            // came back from the allocator as fresh pages the kernel zeroed.
+            bytes.clear();
             for (_, k, e) in &all {
                 match e {
                     Entry::Line(a, b) => {
                         bytes.extend_from_slice(outs[*k].bytes.get(*a..*b).unwrap_or_default())
                     }
-                    Entry::Record(r) => encode(r, &mut bytes),
+                    Entry::Record(r) => encode(r, bytes),
                     // Made lines above.
                     Entry::Either { .. } => {}
                 }
@@ -221,7 +235,7 @@ fn write(
             for out in outs.iter_mut() {
                 out.bytes.clear();
             }
-            sink.encoded(&bytes)
+            sink.encoded(bytes)
         }
         None => {
             let records: Vec<ConnectionRecord> = all
@@ -452,32 +466,30 @@ pub fn replay(
         let mut dispatch = Dispatch {
             n,
             seq: 0,
-            last_sweep: f64::MIN,
-            batches: Vec::new(),
             pool: Vec::new(),
             map,
             mapped_to: 0,
         };
-        // Where each round in flight starts in the mapping: the source
-        // keeps the pages from the oldest one's start on.
-        let mut starts: VecDeque<usize> = VecDeque::new();
-        let mut in_flight = 0usize;
+        // Each round in flight and where it starts in the mapping: the
+        // source keeps the pages from the oldest one's start on.
+        let mut rounds: VecDeque<(Arc<Batch>, usize)> = VecDeque::new();
         let mut read_error = None;
+        // The records' bytes of a round, in order.
+        let mut scratch = Vec::new();
         loop {
-            starts.push_back(dispatch.mapped_to);
-            let status = dispatch.fill(source);
-            let end = dispatch.seq;
-            for (tx, batch) in to.iter().zip(dispatch.batches.drain(..)) {
-                tx.send(ToShard::Round { batch, end })
+            let start = dispatch.mapped_to;
+            let (status, batch) = dispatch.fill(source);
+            let batch = Arc::new(batch);
+            for tx in &to {
+                tx.send(ToShard::Round(batch.clone()))
                     .map_err(|_| anyhow!("an analysis shard stopped"))?;
             }
-            in_flight += 1;
-            if in_flight > DEPTH {
-                collect(&from, &shared, encoder, sink, &mut dispatch.pool)?;
-                in_flight -= 1;
-                starts.pop_front();
-                if let (Some(m), Some(&start)) = (&mapping, starts.front()) {
-                    m.keep.store(start, Ordering::Release);
+            rounds.push_back((batch, start));
+            if rounds.len() > DEPTH {
+                collect(&from, &shared, encoder, sink, &mut scratch)?;
+                dispatch.reuse(rounds.pop_front());
+                if let (Some(m), Some((_, start))) = (&mapping, rounds.front()) {
+                    m.keep.store(*start, Ordering::Release);
                 }
             }
             progress(dispatch.seq);
@@ -490,8 +502,8 @@ pub fn replay(
                 }
             }
         }
-        for _ in 0..in_flight {
-            collect(&from, &shared, encoder, sink, &mut dispatch.pool)?;
+        for _ in 0..rounds.len() {
+            collect(&from, &shared, encoder, sink, &mut scratch)?;
         }
         let mut stats = Stats::default();
         let mut versions = Vec::new();
@@ -500,7 +512,9 @@ pub fn replay(
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
             loop {
                 match rx.recv() {
-                    Ok(FromShard::Finished(out)) => write(&mut [out], &shared, encoder, sink)?,
+                    Ok(FromShard::Finished(out)) => {
+                        write(&mut [out], &shared, encoder, sink, &mut scratch)?
+                    }
                     Ok(FromShard::Done(s, first)) => {
                         stats.merge(&s);
                         versions.push((s.quic.undecoded_versions, first));
@@ -549,16 +563,16 @@ fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
     out
 }
 
-/// The reading side: numbers frames, picks their shard, replays sweeps.
+/// The reading side: finds the frames and numbers them. It does not
+/// decode them: every shard decodes every frame of a round to find the
+/// ones that are its own, so that the one thread that does not run in
+/// parallel only walks the capture (choosing here, it took a fifth of the
+/// CPU of a two-shard run, and the shards decoded each frame again).
 struct Dispatch<'a> {
     n: usize,
     /// The next frame's number.
     seq: u64,
-    /// When one analyzer would last have swept (`Analyzer::push_packet`).
-    last_sweep: f64,
-    /// This round's batches, one per shard.
-    batches: Vec<Batch>,
-    /// Emptied batches back from the shards.
+    /// Batches the shards are done with, for reuse.
     pool: Vec<Batch>,
     /// The source's mapping (empty if none).
     map: &'a [u8],
@@ -568,69 +582,66 @@ struct Dispatch<'a> {
 
 impl Dispatch<'_> {
     /// Reads a round: until every shard could have its share, or the end.
-    fn fill(&mut self, source: &mut dyn Source) -> Result<Status> {
-        while self.batches.len() < self.n {
-            self.batches.push(self.pool.pop().unwrap_or_default());
-        }
+    fn fill(&mut self, source: &mut dyn Source) -> (Result<Status>, Batch) {
+        let mut batch = self.pool.pop().unwrap_or_default();
+        batch.first = self.seq;
         let want = self.seq + (ROUND_PER_SHARD * self.n) as u64;
         let mut odd = false;
+        let base = self.map.as_ptr() as usize;
         while self.seq < want {
-            let status = source.poll(std::time::Duration::ZERO, &mut |c| match c {
-                Captured::Frame { ts, link, data } => self.frame(ts, link, data),
+            let polled = source.poll(std::time::Duration::ZERO, &mut |c| match c {
+                Captured::Frame { ts, link, data } => {
+                    self.seq += 1;
+                    // Inside the mapping (not a frame the source rewrote): no copy.
+                    let at = (data.as_ptr() as usize).wrapping_sub(base);
+                    let item = if at <= self.map.len() && data.len() <= self.map.len() - at {
+                        self.mapped_to = at + data.len();
+                        Item {
+                            ts,
+                            link,
+                            start: at,
+                            end: at + data.len(),
+                            mapped: true,
+                        }
+                    } else {
+                        let start = batch.data.len();
+                        batch.data.extend_from_slice(data);
+                        Item {
+                            ts,
+                            link,
+                            start,
+                            end: batch.data.len(),
+                            mapped: false,
+                        }
+                    };
+                    batch.items.push(item);
+                }
                 // Capture files hand over frames only.
                 Captured::Packet { .. } => odd = true,
-            })?;
+            });
             if odd {
-                bail!("sharded replay reads frames, and this source hands over packets");
+                return (
+                    Err(anyhow!(
+                        "sharded replay reads frames, and this source hands over packets"
+                    )),
+                    batch,
+                );
             }
-            if status == Status::Ended {
-                return Ok(Status::Ended);
+            match polled {
+                Ok(Status::Open) => {}
+                other => return (other, batch),
             }
         }
-        Ok(Status::Open)
+        (Ok(Status::Open), batch)
     }
 
-    fn frame(&mut self, ts: f64, link: LinkType, data: &[u8]) {
-        let seq = self.seq;
-        self.seq += 1;
-        let shard = match wire::decode(link, data) {
-            Ok(p) => {
-                // As `Analyzer::push_packet`: a decoded packet sweeps when
-                // the clock passed a second since the last sweep.
-                if ts > self.last_sweep + 1.0 {
-                    self.last_sweep = ts;
-                    for b in &mut self.batches {
-                        b.items.push(Item::Tick { seq, ts });
-                    }
-                }
-                // foldhash, not SipHash: the choice needs spread, not
-                // resistance to chosen input.
-                let h = foldhash::fast::FixedState::default().hash_one(p.conversation());
-                (h % self.n as u64) as usize
-            }
-            // Undecodable frames are only counted: any shard will do.
-            Err(_) => (seq % self.n as u64) as usize,
-        };
-        let b = &mut self.batches[shard];
-        // Inside the mapping (not a frame the source rewrote): no copy.
-        let base = self.map.as_ptr() as usize;
-        let at = (data.as_ptr() as usize).wrapping_sub(base);
-        let (start, end, mapped) = if at <= self.map.len() && data.len() <= self.map.len() - at {
-            self.mapped_to = at + data.len();
-            (at, at + data.len(), true)
-        } else {
-            let start = b.data.len();
-            b.data.extend_from_slice(data);
-            (start, b.data.len(), false)
-        };
-        b.items.push(Item::Frame {
-            seq,
-            ts,
-            link,
-            start,
-            end,
-            mapped,
-        });
+    /// Takes back a collected round's batch once no shard holds it.
+    fn reuse(&mut self, round: Option<(Arc<Batch>, usize)>) {
+        if let Some(mut batch) = round.and_then(|(b, _)| Arc::try_unwrap(b).ok()) {
+            batch.data.clear();
+            batch.items.clear();
+            self.pool.push(batch);
+        }
     }
 }
 
@@ -641,22 +652,22 @@ fn collect(
     shared: &Shared,
     encoder: Option<Encoder>,
     sink: &mut dyn RecordSink,
-    pool: &mut Vec<Batch>,
+    scratch: &mut Vec<u8>,
 ) -> Result<()> {
     let mut outs = Vec::with_capacity(from.len());
     for rx in from {
         match rx.recv() {
-            Ok(FromShard::Round { batch, out }) => {
-                pool.push(batch);
-                outs.push(out);
-            }
+            Ok(FromShard::Round(out)) => outs.push(out),
             _ => bail!("an analysis shard stopped"),
         }
     }
-    write(&mut outs, shared, encoder, sink)
+    write(&mut outs, shared, encoder, sink, scratch)
 }
 
-/// One shard: its analyzer over the frames it is handed.
+/// One shard: its analyzer over its own frames of each round. It decodes
+/// every frame (the analyzer's own decoder, so tunnels and VLANs land by
+/// their inner connection) to find its own, and replays the idle sweep
+/// one analyzer would run at a frame of another shard.
 fn shard(
     me: usize,
     shared: Arc<Shared>,
@@ -667,60 +678,62 @@ fn shard(
     tx: Sender<FromShard>,
 ) {
     let _past = PastEverything(&shared, me);
+    let n = shared.progress.len() as u64;
     let mut analyzer = make();
     analyzer.set_session_ids(Box::new(SharedIds {
         shared: shared.clone(),
         me,
     }));
+    // When one analyzer would last have swept (`Analyzer::push_packet`).
+    let mut last_sweep = f64::MIN;
     // Frames where the undecoded QUIC versions list gained each value.
     let mut versions_at = Vec::new();
     for msg in rx {
         match msg {
-            ToShard::Round { mut batch, end } => {
+            ToShard::Round(batch) => {
                 let mut out = Out::default();
+                let bytes_of = |item: &Item| -> &[u8] {
+                    let bytes = if item.mapped { map } else { &batch.data[..] };
+                    bytes.get(item.start..item.end).unwrap_or_default()
+                };
                 for (k, item) in batch.items.iter().enumerate() {
-                    if let Some(&Item::Frame { start, mapped, .. }) =
-                        batch.items.get(k + PREFETCH_AHEAD)
-                    {
-                        let bytes = if mapped { map } else { &batch.data[..] };
+                    if let Some(ahead) = batch.items.get(k + PREFETCH_AHEAD) {
                         // Its link, network and transport headers.
-                        prefetch(bytes.get(start..).unwrap_or_default(), 2);
+                        prefetch(bytes_of(ahead), 2);
                     }
-                    let seq = match *item {
-                        Item::Frame {
-                            seq,
-                            ts,
-                            link,
-                            start,
-                            end,
-                            mapped,
-                        } => {
-                            shared.advance(me, seq);
-                            let bytes = if mapped { map } else { &batch.data[..] };
-                            let frame = bytes.get(start..end).unwrap_or_default();
-                            analyzer.push_frame(ts, link, frame);
-                            seq
+                    let seq = batch.first + k as u64;
+                    let frame = bytes_of(item);
+                    let decoded = wire::decode(item.link, frame);
+                    let owner = match &decoded {
+                        Ok(p) => {
+                            // As `Analyzer::push_packet`: a decoded packet
+                            // sweeps when the clock passed a second since
+                            // the last sweep, in every shard.
+                            if item.ts > last_sweep + 1.0 {
+                                last_sweep = item.ts;
+                                shared.advance(me, seq);
+                                analyzer.tick(item.ts);
+                                out.take(&mut analyzer, seq, encoder);
+                            }
+                            // foldhash, not SipHash: the choice needs
+                            // spread, not resistance to chosen input.
+                            foldhash::fast::FixedState::default().hash_one(p.conversation()) % n
                         }
-                        Item::Tick { seq, ts } => {
-                            shared.advance(me, seq);
-                            analyzer.tick(ts);
-                            seq
-                        }
+                        // Undecodable frames are only counted: any shard will do.
+                        Err(_) => seq % n,
                     };
+                    if owner != me as u64 {
+                        continue;
+                    }
+                    shared.advance(me, seq);
+                    analyzer.push_decoded(item.ts, frame.len(), decoded);
                     let versions = analyzer.stats().quic.undecoded_versions.values().len();
                     versions_at.resize(versions, seq);
-                    if analyzer.records_waiting() > 0 {
-                        analyzer.with_records(|records| {
-                            for r in records.drain(..) {
-                                out.push(seq, r, encoder);
-                            }
-                        });
-                    }
+                    out.take(&mut analyzer, seq, encoder);
                 }
-                shared.advance(me, end);
-                batch.data.clear();
-                batch.items.clear();
-                if tx.send(FromShard::Round { batch, out }).is_err() {
+                shared.advance(me, batch.first + batch.items.len() as u64);
+                drop(batch);
+                if tx.send(FromShard::Round(out)).is_err() {
                     return;
                 }
             }

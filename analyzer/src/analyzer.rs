@@ -316,11 +316,17 @@ impl Analyzer {
 
     /// Decodes and processes one captured frame.
     pub fn push_frame(&mut self, ts: f64, link: LinkType, frame: &[u8]) {
-        match wire::decode(link, frame) {
+        self.push_decoded(ts, frame.len(), wire::decode(link, frame));
+    }
+
+    /// Processes a frame of `len` bytes its caller decoded already (a
+    /// sharded replay decodes each to find its shard).
+    pub fn push_decoded(&mut self, ts: f64, len: usize, decoded: Result<Packet<'_>, DecodeError>) {
+        match decoded {
             Ok(p) => self.push_packet(ts, &p),
             Err(e) => {
                 self.stats.packets += 1;
-                self.stats.bytes += frame.len() as u64;
+                self.stats.bytes += len as u64;
                 match e {
                     DecodeError::NotIp => self.stats.not_ip += 1,
                     DecodeError::Fragment => self.stats.ip_fragments += 1,
