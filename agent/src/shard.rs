@@ -686,12 +686,20 @@ fn shard(
     }));
     // When one analyzer would last have swept (`Analyzer::push_packet`).
     let mut last_sweep = f64::MIN;
+    // The last round's records: entries and bytes.
+    let mut sizes = (0, 0);
     // Frames where the undecoded QUIC versions list gained each value.
     let mut versions_at = Vec::new();
     for msg in rx {
         match msg {
             ToShard::Round(batch) => {
-                let mut out = Out::default();
+                // Room for half as much again as the last round: grown
+                // from empty, its buffers were copied at each doubling (a
+                // fortieth of a two-shard run's instructions).
+                let mut out = Out {
+                    entries: Vec::with_capacity(sizes.0 + sizes.0 / 2),
+                    bytes: Vec::with_capacity(sizes.1 + sizes.1 / 2),
+                };
                 let bytes_of = |item: &Item| -> &[u8] {
                     let bytes = if item.mapped { map } else { &batch.data[..] };
                     bytes.get(item.start..item.end).unwrap_or_default()
@@ -726,13 +734,17 @@ fn shard(
                         continue;
                     }
                     shared.advance(me, seq);
-                    analyzer.push_decoded(item.ts, frame.len(), decoded);
+                    match &decoded {
+                        Ok(p) => analyzer.push_packet(item.ts, p),
+                        Err(e) => analyzer.push_undecodable(frame.len(), *e),
+                    }
                     let versions = analyzer.stats().quic.undecoded_versions.values().len();
                     versions_at.resize(versions, seq);
                     out.take(&mut analyzer, seq, encoder);
                 }
                 shared.advance(me, batch.first + batch.items.len() as u64);
                 drop(batch);
+                sizes = (out.entries.len(), out.bytes.len());
                 if tx.send(FromShard::Round(out)).is_err() {
                     return;
                 }

@@ -316,27 +316,26 @@ impl Analyzer {
 
     /// Decodes and processes one captured frame.
     pub fn push_frame(&mut self, ts: f64, link: LinkType, frame: &[u8]) {
-        self.push_decoded(ts, frame.len(), wire::decode(link, frame));
+        match wire::decode(link, frame) {
+            Ok(p) => self.push_packet(ts, &p),
+            Err(e) => self.push_undecodable(frame.len(), e),
+        }
     }
 
-    /// Processes a frame of `len` bytes its caller decoded already (a
-    /// sharded replay decodes each to find its shard).
-    pub fn push_decoded(&mut self, ts: f64, len: usize, decoded: Result<Packet<'_>, DecodeError>) {
-        match decoded {
-            Ok(p) => self.push_packet(ts, &p),
-            Err(e) => {
-                self.stats.packets += 1;
-                self.stats.bytes += len as u64;
-                match e {
-                    DecodeError::NotIp => self.stats.not_ip += 1,
-                    DecodeError::Fragment => self.stats.ip_fragments += 1,
-                    DecodeError::OtherTransport => self.stats.other_transport += 1,
-                    DecodeError::UnknownLink => self.stats.unknown_link_frames += 1,
-                    DecodeError::Encrypted => self.stats.link_encrypted_frames += 1,
-                    DecodeError::Aggregate => self.stats.link_aggregate_frames += 1,
-                    _ => self.stats.malformed_packets += 1,
-                }
-            }
+    /// Counts a frame of `len` bytes that yielded no packet, and why (a
+    /// caller that decodes frames itself, as a sharded replay does to find
+    /// each one's shard, hands the packets to [`push_packet`](Self::push_packet)).
+    pub fn push_undecodable(&mut self, len: usize, e: DecodeError) {
+        self.stats.packets += 1;
+        self.stats.bytes += len as u64;
+        match e {
+            DecodeError::NotIp => self.stats.not_ip += 1,
+            DecodeError::Fragment => self.stats.ip_fragments += 1,
+            DecodeError::OtherTransport => self.stats.other_transport += 1,
+            DecodeError::UnknownLink => self.stats.unknown_link_frames += 1,
+            DecodeError::Encrypted => self.stats.link_encrypted_frames += 1,
+            DecodeError::Aggregate => self.stats.link_aggregate_frames += 1,
+            _ => self.stats.malformed_packets += 1,
         }
     }
 
