@@ -199,10 +199,12 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
     Ok(out)
 }
 
-/// `--threads` unless given: one. Measured side by side on the benchmark
-/// capture, 2 threads took ~1.15x the CPU of one and were not faster on a
-/// busy 2-core machine (bench/README.md "Threads"); the default moves to
-/// the cores available once a quiet-machine run shows the gain.
+/// `--threads` unless given: one. On a quiet 2-core machine 2 threads are
+/// 1.46-1.53x as fast (bench/README.md "Results"), but they take ~1.2x
+/// the CPU and twice the memory of one, and split `--max-flows` and
+/// `--max-memory` (which flow a binding limit evicts can differ from one
+/// thread): a default that is more than one waits for the limit-binding
+/// tests to be checked at two.
 const DEFAULT_THREADS: usize = 1;
 
 /// Skipped files named per reason in one line, up to this many.
