@@ -200,11 +200,13 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
 }
 
 /// `--threads` unless given: one. On a quiet 2-core machine 2 threads are
-/// 1.46-1.53x as fast (bench/README.md "Results"), but they take ~1.2x
-/// the CPU and twice the memory of one, and split `--max-flows` and
-/// `--max-memory` (which flow a binding limit evicts can differ from one
-/// thread): a default that is more than one waits for the limit-binding
-/// tests to be checked at two.
+/// 1.46-1.53x as fast (bench/README.md "Results"), and the replay tests
+/// pass with two as the default (21 test files, tried 29 Nov). But each
+/// thread adds its own memory (57 -> 115 MiB peak at two: a default of
+/// all cores would be gigabytes on a large host), records finished at the
+/// same moment (the end of the capture) come thread by thread rather than
+/// oldest first, and a binding `--max-flows`/`--max-memory` can evict
+/// other flows: more than one stays a choice the user makes.
 const DEFAULT_THREADS: usize = 1;
 
 /// Skipped files named per reason in one line, up to this many.
