@@ -219,8 +219,7 @@ fn write(
     }
     match encoder {
         Some(encode) => {
-            // Kept from round to round: a buffer this size, allocated anew,
-            // came back from the allocator as fresh pages the kernel zeroed.
+            // Kept from round to round rather than allocated for each.
             bytes.clear();
             for (_, k, e) in &all {
                 match e {
