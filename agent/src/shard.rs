@@ -593,27 +593,21 @@ impl Dispatch<'_> {
                     self.seq += 1;
                     // Inside the mapping (not a frame the source rewrote): no copy.
                     let at = (data.as_ptr() as usize).wrapping_sub(base);
-                    let item = if at <= self.map.len() && data.len() <= self.map.len() - at {
+                    let mapped = at <= self.map.len() && data.len() <= self.map.len() - at;
+                    let start = if mapped {
                         self.mapped_to = at + data.len();
-                        Item {
-                            ts,
-                            link,
-                            start: at,
-                            end: at + data.len(),
-                            mapped: true,
-                        }
+                        at
                     } else {
-                        let start = batch.data.len();
                         batch.data.extend_from_slice(data);
-                        Item {
-                            ts,
-                            link,
-                            start,
-                            end: batch.data.len(),
-                            mapped: false,
-                        }
+                        batch.data.len() - data.len()
                     };
-                    batch.items.push(item);
+                    batch.items.push(Item {
+                        ts,
+                        link,
+                        start,
+                        end: start + data.len(),
+                        mapped,
+                    });
                 }
                 // Capture files hand over frames only.
                 Captured::Packet { .. } => odd = true,
@@ -683,8 +677,6 @@ fn shard(
         shared: shared.clone(),
         me,
     }));
-    // When one analyzer would last have swept (`Analyzer::push_packet`).
-    let mut last_sweep = f64::MIN;
     // The last round's records: entries and bytes.
     let mut sizes = (0, 0);
     // Frames where the undecoded QUIC versions list gained each value.
@@ -713,11 +705,8 @@ fn shard(
                     let decoded = wire::decode(item.link, frame);
                     let owner = match &decoded {
                         Ok(p) => {
-                            // As `Analyzer::push_packet`: a decoded packet
-                            // sweeps when the clock passed a second since
-                            // the last sweep, in every shard.
-                            if item.ts > last_sweep + 1.0 {
-                                last_sweep = item.ts;
+                            // A decoded packet's sweep runs in every shard.
+                            if analyzer.sweep_due(item.ts) {
                                 shared.advance(me, seq);
                                 analyzer.tick(item.ts);
                                 out.take(&mut analyzer, seq, encoder);

@@ -343,9 +343,8 @@ impl Analyzer {
     pub fn push_packet(&mut self, ts: f64, p: &Packet<'_>) {
         self.stats.packets += 1;
         self.stats.bytes += p.payload.len() as u64;
-        if ts > self.last_sweep + 1.0 {
-            self.expire_idle(ts);
-            self.last_sweep = ts;
+        if self.sweep_due(ts) {
+            self.tick(ts);
         }
         match p.transport {
             Transport::Tcp(h) => {
@@ -411,6 +410,13 @@ impl Analyzer {
                 self.out.append(&mut self.quic.out);
             }
         }
+    }
+
+    /// Whether a decoded packet at `ts` sweeps idle flows first: the clock
+    /// passed a second since the last sweep. (A sharded replay runs the
+    /// sweep in every shard at the frame one analyzer would.)
+    pub fn sweep_due(&self, ts: f64) -> bool {
+        ts > self.last_sweep + 1.0
     }
 
     /// Advances the clock without a packet (live capture on a quiet link):

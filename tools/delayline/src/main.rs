@@ -276,6 +276,30 @@ struct DirStats {
 /// write runs the peer's receive path in tens, so this is far beyond both.
 const STALL_NS: u64 = 100_000;
 
+/// The line thread's stalls: counted, and the first `keep` logged as
+/// (from, to), monotonic ns.
+#[derive(Default)]
+struct Stalls {
+    count: u64,
+    ns: u64,
+    keep: usize,
+    logged: Vec<(u64, u64)>,
+}
+
+impl Stalls {
+    /// The thread ran nothing else from `from` (when it was due to wake, or
+    /// began a write) to `to`: a stall if that is longer than STALL_NS.
+    fn note(&mut self, from: u64, to: u64) {
+        if to > from + STALL_NS {
+            self.count += 1;
+            self.ns += to - from;
+            if self.logged.len() < self.keep {
+                self.logged.push((from, to));
+            }
+        }
+    }
+}
+
 const LATE_BUCKET_NS: u64 = 10_000;
 const LATE_BUCKETS: usize = 1001;
 
@@ -388,9 +412,14 @@ fn run(args: Args) -> Result<()> {
     let mut stats = [DirStats::new(), DirStats::new()];
     let mut log: Vec<LogEntry> = Vec::new();
     let mut log_dropped = 0u64;
-    // (due, woke) of each wake-up later than STALL_NS, monotonic ns.
-    let mut stalls: Vec<(u64, u64)> = Vec::new();
-    let (mut stall_count, mut stalled_ns) = (0u64, 0u64);
+    let mut stalls = Stalls {
+        keep: if args.stall_log.is_some() {
+            args.log_limit
+        } else {
+            0
+        },
+        ..Stalls::default()
+    };
     let fds = [a.tun.as_raw_fd(), b.tun.as_raw_fd()];
     let spin_ns = args.spin_us * 1000;
     let mut buf = vec![0u8; 65_536];
@@ -406,17 +435,10 @@ fn run(args: Args) -> Result<()> {
             // path (tens of µs) in our context.
             let released = sys::mono_ns();
             let written = sys::write_packet(out_fd, &p.data);
-            // A write that took this long was not all the receive path's
+            // A write longer than STALL_NS was not all the receive path's
             // work: the thread was taken away in it, and the packets queued
             // behind this one leave late for it.
-            let done = sys::mono_ns();
-            if done > released + STALL_NS {
-                stall_count += 1;
-                stalled_ns += done - released;
-                if args.stall_log.is_some() && stalls.len() < args.log_limit {
-                    stalls.push((released, done));
-                }
-            }
+            stalls.note(released, sys::mono_ns());
             match written {
                 Ok(()) => {
                     st.released(released.saturating_sub(p.deadline));
@@ -449,14 +471,7 @@ fn run(args: Args) -> Result<()> {
         if let Some(t) = timeout {
             // Woken early by a packet, or on time: nothing. Later: the
             // thread was not running when it should have been.
-            let (due, woke) = (asked + t, sys::mono_ns());
-            if woke > due + STALL_NS {
-                stall_count += 1;
-                stalled_ns += woke - due;
-                if args.stall_log.is_some() && stalls.len() < args.log_limit {
-                    stalls.push((due, woke));
-                }
-            }
+            stalls.note(asked + t, sys::mono_ns());
         }
         for (i, dir) in [Dir::AtoB, Dir::BtoA].into_iter().enumerate() {
             if !ready[i] {
@@ -504,7 +519,7 @@ fn run(args: Args) -> Result<()> {
             File::create(path).with_context(|| format!("create {}", path.display()))?,
         );
         writeln!(w, "from_ns,to_ns")?;
-        for &(due, woke) in &stalls {
+        for &(due, woke) in &stalls.logged {
             writeln!(w, "{},{}", to_real(due), to_real(woke))?;
         }
         w.flush()?;
@@ -515,8 +530,8 @@ fn run(args: Args) -> Result<()> {
         stats[1].json(&line.dirs[1]),
         line.queued(),
         log_dropped,
-        stall_count,
-        stalled_ns as f64 / 1e6
+        stalls.count,
+        stalls.ns as f64 / 1e6
     );
     match &args.stats {
         Some(p) => {
