@@ -1,14 +1,15 @@
 //! Flow-sharded replay (`tlsrum replay --threads N`): this thread reads the
-//! capture and hands every frame of a round to all N shards, each a thread
-//! with its own [`Analyzer`]: as places in the capture's mapping when the
-//! source has one ([`Source::mapping`], a plain file; the source then keeps
-//! the pages of rounds in flight), else copied into the round. Each shard
-//! decodes every frame just far enough to find its connection
-//! ([`Packet::conversation`], the analyzer's own decoder, so tunnels and
-//! VLANs land by their inner connection) and analyzes its own; this thread
-//! decodes nothing (it did, and was the part that did not run in
-//! parallel). Shards prefetch their next frames' headers: this thread
-//! touched them last, on another core.
+//! capture, decodes each frame once (the analyzer's own decoder, so
+//! tunnels and VLANs land by their inner connection), picks its shard by
+//! its connection ([`Packet::conversation`]) and puts it in that shard's
+//! list of the round; N shards, each a thread with its own [`Analyzer`],
+//! analyze their lists. A frame travels as its place in the capture's
+//! mapping when the source has one ([`Source::mapping`], a plain file; the
+//! source then keeps the pages of rounds in flight), else copied into the
+//! round, with its decoded packet beside it. (Decoding here once, rather
+//! than in every shard to find its own, is a sixth fewer instructions
+//! at two shards; the shards prefetch their lists and frames, which this
+//! thread wrote and touched last, on another core.)
 //!
 //! What keeps the output that of one thread:
 //! - Both directions of a connection, and all connection IDs of a QUIC
@@ -17,12 +18,13 @@
 //!   RFC 9000 §9 forbids migrating before the handshake is confirmed, so
 //!   this only touches packets after a record's handshake part.
 //! - Frames are numbered in capture order. The idle sweep one analyzer
-//!   runs when the capture clock passes a second is run in every shard at
-//!   the same frame ([`Analyzer::tick`]): each sees every frame's clock.
+//!   runs when the capture clock passes a second ([`SweepClock`], kept
+//!   here too) is in every shard's list at the same frame
+//!   ([`Analyzer::tick`]).
 //! - Records are merged by the number of the frame that completed them:
 //!   the order of one thread. A sink that only writes each record's bytes
-//!   (NDJSON) has the shards encode them; this thread puts them in order. Records several shards finish at the same
-//!   frame (an idle sweep, the end of the capture) come shard by shard.
+//!   (NDJSON) has the shards encode them; this thread puts them in
+//!   order. Records several shards finish at the same frame (an idle sweep, the end of the capture) come shard by shard.
 //! - Session IDs servers issue go to one store all shards share
 //!   ([`SharedIds`]). Whether a ClientHello's ID was issued before its
 //!   frame `q` is asked when its record is built. If the store already
@@ -45,12 +47,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use analyzer::handshake::Issued;
 use analyzer::quic::version::VersionsSeen;
 use analyzer::record::ConnectionRecord;
-use analyzer::wire::{self, LinkType};
-use analyzer::{Analyzer, SessionIds, Stats};
+use analyzer::wire::{self, DecodeError, Packet};
+use analyzer::{Analyzer, SessionIds, Stats, SweepClock};
 use anyhow::{anyhow, bail, Result};
 
 use crate::sink::{Encoder, RecordSink};
-use crate::source::{prefetch, Captured, Source, Status};
+use crate::source::{prefetch, prefetch_value, Captured, Source, Status};
 
 /// Frames per shard in one round: every shard gets one batch per round,
 /// so that each knows how far the capture has gone.
@@ -70,11 +72,13 @@ const PREFETCH_AHEAD: usize = 4;
 /// "Past every frame": a shard at the end of its input, or gone.
 const DONE: u64 = u64::MAX;
 
-/// One frame of a round; its number is the round's first plus its index.
+/// One frame of a round, or a sweep, in one shard's list.
 #[derive(Clone, Copy)]
 struct Item {
+    /// The frame's number.
+    seq: u64,
     ts: f64,
-    link: LinkType,
+    what: What,
     /// Its bytes are `start..end` of the batch's `data`, or of the
     /// source's mapping when `mapped`.
     start: usize,
@@ -82,14 +86,29 @@ struct Item {
     mapped: bool,
 }
 
-/// A round, the same for every shard: the frames the source rewrote (not
-/// in its mapping) back to back, and every frame's place.
+/// What the reading thread found at a frame, decoded once for all shards.
+#[derive(Clone, Copy)]
+enum What {
+    /// A packet, its payload `payload` of the frame's bytes (the packet as
+    /// decoded holds an empty one).
+    Packet {
+        packet: Packet<'static>,
+        payload: (u32, u32),
+    },
+    /// A frame that yielded no packet: counted.
+    Undecodable(DecodeError),
+    /// The idle sweep one analyzer runs at this frame (in every shard).
+    Sweep,
+}
+
+/// A round: the frames the source rewrote (not in its mapping) back to
+/// back, and each shard's list of its frames and of the sweeps.
 #[derive(Default)]
 struct Batch {
-    /// The number of its first frame.
-    first: u64,
+    /// One past the number of its last frame.
+    end: u64,
     data: Vec<u8>,
-    items: Vec<Item>,
+    items: Vec<Vec<Item>>,
 }
 
 enum ToShard {
@@ -465,6 +484,7 @@ pub fn replay(
         let mut dispatch = Dispatch {
             n,
             seq: 0,
+            sweep: SweepClock::default(),
             pool: Vec::new(),
             map,
             mapped_to: 0,
@@ -562,15 +582,17 @@ fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
     out
 }
 
-/// The reading side: finds the frames and numbers them. It does not
-/// decode them: every shard decodes every frame of a round to find the
-/// ones that are its own, so that the one thread that does not run in
-/// parallel only walks the capture (choosing here, it took a fifth of the
-/// CPU of a two-shard run, and the shards decoded each frame again).
+/// The reading side: finds the frames, numbers them, decodes each once
+/// (the analyzer's own decoder, so tunnels and VLANs land by their inner
+/// connection) and puts it in its shard's list, with the idle sweeps in
+/// every list. (Each shard decoded every frame to find its own before:
+/// a fifth more instructions than one thread.)
 struct Dispatch<'a> {
     n: usize,
     /// The next frame's number.
     seq: u64,
+    /// The sweeps one analyzer would run.
+    sweep: SweepClock,
     /// Batches the shards are done with, for reuse.
     pool: Vec<Batch>,
     /// The source's mapping (empty if none).
@@ -583,13 +605,15 @@ impl Dispatch<'_> {
     /// Reads a round: until every shard could have its share, or the end.
     fn fill(&mut self, source: &mut dyn Source) -> (Result<Status>, Batch) {
         let mut batch = self.pool.pop().unwrap_or_default();
-        batch.first = self.seq;
+        batch.items.resize_with(self.n, Vec::new);
         let want = self.seq + (ROUND_PER_SHARD * self.n) as u64;
         let mut odd = false;
         let base = self.map.as_ptr() as usize;
+        let n = self.n as u64;
         while self.seq < want {
             let polled = source.poll(std::time::Duration::ZERO, &mut |c| match c {
                 Captured::Frame { ts, link, data } => {
+                    let seq = self.seq;
                     self.seq += 1;
                     // Inside the mapping (not a frame the source rewrote): no copy.
                     let at = (data.as_ptr() as usize).wrapping_sub(base);
@@ -601,17 +625,49 @@ impl Dispatch<'_> {
                         batch.data.extend_from_slice(data);
                         batch.data.len() - data.len()
                     };
-                    batch.items.push(Item {
+                    let item = |what| Item {
+                        seq,
                         ts,
-                        link,
+                        what,
                         start,
                         end: start + data.len(),
                         mapped,
-                    });
+                    };
+                    let (owner, what) = match wire::decode(link, data) {
+                        Ok(p) => {
+                            // A decoded packet's sweep runs in every shard.
+                            if self.sweep.due(ts) {
+                                self.sweep.swept(ts);
+                                for list in &mut batch.items {
+                                    list.push(item(What::Sweep));
+                                }
+                            }
+                            // foldhash, not SipHash: the choice needs
+                            // spread, not resistance to chosen input.
+                            let owner = foldhash::fast::FixedState::default()
+                                .hash_one(p.conversation())
+                                % n;
+                            // The payload borrows from the frame: where in it.
+                            let from =
+                                (p.payload.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+                            let to = from.wrapping_add(p.payload.len());
+                            let what = What::Packet {
+                                packet: Packet { payload: &[], ..p },
+                                payload: (from as u32, to as u32),
+                            };
+                            (owner, what)
+                        }
+                        // Undecodable frames are only counted: any shard will do.
+                        Err(e) => (seq % n, What::Undecodable(e)),
+                    };
+                    if let Some(list) = batch.items.get_mut(owner as usize) {
+                        list.push(item(what));
+                    }
                 }
                 // Capture files hand over frames only.
                 Captured::Packet { .. } => odd = true,
             });
+            batch.end = self.seq;
             if odd {
                 return (
                     Err(anyhow!(
@@ -632,7 +688,9 @@ impl Dispatch<'_> {
     fn reuse(&mut self, round: Option<(Arc<Batch>, usize)>) {
         if let Some(mut batch) = round.and_then(|(b, _)| Arc::try_unwrap(b).ok()) {
             batch.data.clear();
-            batch.items.clear();
+            for list in &mut batch.items {
+                list.clear();
+            }
             self.pool.push(batch);
         }
     }
@@ -657,10 +715,8 @@ fn collect(
     write(&mut outs, shared, encoder, sink, scratch)
 }
 
-/// One shard: its analyzer over its own frames of each round. It decodes
-/// every frame (the analyzer's own decoder, so tunnels and VLANs land by
-/// their inner connection) to find its own, and replays the idle sweep
-/// one analyzer would run at a frame of another shard.
+/// One shard: its analyzer over its list of each round, its own frames
+/// (decoded) and the idle sweeps one analyzer runs.
 fn shard(
     me: usize,
     shared: Arc<Shared>,
@@ -671,7 +727,6 @@ fn shard(
     tx: Sender<FromShard>,
 ) {
     let _past = PastEverything(&shared, me);
-    let n = shared.progress.len() as u64;
     let mut analyzer = make();
     analyzer.set_session_ids(Box::new(SharedIds {
         shared: shared.clone(),
@@ -695,42 +750,34 @@ fn shard(
                     let bytes = if item.mapped { map } else { &batch.data[..] };
                     bytes.get(item.start..item.end).unwrap_or_default()
                 };
-                for (k, item) in batch.items.iter().enumerate() {
-                    if let Some(ahead) = batch.items.get(k + PREFETCH_AHEAD) {
+                let list = batch.items.get(me).map_or(&[][..], |l| &l[..]);
+                for (k, item) in list.iter().enumerate() {
+                    // The list, further ahead: written on the reading
+                    // thread's core, it was the loop's largest wait.
+                    if let Some(ahead) = list.get(k + 4 * PREFETCH_AHEAD) {
+                        prefetch_value(ahead);
+                    }
+                    if let Some(ahead) = list.get(k + PREFETCH_AHEAD) {
                         // Its link, network and transport headers.
                         prefetch(bytes_of(ahead), 2);
                     }
-                    let seq = batch.first + k as u64;
+                    shared.advance(me, item.seq);
                     let frame = bytes_of(item);
-                    let decoded = wire::decode(item.link, frame);
-                    let owner = match &decoded {
-                        Ok(p) => {
-                            // A decoded packet's sweep runs in every shard.
-                            if analyzer.sweep_due(item.ts) {
-                                shared.advance(me, seq);
-                                analyzer.tick(item.ts);
-                                out.take(&mut analyzer, seq, encoder);
-                            }
-                            // foldhash, not SipHash: the choice needs
-                            // spread, not resistance to chosen input.
-                            foldhash::fast::FixedState::default().hash_one(p.conversation()) % n
+                    match item.what {
+                        What::Packet { packet, payload } => {
+                            let payload = frame
+                                .get(payload.0 as usize..payload.1 as usize)
+                                .unwrap_or_default();
+                            analyzer.push_packet(item.ts, &Packet { payload, ..packet });
+                            let versions = analyzer.stats().quic.undecoded_versions.values().len();
+                            versions_at.resize(versions, item.seq);
                         }
-                        // Undecodable frames are only counted: any shard will do.
-                        Err(_) => seq % n,
-                    };
-                    if owner != me as u64 {
-                        continue;
+                        What::Undecodable(e) => analyzer.push_undecodable(frame.len(), e),
+                        What::Sweep => analyzer.tick(item.ts),
                     }
-                    shared.advance(me, seq);
-                    match &decoded {
-                        Ok(p) => analyzer.push_packet(item.ts, p),
-                        Err(e) => analyzer.push_undecodable(frame.len(), *e),
-                    }
-                    let versions = analyzer.stats().quic.undecoded_versions.values().len();
-                    versions_at.resize(versions, seq);
-                    out.take(&mut analyzer, seq, encoder);
+                    out.take(&mut analyzer, item.seq, encoder);
                 }
-                shared.advance(me, batch.first + batch.items.len() as u64);
+                shared.advance(me, batch.end);
                 drop(batch);
                 sizes = (out.entries.len(), out.bytes.len());
                 if tx.send(FromShard::Round(out)).is_err() {

@@ -193,6 +193,33 @@ impl TraceMemory for IssuedIds {
     }
 }
 
+/// When idle flows are swept: at a decoded packet whose clock passed a
+/// second since the last sweep. Every analyzer keeps one; a sharded
+/// replay's reading thread keeps its own, to run the sweep in every shard
+/// at the frame one analyzer would.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepClock {
+    last: f64,
+}
+
+impl Default for SweepClock {
+    fn default() -> Self {
+        SweepClock { last: f64::MIN }
+    }
+}
+
+impl SweepClock {
+    /// Whether a decoded packet at `ts` sweeps first.
+    pub fn due(&self, ts: f64) -> bool {
+        ts > self.last + 1.0
+    }
+
+    /// A sweep ran at `now`.
+    pub fn swept(&mut self, now: f64) {
+        self.last = now;
+    }
+}
+
 /// Passive TLS handshake analysis over a stream of timestamped frames.
 ///
 /// ```
@@ -218,7 +245,7 @@ pub struct Analyzer {
     /// `take_finished_flows`: a kernel-side filter can stop sending them.
     finished: Vec<(Endpoint, Endpoint)>,
     stats: Stats,
-    last_sweep: f64,
+    sweep: SweepClock,
     quic: crate::quic::QuicTracker,
     /// This host's addresses, for each record's `role`; None: unknown.
     local: Option<LocalNets>,
@@ -240,7 +267,7 @@ impl Analyzer {
             spare: Vec::new(),
             finished: Vec::new(),
             stats: Stats::default(),
-            last_sweep: f64::MIN,
+            sweep: SweepClock::default(),
             local: None,
             capture: None,
             quic: crate::quic::QuicTracker::new(cfg.max_flows, cfg.idle_timeout)
@@ -343,7 +370,7 @@ impl Analyzer {
     pub fn push_packet(&mut self, ts: f64, p: &Packet<'_>) {
         self.stats.packets += 1;
         self.stats.bytes += p.payload.len() as u64;
-        if self.sweep_due(ts) {
+        if self.sweep.due(ts) {
             self.tick(ts);
         }
         match p.transport {
@@ -412,18 +439,11 @@ impl Analyzer {
         }
     }
 
-    /// Whether a decoded packet at `ts` sweeps idle flows first: the clock
-    /// passed a second since the last sweep. (A sharded replay runs the
-    /// sweep in every shard at the frame one analyzer would.)
-    pub fn sweep_due(&self, ts: f64) -> bool {
-        ts > self.last_sweep + 1.0
-    }
-
     /// Advances the clock without a packet (live capture on a quiet link):
     /// flows idle longer than the idle timeout are finished.
     pub fn tick(&mut self, now: f64) {
         self.expire_idle(now);
-        self.last_sweep = now;
+        self.sweep.swept(now);
     }
 
     /// End of input: every flow still open is finished (as `incomplete` if

@@ -18,6 +18,6 @@ pub mod slice;
 pub mod tcp;
 pub mod tls;
 pub mod wire;
-pub use analyzer::{Analyzer, Config, RecordAt, SessionIds};
+pub use analyzer::{Analyzer, Config, RecordAt, SessionIds, SweepClock};
 pub use counters::Stats;
 pub use flow::table::Endpoint;

@@ -77,6 +77,22 @@ pub fn prefetch(bytes: &[u8], lines: usize) {
     let _ = (bytes, lines);
 }
 
+/// Asks the cache for every line of `value`: one another core wrote last.
+pub fn prefetch_value<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = (value as *const T).cast::<i8>();
+        let size = std::mem::size_of::<T>();
+        for offset in (0..size).step_by(64).chain(size.checked_sub(1)) {
+            // SAFETY: as in `prefetch`; the address is inside `value`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 /// A capture source.
 pub trait Source {
     /// Waits up to `timeout` and hands over what arrived. Sources that read
