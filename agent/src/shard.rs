@@ -79,7 +79,8 @@ struct Item {
     seq: u64,
     ts: f64,
     what: What,
-    /// Its bytes are `start..end` of the batch's `data`, or of the
+    /// The bytes the shard reads (a packet's payload, an undecodable
+    /// frame whole): `start..end` of the batch's `data`, or of the
     /// source's mapping when `mapped`.
     start: usize,
     end: usize,
@@ -89,12 +90,9 @@ struct Item {
 /// What the reading thread found at a frame, decoded once for all shards.
 #[derive(Clone, Copy)]
 enum What {
-    /// A packet, its payload `payload` of the frame's bytes (the packet as
-    /// decoded holds an empty one).
-    Packet {
-        packet: Packet<'static>,
-        payload: (u32, u32),
-    },
+    /// A packet; its payload is the item's bytes (the packet holds an
+    /// empty one).
+    Packet(Packet<'static>),
     /// A frame that yielded no packet: counted.
     Undecodable(DecodeError),
     /// The idle sweep one analyzer runs at this frame (in every shard).
@@ -625,21 +623,23 @@ impl Dispatch<'_> {
                         batch.data.extend_from_slice(data);
                         batch.data.len() - data.len()
                     };
-                    let item = |what| Item {
+                    // `part` of the frame's bytes, `start..` of the batch's
+                    // or the mapping's.
+                    let item = |what, part: std::ops::Range<usize>| Item {
                         seq,
                         ts,
                         what,
-                        start,
-                        end: start + data.len(),
+                        start: start + part.start,
+                        end: start + part.end,
                         mapped,
                     };
-                    let (owner, what) = match wire::decode(link, data) {
+                    match wire::decode(link, data) {
                         Ok(p) => {
                             // A decoded packet's sweep runs in every shard.
                             if self.sweep.due(ts) {
                                 self.sweep.swept(ts);
                                 for list in &mut batch.items {
-                                    list.push(item(What::Sweep));
+                                    list.push(item(What::Sweep, 0..0));
                                 }
                             }
                             // foldhash, not SipHash: the choice needs
@@ -648,20 +648,21 @@ impl Dispatch<'_> {
                                 .hash_one(p.conversation())
                                 % n;
                             // The payload borrows from the frame: where in it.
-                            let from =
-                                (p.payload.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
-                            let to = from.wrapping_add(p.payload.len());
-                            let what = What::Packet {
-                                packet: Packet { payload: &[], ..p },
-                                payload: (from as u32, to as u32),
-                            };
-                            (owner, what)
+                            let from = (p.payload.as_ptr() as usize)
+                                .wrapping_sub(data.as_ptr() as usize)
+                                .min(data.len());
+                            let to = from + p.payload.len().min(data.len() - from);
+                            let what = What::Packet(Packet { payload: &[], ..p });
+                            if let Some(list) = batch.items.get_mut(owner as usize) {
+                                list.push(item(what, from..to));
+                            }
                         }
                         // Undecodable frames are only counted: any shard will do.
-                        Err(e) => (seq % n, What::Undecodable(e)),
-                    };
-                    if let Some(list) = batch.items.get_mut(owner as usize) {
-                        list.push(item(what));
+                        Err(e) => {
+                            if let Some(list) = batch.items.get_mut((seq % n) as usize) {
+                                list.push(item(What::Undecodable(e), 0..data.len()));
+                            }
+                        }
                     }
                 }
                 // Capture files hand over frames only.
@@ -758,21 +759,24 @@ fn shard(
                         prefetch_value(ahead);
                     }
                     if let Some(ahead) = list.get(k + PREFETCH_AHEAD) {
-                        // Its link, network and transport headers.
+                        // The start of its payload: what the analyzer reads.
                         prefetch(bytes_of(ahead), 2);
                     }
                     shared.advance(me, item.seq);
-                    let frame = bytes_of(item);
+                    let bytes = bytes_of(item);
                     match item.what {
-                        What::Packet { packet, payload } => {
-                            let payload = frame
-                                .get(payload.0 as usize..payload.1 as usize)
-                                .unwrap_or_default();
-                            analyzer.push_packet(item.ts, &Packet { payload, ..packet });
+                        What::Packet(packet) => {
+                            analyzer.push_packet(
+                                item.ts,
+                                &Packet {
+                                    payload: bytes,
+                                    ..packet
+                                },
+                            );
                             let versions = analyzer.stats().quic.undecoded_versions.values().len();
                             versions_at.resize(versions, item.seq);
                         }
-                        What::Undecodable(e) => analyzer.push_undecodable(frame.len(), e),
+                        What::Undecodable(e) => analyzer.push_undecodable(bytes.len(), e),
                         What::Sweep => analyzer.tick(item.ts),
                     }
                     out.take(&mut analyzer, item.seq, encoder);
