@@ -58,7 +58,8 @@ use crate::source::{prefetch, prefetch_value, Captured, Source, Status};
 /// so that each knows how far the capture has gone.
 const ROUND_PER_SHARD: usize = 2048;
 
-/// Rounds handed out before the oldest one's records are collected.
+/// Rounds handed out before the oldest one's records are collected (a
+/// shard sends a round's records when it has done the next: at least 2).
 const DEPTH: usize = 3;
 
 /// Flows finished per step at the end of input (as `pipeline::finish`).
@@ -112,6 +113,8 @@ struct Batch {
 enum ToShard {
     /// A round's frames, shared by every shard.
     Round(Arc<Batch>),
+    /// No more rounds: send the records of the last one.
+    Flush,
     /// End of input: finish every flow.
     Finish,
 }
@@ -129,15 +132,22 @@ enum FromShard {
 /// Records a shard completed, each with the number of the frame that
 /// completed it, in the order it completed them: as they are, or, when the
 /// sink has an encoder ([`RecordSink::encoder`]), as its bytes, encoded on
-/// the shard so that the reading thread only puts them in order. A record
-/// with an open question ([`ConnectionRecord::unsettled`]) is then encoded
-/// both ways, and the reading thread picks one when it has the answer
-/// (encoding them itself was a tenth of its time, and it is the one
-/// thread that does not run in parallel).
+/// the shard so that the reading thread only puts them in order (encoding
+/// them itself was a tenth of its time, and it is the one thread that
+/// does not run in parallel). A record with an open question
+/// ([`ConnectionRecord::unsettled`]) waits until the shard has done the
+/// next round too: the other shards have then most often passed the
+/// frame it asks about, and it is settled and encoded once ([`Out::close`];
+/// at the end of its own round that was one in ten). If not, it is
+/// encoded both ways, and the reading thread picks one when it has the
+/// answer.
 #[derive(Default)]
 struct Out {
     entries: Vec<(u64, Entry)>,
     bytes: Vec<u8>,
+    /// Entries holding a record with an open question, to encode at the
+    /// end of the round ([`Out::close`]).
+    open: Vec<usize>,
 }
 
 enum Entry {
@@ -166,32 +176,71 @@ impl Out {
         }
     }
 
-    fn push(&mut self, seq: u64, mut record: ConnectionRecord, encoder: Option<Encoder>) {
-        let Some(encode) = encoder else {
-            self.entries.push((seq, Entry::Record(Box::new(record))));
-            return;
-        };
-        let mut line = |record: &ConnectionRecord| {
-            let start = self.bytes.len();
-            encode(record, &mut self.bytes);
-            (start, self.bytes.len())
-        };
-        // As `settle` leaves it: unanswered, then answered yes.
-        let open = record.unsettled.take();
-        let not_issued = line(&record);
-        let entry = match open {
-            None => Entry::Line(not_issued.0, not_issued.1),
-            Some(u) => {
-                record.offered = u.offered;
-                record.timing.avoidable = u.avoidable;
-                Entry::Either {
-                    not_issued,
-                    issued: line(&record),
-                    question: u.session_id,
-                }
+    fn push(&mut self, seq: u64, record: ConnectionRecord, encoder: Option<Encoder>) {
+        let entry = match encoder {
+            Some(encode) if record.unsettled.is_none() => {
+                let (start, end) = self.line(&record, encode);
+                Entry::Line(start, end)
             }
+            Some(_) => {
+                self.open.push(self.entries.len());
+                Entry::Record(Box::new(record))
+            }
+            None => Entry::Record(Box::new(record)),
         };
         self.entries.push((seq, entry));
+    }
+
+    /// Appends `record`'s bytes; where they are.
+    fn line(&mut self, record: &ConnectionRecord, encode: Encoder) -> (usize, usize) {
+        let start = self.bytes.len();
+        encode(record, &mut self.bytes);
+        (start, self.bytes.len())
+    }
+
+    /// End of the round: encodes the records with an open question, once
+    /// if `ids` now has the answer, else both ways.
+    fn close(&mut self, ids: &SharedIds, encoder: Option<Encoder>) {
+        let Some(encode) = encoder else { return };
+        for at in std::mem::take(&mut self.open) {
+            let Some((_, entry)) = self.entries.get_mut(at) else {
+                continue;
+            };
+            let Entry::Record(record) = std::mem::replace(entry, Entry::Line(0, 0)) else {
+                continue;
+            };
+            let mut record = *record;
+            let answer = record
+                .unsettled
+                .as_ref()
+                .and_then(|u| ids.answer(u.session_id.0, u.session_id.1));
+            let new = match (answer, record.unsettled.take()) {
+                (Some(issued), u) => {
+                    record.unsettled = u;
+                    record.settle(issued);
+                    let (start, end) = self.line(&record, encode);
+                    Entry::Line(start, end)
+                }
+                (None, None) => {
+                    let (start, end) = self.line(&record, encode);
+                    Entry::Line(start, end)
+                }
+                // As `settle` leaves it: unanswered, then answered yes.
+                (None, Some(u)) => {
+                    let not_issued = self.line(&record, encode);
+                    record.offered = u.offered;
+                    record.timing.avoidable = u.avoidable;
+                    Entry::Either {
+                        not_issued,
+                        issued: self.line(&record, encode),
+                        question: u.session_id,
+                    }
+                }
+            };
+            if let Some((_, entry)) = self.entries.get_mut(at) {
+                *entry = new;
+            }
+        }
     }
 }
 
@@ -519,6 +568,10 @@ pub fn replay(
                 }
             }
         }
+        for tx in &to {
+            tx.send(ToShard::Flush)
+                .map_err(|_| anyhow!("an analysis shard stopped"))?;
+        }
         for _ in 0..rounds.len() {
             collect(&from, &shared, encoder, sink, &mut scratch)?;
         }
@@ -733,8 +786,22 @@ fn shard(
         shared: shared.clone(),
         me,
     }));
+    // Answers open questions at the end of a round.
+    let ids = SharedIds {
+        shared: shared.clone(),
+        me,
+    };
     // The last round's records: entries and bytes.
     let mut sizes = (0, 0);
+    // The records of the round before, sent when this one is done.
+    let mut held: Option<Out> = None;
+    let send_held = |held: &mut Option<Out>| match held.take() {
+        Some(mut out) => {
+            out.close(&ids, encoder);
+            tx.send(FromShard::Round(out)).is_ok()
+        }
+        None => true,
+    };
     // Frames where the undecoded QUIC versions list gained each value.
     let mut versions_at = Vec::new();
     for msg in rx {
@@ -746,6 +813,7 @@ fn shard(
                 let mut out = Out {
                     entries: Vec::with_capacity(sizes.0 + sizes.0 / 2),
                     bytes: Vec::with_capacity(sizes.1 + sizes.1 / 2),
+                    open: Vec::new(),
                 };
                 let bytes_of = |item: &Item| -> &[u8] {
                     let bytes = if item.mapped { map } else { &batch.data[..] };
@@ -784,7 +852,13 @@ fn shard(
                 shared.advance(me, batch.end);
                 drop(batch);
                 sizes = (out.entries.len(), out.bytes.len());
-                if tx.send(FromShard::Round(out)).is_err() {
+                if !send_held(&mut held) {
+                    return;
+                }
+                held = Some(out);
+            }
+            ToShard::Flush => {
+                if !send_held(&mut held) {
                     return;
                 }
             }
@@ -798,6 +872,7 @@ fn shard(
                             out.push(0, r, encoder);
                         }
                     });
+                    out.close(&ids, encoder);
                     if tx.send(FromShard::Finished(out)).is_err() {
                         return;
                     }
