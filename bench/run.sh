@@ -231,11 +231,15 @@ fi
 [ "$DO_TSHARK" = 1 ] && TOOLS+=(tshark)
 echo "== timing ${TOOLS[*]}: $RUNS runs each, alternating"
 for ((run = 1; run <= RUNS; run++)); do
-  # The order rotates each run, so no tool always follows the same one
-  # (tlsrum right after pcapcount's read() of the whole file lost every
-  # pair to a build of the same instructions that ran after it).
-  for ((k = 0; k < ${#TOOLS[@]}; k++)); do
-    tool=${TOOLS[$(((k + run - 1) % ${#TOOLS[@]}))]}
+  # Each run's order is shuffled (seeded by the run number, so a rerun
+  # repeats it): no tool always follows the same one. tlsrum right after
+  # pcapcount's read() of the whole file lost every pair to a build of the
+  # same instructions; rotating the order did not help, since a rotation
+  # keeps every tool's predecessor.
+  mapfile -t ORDER < <(printf '%s\n' "${TOOLS[@]}" |
+    awk -v seed="$run" 'BEGIN { srand(seed) } { printf "%.9f\t%s\n", rand(), $0 }' |
+    sort -n | cut -f2)
+  for tool in "${ORDER[@]}"; do
     case "$tool" in
       cat) run_timed cat cat "$BIG" ;;
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
