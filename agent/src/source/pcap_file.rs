@@ -435,6 +435,8 @@ pub struct PcapFile {
     keep: Option<Arc<AtomicUsize>>,
     /// A mapped file's bytes before this were asked into the cache.
     fetched: usize,
+    /// A mapped file's bytes before this are mapped in (see `fetch_ahead`).
+    populated: usize,
     format: Format,
     /// True once the file was read to its end (or failed).
     ended: bool,
@@ -581,6 +583,7 @@ impl PcapFile {
             released: 0,
             keep: None,
             fetched: 0,
+            populated: 0,
             // Replaced by the header's below.
             format: Format::Pcap(Default::default()),
             ended: false,
@@ -737,7 +740,16 @@ impl PcapFile {
         let Bytes::Map(map) = &self.bytes else {
             return;
         };
+        // Page-table entries, a chunk at a time and a chunk ahead: a
+        // prefetch into a page not mapped in yet is dropped, and each
+        // first touch was a page fault (16 pages at a time).
+        const CHUNK: usize = 1 << 20;
         let to = (self.pos + AHEAD).min(map.len());
+        if to + CHUNK > self.populated && self.populated < map.len() {
+            let len = CHUNK.min(map.len() - self.populated);
+            let _ = map.advise_range(memmap2::Advice::PopulateRead, self.populated, len);
+            self.populated += len;
+        }
         if let Some(bytes) = map.get(self.fetched.max(self.pos)..to) {
             prefetch(bytes, usize::MAX);
         }
