@@ -213,23 +213,20 @@ impl Out {
                 continue;
             };
             let mut record = *record;
-            let answer = record
+            if let Some(issued) = record
                 .unsettled
                 .as_ref()
-                .and_then(|u| ids.answer(u.session_id.0, u.session_id.1));
-            let new = match (answer, record.unsettled.take()) {
-                (Some(issued), u) => {
-                    record.unsettled = u;
-                    record.settle(issued);
-                    let (start, end) = self.line(&record, encode);
-                    Entry::Line(start, end)
-                }
-                (None, None) => {
+                .and_then(|u| ids.answer(u.session_id.0, u.session_id.1))
+            {
+                record.settle(issued);
+            }
+            let new = match record.unsettled.take() {
+                None => {
                     let (start, end) = self.line(&record, encode);
                     Entry::Line(start, end)
                 }
                 // As `settle` leaves it: unanswered, then answered yes.
-                (None, Some(u)) => {
+                Some(u) => {
                     let not_issued = self.line(&record, encode);
                     record.offered = u.offered;
                     record.timing.avoidable = u.avoidable;
