@@ -40,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod allocator;
 pub mod cli;
 pub mod ebpf;
 pub mod exit;
