@@ -40,7 +40,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod allocator;
 pub mod cli;
 pub mod ebpf;
 pub mod exit;

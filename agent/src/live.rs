@@ -315,6 +315,21 @@ pub(crate) fn show(
     Ok(())
 }
 
+/// mimalloc's `mi_option_purge_delay` (mimalloc.h's `mi_option_e`; the
+/// Rust bindings name no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// A live agent's peak memory is what a fleet sizes hosts by: freed pages
+/// go back to the OS at once instead of after mimalloc's default 10 ms.
+/// Under a flood that delay let a live agent's peak swing by ~60 MiB from
+/// run to run (331-364 MiB with it at 0, 344-420 MiB without, in
+/// agent/tests/flood_memory.rs). Replay keeps the default: it is faster
+/// there and its peak is not a service's.
+fn return_freed_memory_promptly() {
+    // SAFETY: sets a process-wide allocator option; no memory is touched.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 pub fn run(args: LiveArgs) -> Result<ExitCode> {
     // The kernel side filters by --port only: a BPF expression needs libpcap.
     if args.filter.is_some() && args.backend == Backend::Ebpf {
@@ -326,7 +341,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         None => None,
     };
     let names = server_names(&args)?;
-    crate::allocator::return_freed_memory_promptly();
+    return_freed_memory_promptly();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))

@@ -40,7 +40,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tlsrum::allocator::no_huge_pages();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
