@@ -163,8 +163,9 @@ fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
 fn opt_time(out: &mut Vec<u8>, v: Option<crate::record::UtcTime>) {
     match v {
         Some(t) => {
-            use std::io::Write as _;
-            let _ = write!(out, "\"{t}\"");
+            out.push(b'"');
+            t.write_to(out);
+            out.push(b'"');
         }
         None => out.extend_from_slice(b"null"),
     }
