@@ -1,7 +1,7 @@
 //! Flow-sharded replay (`tlsrum replay --threads N`): this thread reads the
 //! capture, decodes each frame once (the analyzer's own decoder, so
 //! tunnels and VLANs land by their inner connection), picks its shard by
-//! its connection ([`Packet::conversation`]) and puts it in that shard's
+//! its connection ([`Packet::connection_hash`]) and puts it in that shard's
 //! list of the round; N shards, each a thread with its own [`Analyzer`],
 //! analyze their lists. A frame travels as its place in the capture's
 //! mapping when the source has one ([`Source::mapping`], a plain file; the
@@ -42,7 +42,6 @@
 //!   when they bind can differ from one thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -695,11 +694,7 @@ impl Dispatch<'_> {
                                     list.push(item(What::Sweep, 0..0));
                                 }
                             }
-                            // foldhash, not SipHash: the choice needs
-                            // spread, not resistance to chosen input.
-                            let owner = foldhash::fast::FixedState::default()
-                                .hash_one(p.conversation())
-                                % n;
+                            let owner = p.connection_hash() % n;
                             // The payload borrows from the frame: where in it.
                             let from = (p.payload.as_ptr() as usize)
                                 .wrapping_sub(data.as_ptr() as usize)
