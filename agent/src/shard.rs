@@ -355,7 +355,7 @@ impl Shared {
             gate: Mutex::new(()),
             passed: Condvar::new(),
             ids: Mutex::new(IdStore {
-                first: HashMap::new(),
+                first: HashMap::default(),
                 order: VecDeque::new(),
                 cap: max_session_ids.max(1),
             }),
@@ -399,7 +399,8 @@ impl Shared {
 /// entry out first (one analyzer drops the least recently issued: they
 /// differ only past `max_session_ids` IDs).
 struct IdStore {
-    first: HashMap<u64, u64>,
+    /// foldhash, not std's SipHash: the keys are already keyed hashes.
+    first: HashMap<u64, u64, foldhash::fast::RandomState>,
     order: VecDeque<u64>,
     cap: usize,
 }
