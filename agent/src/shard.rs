@@ -363,13 +363,17 @@ impl Shared {
     }
 
     /// Shard `me` processed every frame below `seq`; wakes whoever waits
-    /// for that. (SeqCst here and in `wait_past`: either the waiter sees
-    /// the progress, or the shard sees the wish.)
+    /// for that. Called per frame, so without a fence: a SeqCst store
+    /// here (an `xchg`, which drains the store buffer) let every waiter
+    /// see the progress or the shard see the wish, but cost it on every
+    /// frame, and nothing in the analyzer waits any more (see
+    /// `SessionIds::ask`). A wish read too late is caught by the waiter's
+    /// own look a millisecond later.
     fn advance(&self, me: usize, seq: u64) {
-        self.progress[me].0.store(seq, Ordering::SeqCst);
-        if self.wanted[me].0.load(Ordering::SeqCst) <= seq {
+        self.progress[me].0.store(seq, Ordering::Release);
+        if self.wanted[me].0.load(Ordering::Relaxed) <= seq {
             let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-            self.wanted[me].0.store(DONE, Ordering::SeqCst);
+            self.wanted[me].0.store(DONE, Ordering::Relaxed);
             self.passed.notify_all();
         }
     }
@@ -386,11 +390,17 @@ impl Shared {
         }
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            self.wanted[i].0.fetch_min(q, Ordering::SeqCst);
-            if self.progress[i].0.load(Ordering::SeqCst) >= q {
+            self.wanted[i].0.fetch_min(q, Ordering::Relaxed);
+            if self.progress[i].0.load(Ordering::Acquire) >= q {
                 return;
             }
-            gate = self.passed.wait(gate).unwrap_or_else(|e| e.into_inner());
+            // Woken when shard i reads the wish; if it read the wish's
+            // slot just before the wish, the next look finds it past q.
+            gate = self
+                .passed
+                .wait_timeout(gate, std::time::Duration::from_millis(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }
