@@ -115,6 +115,10 @@ struct Batch {
 enum ToShard {
     /// A round's frames, shared by every shard.
     Round(Arc<Batch>),
+    /// A round's records written: its buffers, back for another round.
+    /// (Allocated anew each round on the shard and freed here, they
+    /// were fresh memory for the allocator to fault in and zero.)
+    Spare(Out),
     /// No more rounds: send the records of the last one.
     Flush,
     /// End of input: finish every flow.
@@ -562,7 +566,7 @@ pub fn replay(
             }
             rounds.push_back((batch, start));
             if rounds.len() > DEPTH {
-                collect(&from, &shared, encoder, sink, &mut scratch)?;
+                collect(&from, &to, &shared, encoder, sink, &mut scratch)?;
                 dispatch.reuse(rounds.pop_front());
                 if let (Some(m), Some((_, start))) = (&mapping, rounds.front()) {
                     m.keep.store(*start, Ordering::Release);
@@ -583,7 +587,7 @@ pub fn replay(
                 .map_err(|_| anyhow!("an analysis shard stopped"))?;
         }
         for _ in 0..rounds.len() {
-            collect(&from, &shared, encoder, sink, &mut scratch)?;
+            collect(&from, &to, &shared, encoder, sink, &mut scratch)?;
         }
         let mut stats = Stats::default();
         let mut versions = Vec::new();
@@ -760,6 +764,7 @@ impl Dispatch<'_> {
 /// frame order (shard by shard within a frame).
 fn collect(
     from: &[Receiver<FromShard>],
+    to: &[Sender<ToShard>],
     shared: &Shared,
     encoder: Option<Encoder>,
     sink: &mut dyn RecordSink,
@@ -772,7 +777,12 @@ fn collect(
             _ => bail!("an analysis shard stopped"),
         }
     }
-    write(&mut outs, shared, encoder, sink, scratch)
+    write(&mut outs, shared, encoder, sink, scratch)?;
+    for (tx, out) in to.iter().zip(outs) {
+        // A shard gone has stopped for a reason the next round reports.
+        let _ = tx.send(ToShard::Spare(out));
+    }
+    Ok(())
 }
 
 /// One shard: its analyzer over its list of each round, its own frames
@@ -810,17 +820,21 @@ fn shard(
     };
     // Frames where the undecoded QUIC versions list gained each value.
     let mut versions_at = Vec::new();
+    // Buffers of rounds written, back from the reading thread.
+    let mut spares: Vec<Out> = Vec::new();
     for msg in rx {
         match msg {
+            ToShard::Spare(out) => spares.push(out),
             ToShard::Round(batch) => {
                 // Room for half as much again as the last round: grown
                 // from empty, its buffers were copied at each doubling (a
                 // fortieth of a two-shard run's instructions).
-                let mut out = Out {
-                    entries: Vec::with_capacity(sizes.0 + sizes.0 / 2),
-                    bytes: Vec::with_capacity(sizes.1 + sizes.1 / 2),
-                    open: Vec::new(),
-                };
+                let mut out = spares.pop().unwrap_or_default();
+                out.entries.clear();
+                out.bytes.clear();
+                out.open.clear();
+                out.entries.reserve(sizes.0 + sizes.0 / 2);
+                out.bytes.reserve(sizes.1 + sizes.1 / 2);
                 let bytes_of = |item: &Item| -> &[u8] {
                     let bytes = if item.mapped { map } else { &batch.data[..] };
                     bytes.get(item.start..item.end).unwrap_or_default()
