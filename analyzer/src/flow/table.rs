@@ -173,8 +173,12 @@ impl<V: Footprint> FlowTable<V> {
     /// measures it again.
     pub fn update<R>(&mut self, slot: Slot, f: impl FnOnce(&mut V) -> R) -> Option<R> {
         self.entry(slot.0).value.as_ref()?;
-        self.unlink(slot.0);
-        self.link_newest(slot.0);
+        // Already the newest (a flight's next segment): relinking it would
+        // touch its older neighbour for nothing.
+        if self.newest != slot.0 {
+            self.unlink(slot.0);
+            self.link_newest(slot.0);
+        }
         let e = self.entry_mut(slot.0);
         let v = e.value.as_mut()?;
         let r = f(v);
