@@ -124,10 +124,10 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
     let (ethertype, net) = link::peel_link(link, frame)?;
     // Most packets, without the call into the general path (whose frame
     // and copy of the result cost a tenth of a plain packet's decoding).
-    if let Some(p) = decode_plain(ethertype, net) {
-        return Ok(p);
+    match decode_plain(ethertype, net) {
+        Some(p) => Ok(p),
+        None => decode_general(ethertype, net, 0),
     }
-    decode_net(ethertype, net, 0)
 }
 
 /// The common case — IPv4 without options or fragmentation, or IPv6 with
@@ -208,10 +208,17 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
     }
 }
 
+/// A network-layer packet (a frame's, or one a tunnel carried at `depth`).
 fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
-    if let Some(p) = decode_plain(ethertype, bytes) {
-        return Ok(p);
+    match decode_plain(ethertype, bytes) {
+        Some(p) => Ok(p),
+        None => decode_general(ethertype, bytes, depth),
     }
+}
+
+/// What [`decode_plain`] does not take: options, extension headers,
+/// fragments, tunnels, damage.
+fn decode_general(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
     if ethertype != ETH_IPV4 && ethertype != ETH_IPV6 {
         return Err(DecodeError::NotIp);
     }
