@@ -2,15 +2,21 @@
 //! capture, decodes each frame once (the analyzer's own decoder, so
 //! tunnels and VLANs land by their inner connection), picks its shard by
 //! its connection ([`Packet::connection_hash`]) and puts it in that shard's
-//! list of the round; N shards, each a thread with its own [`Analyzer`],
-//! analyze their lists. A frame travels as its place in the capture's
-//! mapping when the source has one ([`Source::mapping`], a plain file; the
-//! source then keeps the pages of rounds in flight), else copied into the
+//! list of the round. N shards, each with its own [`Analyzer`], analyze
+//! their lists; N threads run them, this one included: any thread may run
+//! any shard's next round (one thread at a time, a shard's rounds in
+//! order, the shard furthest behind first), and this thread runs one
+//! whenever it has read [`AHEAD`] rounds past the slowest shard. (A thread
+//! per shard besides the reading one, 3 threads on 2 cores, left both
+//! cores idle a fifth of the time and got 1.3-1.5x one thread; now 1.8x.)
+//! A frame travels as its place in the capture's mapping when the source
+//! has one ([`Source::mapping`], a plain file; the source then keeps the
+//! pages from the first round a shard is still in), else copied into the
 //! round, with its decoded packet beside it. (Decoding here once, rather
 //! than in every shard to find its own, took a third off what two shards
 //! cost over one thread: +14 % instructions, was +21 %. The shards
-//! prefetch their lists and frames, which this thread wrote and touched
-//! last, on another core.)
+//! prefetch their lists and frames, which another core may have written
+//! and touched last.)
 //!
 //! What keeps the output that of one thread:
 //! - Both directions of a connection, and all connection IDs of a QUIC
@@ -35,15 +41,13 @@
 //!   ([`ConnectionRecord::unsettled`]): its shard settles it a round
 //!   later if it can ([`Out::close`]), else this thread does when it
 //!   collects the round, by when every shard is past `q`. No shard waits
-//!   for another (with 2 cores and 3 threads, waiting was what kept two
-//!   shards from using both).
+//!   for another (a thread waiting inside a shard would hold it).
 //! - Counters are summed. `--max-flows` and `--max-memory` are split
 //!   evenly among the shards: the totals hold, but which flow is evicted
 //!   when they bind can differ from one thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use analyzer::handshake::Issued;
@@ -59,10 +63,6 @@ use crate::source::{prefetch, prefetch_value, Captured, Source, Status};
 /// Frames per shard in one round: every shard gets one batch per round,
 /// so that each knows how far the capture has gone.
 const ROUND_PER_SHARD: usize = 2048;
-
-/// Rounds handed out before the oldest one's records are collected (a
-/// shard sends a round's records when it has done the next: at least 2).
-const DEPTH: usize = 3;
 
 /// Flows finished per step at the end of input (as `pipeline::finish`).
 const FINISH_BATCH: usize = 4096;
@@ -110,29 +110,6 @@ struct Batch {
     end: u64,
     data: Vec<u8>,
     items: Vec<Vec<Item>>,
-}
-
-enum ToShard {
-    /// A round's frames, shared by every shard.
-    Round(Arc<Batch>),
-    /// A round's records written: its buffers, back for another round.
-    /// (Allocated anew each round on the shard and freed here, they
-    /// were fresh memory for the allocator to fault in and zero.)
-    Spare(Out),
-    /// No more rounds: send the records of the last one.
-    Flush,
-    /// End of input: finish every flow.
-    Finish,
-}
-
-enum FromShard {
-    /// The records a round completed.
-    Round(Out),
-    /// Records of flows finished at the end of input.
-    Finished(Out),
-    /// The shard is done: its counters, and the frame where each value of
-    /// its undecoded QUIC versions list first appeared.
-    Done(Box<Stats>, Vec<u64>),
 }
 
 /// Records a shard completed, each with the number of the frame that
@@ -492,16 +469,6 @@ impl SessionIds for SharedIds {
     }
 }
 
-/// Marks its shard past every frame when the shard ends, even by a panic,
-/// so that no other shard waits for it forever.
-struct PastEverything<'a>(&'a Shared, usize);
-
-impl Drop for PastEverything<'_> {
-    fn drop(&mut self) {
-        self.0.advance(self.1, DONE);
-    }
-}
-
 /// What a sharded replay of one capture gives back.
 pub struct Sharded {
     pub stats: Stats,
@@ -510,9 +477,310 @@ pub struct Sharded {
     pub read_error: Option<anyhow::Error>,
 }
 
+/// Rounds the reading thread reads ahead of the shard furthest behind
+/// before it analyzes: the other threads have that much to do meanwhile.
+const AHEAD: u64 = 2;
+
+/// Rounds it reads ahead at most, when every shard behind is being
+/// analyzed by another thread (the rounds' lists and pages are held).
+const DEPTH: u64 = 8;
+
+/// One shard in the pool.
+struct Slot<'a> {
+    /// Its analysis, held by the thread running its next round; taken
+    /// when its flows are finished.
+    worker: Mutex<Option<Worker<'a>>>,
+    /// Rounds it has done.
+    done: AtomicU64,
+    outs: Mutex<Outs>,
+}
+
+/// A shard's records not written yet, and what it is done with.
+#[derive(Default)]
+struct Outs {
+    /// The records of each round done and not collected (the last one's
+    /// come when the next is done, or at the flush), oldest first; at the
+    /// end, the records of its flows finished.
+    ready: VecDeque<Out>,
+    /// Buffers of rounds written, for its next rounds.
+    spares: Vec<Out>,
+    /// Its flows finished: its counters, and the frame where each value of
+    /// its undecoded QUIC versions list first appeared.
+    finished: Option<(Box<Stats>, Vec<u64>)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Rounds come.
+    Reading,
+    /// Every round is analyzed and written: shards finish their flows.
+    Finishing,
+    /// Done, or the reading thread stopped: every thread leaves.
+    Stopped,
+}
+
+/// The rounds handed out and not collected yet.
+struct Queue {
+    /// The number of `rounds[0]`.
+    first: u64,
+    /// Each round and where it starts in the mapping.
+    rounds: VecDeque<(Arc<Batch>, usize)>,
+    phase: Phase,
+    /// Moves whenever there may be something new to do: a round came, a
+    /// shard did one, a shard finished, a phase began.
+    epoch: u64,
+    /// Threads asleep until it moves: no wake-up call (a system call)
+    /// when none is.
+    asleep: usize,
+}
+
+/// The shards and the rounds, shared by every thread.
+struct Pool<'a> {
+    slots: Vec<Slot<'a>>,
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    /// Rounds handed out: `queue`'s first plus its length.
+    published: AtomicU64,
+    /// Shards whose flows a thread has taken to finish.
+    claimed: AtomicUsize,
+    /// A thread panicked.
+    failed: AtomicBool,
+}
+
+/// Locks `m` even if a panicking thread held it (that thread's panic is
+/// reported: [`Pool::failed`]).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<'a> Pool<'a> {
+    fn epoch(&self) -> u64 {
+        lock(&self.queue).epoch
+    }
+
+    fn phase(&self) -> Phase {
+        lock(&self.queue).phase
+    }
+
+    /// Something may be new: wakes the threads waiting.
+    fn bump(&self) {
+        let mut q = lock(&self.queue);
+        q.epoch += 1;
+        self.wake(q);
+    }
+
+    /// Wakes the threads asleep, if any.
+    fn wake(&self, q: std::sync::MutexGuard<'_, Queue>) {
+        let asleep = q.asleep > 0;
+        drop(q);
+        if asleep {
+            self.changed.notify_all();
+        }
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        let mut q = lock(&self.queue);
+        q.phase = phase;
+        q.epoch += 1;
+        self.wake(q);
+    }
+
+    /// Sleeps until the epoch moves past `seen`.
+    fn wait(&self, seen: u64) {
+        let mut q = lock(&self.queue);
+        while q.epoch == seen {
+            q.asleep += 1;
+            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.asleep -= 1;
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            bail!("an analysis thread stopped");
+        }
+        Ok(())
+    }
+
+    /// Rounds done by the shard furthest behind.
+    fn slowest(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.done.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    fn publish(&self, batch: Arc<Batch>, start: usize) {
+        let mut q = lock(&self.queue);
+        q.rounds.push_back((batch, start));
+        self.published
+            .store(q.first + q.rounds.len() as u64, Ordering::Release);
+        q.epoch += 1;
+        self.wake(q);
+    }
+
+    /// Runs the next round of the shard furthest behind that no other
+    /// thread is running; false if there was none to run.
+    fn work(&self, order: &mut Vec<(u64, usize)>) -> Result<bool> {
+        self.check()?;
+        let published = self.published.load(Ordering::Acquire);
+        order.clear();
+        order.extend(
+            self.slots
+                .iter()
+                .enumerate()
+                .map(|(k, s)| (s.done.load(Ordering::Acquire), k))
+                .filter(|&(done, _)| done < published),
+        );
+        order.sort_unstable();
+        for &(_, k) in order.iter() {
+            let slot = &self.slots[k];
+            let mut guard = match slot.worker.try_lock() {
+                Ok(guard) => guard,
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+                Err(std::sync::TryLockError::Poisoned(_)) => bail!("an analysis thread stopped"),
+            };
+            let Some(worker) = guard.as_mut() else {
+                continue;
+            };
+            // Read again: another thread may have run it meanwhile.
+            let r = slot.done.load(Ordering::Acquire);
+            if r >= published {
+                continue;
+            }
+            let batch = {
+                let q = lock(&self.queue);
+                q.rounds.get((r - q.first) as usize).map(|(b, _)| b.clone())
+            };
+            let Some(batch) = batch else {
+                continue;
+            };
+            worker.spares.append(&mut lock(&slot.outs).spares);
+            let last = worker.round(&batch);
+            drop(batch);
+            // Before another thread can run its next round (and give out
+            // this round's records).
+            if let Some(out) = last {
+                lock(&slot.outs).ready.push_back(out);
+            }
+            slot.done.store(r + 1, Ordering::Release);
+            drop(guard);
+            self.bump();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The oldest round, if every shard has given its records: each
+    /// shard's, in shard order, and the round's batch to reuse.
+    fn collect(&self, flushed: bool) -> Option<(Vec<Out>, Arc<Batch>)> {
+        let first = lock(&self.queue).first;
+        // A round's records come when the next is done, or at the flush.
+        if !flushed && self.slowest() < first + 2 {
+            return None;
+        }
+        if !self.slots.iter().all(|s| !lock(&s.outs).ready.is_empty()) {
+            return None;
+        }
+        let outs = self
+            .slots
+            .iter()
+            .map(|s| lock(&s.outs).ready.pop_front().unwrap_or_default())
+            .collect();
+        let mut q = lock(&self.queue);
+        let (batch, _) = q.rounds.pop_front()?;
+        q.first += 1;
+        Some((outs, batch))
+    }
+
+    /// Gives a round's buffers back to their shards once written.
+    fn give_back(&self, outs: Vec<Out>) {
+        for (slot, out) in self.slots.iter().zip(outs) {
+            lock(&slot.outs).spares.push(out);
+        }
+    }
+
+    /// The pages from the first round a shard is still in, else from
+    /// `end` on.
+    fn keep(&self, end: usize) -> usize {
+        let passed = self.slowest();
+        let q = lock(&self.queue);
+        let from = passed.saturating_sub(q.first) as usize;
+        q.rounds.get(from).map_or(end, |(_, start)| *start)
+    }
+
+    /// Finishes the flows of a shard no thread has taken yet; false if
+    /// every one is taken.
+    fn finish_one(&self) -> bool {
+        let k = self.claimed.fetch_add(1, Ordering::AcqRel);
+        let Some(slot) = self.slots.get(k) else {
+            return false;
+        };
+        let worker = lock(&slot.worker).take();
+        let finished = worker.and_then(|w| {
+            w.finish(&mut |out| {
+                lock(&slot.outs).ready.push_back(out);
+                self.bump();
+                true
+            })
+        });
+        lock(&slot.outs).finished = Some(finished.unwrap_or_default());
+        self.bump();
+        true
+    }
+}
+
+/// Marks the pool failed when a thread running it panics, and wakes
+/// every thread, so that none waits for it.
+struct FailGuard<'p, 'a>(&'p Pool<'a>);
+
+impl Drop for FailGuard<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed.store(true, Ordering::Release);
+            self.0.bump();
+        }
+    }
+}
+
+/// Stops every thread when the reading thread leaves, also by an error.
+struct StopGuard<'p, 'a>(&'p Pool<'a>);
+
+impl Drop for StopGuard<'_, '_> {
+    fn drop(&mut self) {
+        self.0.set_phase(Phase::Stopped);
+    }
+}
+
+/// A thread besides the reading one: runs rounds while there are any,
+/// then finishes shards' flows.
+fn helper(pool: &Pool<'_>) {
+    let _fail = FailGuard(pool);
+    let mut order = Vec::new();
+    loop {
+        let seen = pool.epoch();
+        match pool.work(&mut order) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(_) => return,
+        }
+        match pool.phase() {
+            Phase::Reading => {}
+            Phase::Finishing => {
+                while pool.finish_one() {}
+                return;
+            }
+            Phase::Stopped => return,
+        }
+        pool.wait(seen);
+    }
+}
+
 /// Replays `source` on `threads` shards made by `make` (each is handed the
-/// shared session-ID store); records go to `sink` in the order one
-/// analyzer gives; `progress` is told the frames read after each round.
+/// shared session-ID store) and as many threads, this one reading;
+/// records go to `sink` in the order one analyzer gives; `progress` is
+/// told the frames read after each round.
 pub fn replay(
     source: &mut dyn Source,
     threads: usize,
@@ -521,56 +789,90 @@ pub fn replay(
     sink: &mut dyn RecordSink,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Sharded> {
-    let n = threads.max(1);
+    let threads = threads.max(1);
+    let n = threads;
     let shared = Arc::new(Shared::new(n, max_session_ids));
     // Frames inside the source's mapping are handed over as places in it.
     let mapping = source.mapping();
     let map: &[u8] = mapping.as_ref().map_or(&[], |m| &m.bytes[..]);
     let encoder = sink.encoder();
+    let pool = Pool {
+        slots: (0..n)
+            .map(|me| Slot {
+                worker: Mutex::new(Some(Worker::new(me, shared.clone(), map, encoder, make))),
+                done: AtomicU64::new(0),
+                outs: Mutex::new(Outs::default()),
+            })
+            .collect(),
+        queue: Mutex::new(Queue {
+            first: 0,
+            rounds: VecDeque::new(),
+            phase: Phase::Reading,
+            epoch: 0,
+            asleep: 0,
+        }),
+        changed: Condvar::new(),
+        published: AtomicU64::new(0),
+        claimed: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+    };
+    let pool = &pool;
     std::thread::scope(|scope| {
-        let mut to: Vec<Sender<ToShard>> = Vec::with_capacity(n);
-        let mut from: Vec<Receiver<FromShard>> = Vec::with_capacity(n);
-        for me in 0..n {
-            let (tx_in, rx_in) = channel();
-            let (tx_out, rx_out) = channel();
-            let shared = shared.clone();
+        for t in 1..threads {
             std::thread::Builder::new()
-                .name(format!("tlsrum-shard-{me}"))
-                .spawn_scoped(scope, move || {
-                    shard(me, shared, map, encoder, make, rx_in, tx_out)
-                })?;
-            to.push(tx_in);
-            from.push(rx_out);
+                .name(format!("tlsrum-shard-{t}"))
+                .spawn_scoped(scope, move || helper(pool))?;
         }
+        let _stop = StopGuard(pool);
+        let _fail = FailGuard(pool);
         let mut dispatch = Dispatch {
             n,
             seq: 0,
             sweep: SweepClock::default(),
-            pool: Vec::new(),
+            batches: Vec::new(),
             map,
             mapped_to: 0,
         };
-        // Each round in flight and where it starts in the mapping: the
-        // source keeps the pages from the oldest one's start on.
-        let mut rounds: VecDeque<(Arc<Batch>, usize)> = VecDeque::new();
+        let mut order = Vec::new();
         let mut read_error = None;
         // The records' bytes of a round, in order.
         let mut scratch = Vec::new();
+        // Writes every round whose records every shard has given.
+        let write_ready = |flushed: bool,
+                           dispatch: &mut Dispatch,
+                           sink: &mut dyn RecordSink,
+                           scratch: &mut Vec<u8>|
+         -> Result<()> {
+            while let Some((mut outs, batch)) = pool.collect(flushed) {
+                write(&mut outs, &shared, encoder, sink, scratch)?;
+                pool.give_back(outs);
+                dispatch.reuse(batch);
+            }
+            Ok(())
+        };
         loop {
             let start = dispatch.mapped_to;
             let (status, batch) = dispatch.fill(source);
-            let batch = Arc::new(batch);
-            for tx in &to {
-                tx.send(ToShard::Round(batch.clone()))
-                    .map_err(|_| anyhow!("an analysis shard stopped"))?;
-            }
-            rounds.push_back((batch, start));
-            if rounds.len() > DEPTH {
-                collect(&from, &to, &shared, encoder, sink, &mut scratch)?;
-                dispatch.reuse(rounds.pop_front());
-                if let (Some(m), Some((_, start))) = (&mapping, rounds.front()) {
-                    m.keep.store(*start, Ordering::Release);
+            pool.publish(Arc::new(batch), start);
+            let published = pool.published.load(Ordering::Acquire);
+            // Analyze while the shards are behind; read on if every one
+            // behind is being analyzed, up to DEPTH rounds ahead.
+            loop {
+                let behind = published - pool.slowest().min(published);
+                if behind <= AHEAD {
+                    break;
                 }
+                let seen = pool.epoch();
+                if pool.work(&mut order)? || behind <= DEPTH {
+                    continue;
+                }
+                pool.wait(seen);
+                pool.check()?;
+            }
+            write_ready(false, &mut dispatch, sink, &mut scratch)?;
+            if let Some(m) = &mapping {
+                m.keep
+                    .store(pool.keep(dispatch.mapped_to), Ordering::Release);
             }
             progress(dispatch.seq);
             match status {
@@ -582,31 +884,50 @@ pub fn replay(
                 }
             }
         }
-        for tx in &to {
-            tx.send(ToShard::Flush)
-                .map_err(|_| anyhow!("an analysis shard stopped"))?;
+        // The rounds left, then their records.
+        let published = pool.published.load(Ordering::Acquire);
+        while pool.slowest() < published {
+            let seen = pool.epoch();
+            if !pool.work(&mut order)? {
+                pool.wait(seen);
+                pool.check()?;
+            }
         }
-        for _ in 0..rounds.len() {
-            collect(&from, &to, &shared, encoder, sink, &mut scratch)?;
+        for slot in &pool.slots {
+            let last = lock(&slot.worker).as_mut().and_then(Worker::flush);
+            lock(&slot.outs).ready.extend(last);
         }
+        write_ready(true, &mut dispatch, sink, &mut scratch)?;
+        pool.set_phase(Phase::Finishing);
+        // Every shard's flows finished (each thread takes shards in
+        // turn), written shard by shard.
         let mut stats = Stats::default();
         let mut versions = Vec::new();
-        for (tx, rx) in to.iter().zip(&from) {
-            tx.send(ToShard::Finish)
-                .map_err(|_| anyhow!("an analysis shard stopped"))?;
+        for slot in &pool.slots {
             loop {
-                match rx.recv() {
-                    Ok(FromShard::Finished(out)) => {
-                        write(&mut [out], &shared, encoder, sink, &mut scratch)?
-                    }
-                    Ok(FromShard::Done(s, first)) => {
-                        stats.merge(&s);
-                        versions.push((s.quic.undecoded_versions, first));
-                        break;
-                    }
-                    Ok(FromShard::Round { .. }) | Err(_) => {
-                        bail!("an analysis shard stopped")
-                    }
+                let seen = pool.epoch();
+                let (out, finished) = {
+                    let mut outs = lock(&slot.outs);
+                    let out = outs.ready.pop_front();
+                    let finished = if out.is_none() {
+                        outs.finished.take()
+                    } else {
+                        None
+                    };
+                    (out, finished)
+                };
+                if let Some(out) = out {
+                    write(&mut [out], &shared, encoder, sink, &mut scratch)?;
+                    continue;
+                }
+                if let Some((s, first)) = finished {
+                    stats.merge(&s);
+                    versions.push((s.quic.undecoded_versions, first));
+                    break;
+                }
+                pool.check()?;
+                if !pool.finish_one() {
+                    pool.wait(seen);
                 }
             }
         }
@@ -653,13 +974,14 @@ fn merge_versions(shards: &[(VersionsSeen, Vec<u64>)]) -> VersionsSeen {
 /// every list. (Each shard decoded every frame to find its own before:
 /// a fifth more instructions than one thread.)
 struct Dispatch<'a> {
+    /// Shards.
     n: usize,
     /// The next frame's number.
     seq: u64,
     /// The sweeps one analyzer would run.
     sweep: SweepClock,
     /// Batches the shards are done with, for reuse.
-    pool: Vec<Batch>,
+    batches: Vec<Batch>,
     /// The source's mapping (empty if none).
     map: &'a [u8],
     /// Where the last frame handed over from the mapping ends.
@@ -669,12 +991,12 @@ struct Dispatch<'a> {
 impl Dispatch<'_> {
     /// Reads a round: until every shard could have its share, or the end.
     fn fill(&mut self, source: &mut dyn Source) -> (Result<Status>, Batch) {
-        let mut batch = self.pool.pop().unwrap_or_default();
-        batch.items.resize_with(self.n, Vec::new);
-        let want = self.seq + (ROUND_PER_SHARD * self.n) as u64;
+        let mut batch = self.batches.pop().unwrap_or_default();
+        let n = self.n;
+        batch.items.resize_with(n, Vec::new);
+        let want = self.seq + (ROUND_PER_SHARD * n) as u64;
         let mut odd = false;
         let base = self.map.as_ptr() as usize;
-        let n = self.n as u64;
         while self.seq < want {
             let polled = source.poll(std::time::Duration::ZERO, &mut |c| match c {
                 Captured::Frame { ts, link, data } => {
@@ -709,7 +1031,7 @@ impl Dispatch<'_> {
                                     list.push(item(What::Sweep, 0..0));
                                 }
                             }
-                            let owner = p.connection_hash() % n;
+                            let owner = p.connection_hash() % n as u64;
                             // The payload borrows from the frame: where in it.
                             let from = (p.payload.as_ptr() as usize)
                                 .wrapping_sub(data.as_ptr() as usize)
@@ -722,7 +1044,7 @@ impl Dispatch<'_> {
                         }
                         // Undecodable frames are only counted: any shard will do.
                         Err(e) => {
-                            if let Some(list) = batch.items.get_mut((seq % n) as usize) {
+                            if let Some(list) = batch.items.get_mut((seq % n as u64) as usize) {
                                 list.push(item(What::Undecodable(e), 0..data.len()));
                             }
                         }
@@ -749,164 +1071,154 @@ impl Dispatch<'_> {
     }
 
     /// Takes back a collected round's batch once no shard holds it.
-    fn reuse(&mut self, round: Option<(Arc<Batch>, usize)>) {
-        if let Some(mut batch) = round.and_then(|(b, _)| Arc::try_unwrap(b).ok()) {
+    fn reuse(&mut self, round: Arc<Batch>) {
+        if let Ok(mut batch) = Arc::try_unwrap(round) {
             batch.data.clear();
             for list in &mut batch.items {
                 list.clear();
             }
-            self.pool.push(batch);
+            self.batches.push(batch);
         }
     }
 }
 
-/// Takes the oldest round's records from every shard and writes them in
-/// frame order (shard by shard within a frame).
-fn collect(
-    from: &[Receiver<FromShard>],
-    to: &[Sender<ToShard>],
-    shared: &Shared,
-    encoder: Option<Encoder>,
-    sink: &mut dyn RecordSink,
-    scratch: &mut Vec<u8>,
-) -> Result<()> {
-    let mut outs = Vec::with_capacity(from.len());
-    for rx in from {
-        match rx.recv() {
-            Ok(FromShard::Round(out)) => outs.push(out),
-            _ => bail!("an analysis shard stopped"),
-        }
-    }
-    write(&mut outs, shared, encoder, sink, scratch)?;
-    for (tx, out) in to.iter().zip(outs) {
-        // A shard gone has stopped for a reason the next round reports.
-        let _ = tx.send(ToShard::Spare(out));
-    }
-    Ok(())
-}
-
-/// One shard: its analyzer over its list of each round, its own frames
-/// (decoded) and the idle sweeps one analyzer runs.
-fn shard(
+/// One shard's analysis: its analyzer over its list of each round, its
+/// own frames (decoded) and the idle sweeps one analyzer runs. Run by a
+/// [`Pool`]'s threads, whichever takes its next round.
+struct Worker<'a> {
     me: usize,
     shared: Arc<Shared>,
-    map: &[u8],
+    map: &'a [u8],
     encoder: Option<Encoder>,
-    make: &(dyn Fn() -> Analyzer + Sync),
-    rx: Receiver<ToShard>,
-    tx: Sender<FromShard>,
-) {
-    let _past = PastEverything(&shared, me);
-    let mut analyzer = make();
-    analyzer.set_session_ids(Box::new(SharedIds {
-        shared: shared.clone(),
-        me,
-    }));
-    // Answers open questions at the end of a round.
-    let ids = SharedIds {
-        shared: shared.clone(),
-        me,
-    };
-    // The last round's records: entries and bytes.
-    let mut sizes = (0, 0);
-    // The records of the round before, sent when this one is done.
-    let mut held: Option<Out> = None;
-    let send_held = |held: &mut Option<Out>| match held.take() {
-        Some(mut out) => {
-            out.close(&ids, encoder);
-            tx.send(FromShard::Round(out)).is_ok()
+    analyzer: Analyzer,
+    /// Answers open questions at the end of a round.
+    ids: SharedIds,
+    /// The last round's records: entries and bytes.
+    sizes: (usize, usize),
+    /// The records of the round before, given out when this one is done.
+    held: Option<Out>,
+    /// Frames where the undecoded QUIC versions list gained each value.
+    versions_at: Vec<u64>,
+    /// Buffers of rounds written, for the next rounds.
+    spares: Vec<Out>,
+}
+
+impl<'a> Worker<'a> {
+    fn new(
+        me: usize,
+        shared: Arc<Shared>,
+        map: &'a [u8],
+        encoder: Option<Encoder>,
+        make: &(dyn Fn() -> Analyzer + Sync),
+    ) -> Self {
+        let mut analyzer = make();
+        analyzer.set_session_ids(Box::new(SharedIds {
+            shared: shared.clone(),
+            me,
+        }));
+        let ids = SharedIds {
+            shared: shared.clone(),
+            me,
+        };
+        Worker {
+            me,
+            shared,
+            map,
+            encoder,
+            analyzer,
+            ids,
+            sizes: (0, 0),
+            held: None,
+            versions_at: Vec::new(),
+            spares: Vec::new(),
         }
-        None => true,
-    };
-    // Frames where the undecoded QUIC versions list gained each value.
-    let mut versions_at = Vec::new();
-    // Buffers of rounds written, back from the reading thread.
-    let mut spares: Vec<Out> = Vec::new();
-    for msg in rx {
-        match msg {
-            ToShard::Spare(out) => spares.push(out),
-            ToShard::Round(batch) => {
-                // Room for half as much again as the last round: grown
-                // from empty, its buffers were copied at each doubling (a
-                // fortieth of a two-shard run's instructions).
-                let mut out = spares.pop().unwrap_or_default();
-                out.entries.clear();
-                out.bytes.clear();
-                out.open.clear();
-                out.entries.reserve(sizes.0 + sizes.0 / 2);
-                out.bytes.reserve(sizes.1 + sizes.1 / 2);
-                let bytes_of = |item: &Item| -> &[u8] {
-                    let bytes = if item.mapped { map } else { &batch.data[..] };
-                    bytes.get(item.start..item.end).unwrap_or_default()
-                };
-                let list = batch.items.get(me).map_or(&[][..], |l| &l[..]);
-                for (k, item) in list.iter().enumerate() {
-                    // The list, further ahead: written on the reading
-                    // thread's core, it was the loop's largest wait.
-                    if let Some(ahead) = list.get(k + 4 * PREFETCH_AHEAD) {
-                        prefetch_value(ahead);
-                    }
-                    if let Some(ahead) = list.get(k + PREFETCH_AHEAD) {
-                        // The start of its payload: what the analyzer reads.
-                        prefetch(bytes_of(ahead), 2);
-                    }
-                    shared.advance(me, item.seq);
-                    let bytes = bytes_of(item);
-                    match item.what {
-                        What::Packet(packet) => {
-                            analyzer.push_packet(
-                                item.ts,
-                                &Packet {
-                                    payload: bytes,
-                                    ..packet
-                                },
-                            );
-                            let versions = analyzer.stats().quic.undecoded_versions.values().len();
-                            versions_at.resize(versions, item.seq);
-                        }
-                        What::Undecodable(e) => analyzer.push_undecodable(bytes.len(), e),
-                        What::Sweep => analyzer.tick(item.ts),
-                    }
-                    out.take(&mut analyzer, item.seq, encoder);
-                }
-                shared.advance(me, batch.end);
-                drop(batch);
-                sizes = (out.entries.len(), out.bytes.len());
-                if !send_held(&mut held) {
-                    return;
-                }
-                held = Some(out);
+    }
+
+    /// Analyzes this shard's list of `batch`; the records of the round
+    /// before, their open questions settled where they now can be.
+    fn round(&mut self, batch: &Batch) -> Option<Out> {
+        let (me, map, encoder) = (self.me, self.map, self.encoder);
+        let (shared, analyzer) = (&*self.shared, &mut self.analyzer);
+        // Room for half as much again as the last round: grown from
+        // empty, its buffers were copied at each doubling (a fortieth of
+        // a two-shard run's instructions).
+        let mut out = self.spares.pop().unwrap_or_default();
+        out.entries.clear();
+        out.bytes.clear();
+        out.open.clear();
+        out.entries.reserve(self.sizes.0 + self.sizes.0 / 2);
+        out.bytes.reserve(self.sizes.1 + self.sizes.1 / 2);
+        let bytes_of = |item: &Item| -> &[u8] {
+            let bytes = if item.mapped { map } else { &batch.data[..] };
+            bytes.get(item.start..item.end).unwrap_or_default()
+        };
+        let list = batch.items.get(me).map_or(&[][..], |l| &l[..]);
+        for (k, item) in list.iter().enumerate() {
+            // The list, further ahead: written on the reading thread's
+            // core (when another runs it), it was the loop's largest wait.
+            if let Some(ahead) = list.get(k + 4 * PREFETCH_AHEAD) {
+                prefetch_value(ahead);
             }
-            ToShard::Flush => {
-                if !send_held(&mut held) {
-                    return;
-                }
+            if let Some(ahead) = list.get(k + PREFETCH_AHEAD) {
+                // The start of its payload: what the analyzer reads.
+                prefetch(bytes_of(ahead), 2);
             }
-            ToShard::Finish => {
-                shared.advance(me, DONE);
-                loop {
-                    let done = analyzer.finish_some(FINISH_BATCH);
-                    let mut out = Out::default();
-                    analyzer.with_records(|records| {
-                        for r in records.drain(..) {
-                            out.push(0, r, encoder);
-                        }
-                    });
-                    out.close(&ids, encoder);
-                    if tx.send(FromShard::Finished(out)).is_err() {
-                        return;
-                    }
-                    if done {
-                        break;
-                    }
+            shared.advance(me, item.seq);
+            let bytes = bytes_of(item);
+            match item.what {
+                What::Packet(packet) => {
+                    analyzer.push_packet(
+                        item.ts,
+                        &Packet {
+                            payload: bytes,
+                            ..packet
+                        },
+                    );
+                    let versions = analyzer.stats().quic.undecoded_versions.values().len();
+                    self.versions_at.resize(versions, item.seq);
                 }
-                let _ = tx.send(FromShard::Done(
-                    Box::new(analyzer.stats().clone()),
-                    versions_at,
-                ));
-                return;
+                What::Undecodable(e) => analyzer.push_undecodable(bytes.len(), e),
+                What::Sweep => analyzer.tick(item.ts),
+            }
+            out.take(analyzer, item.seq, encoder);
+        }
+        shared.advance(me, batch.end);
+        self.sizes = (out.entries.len(), out.bytes.len());
+        let last = self.flush();
+        self.held = Some(out);
+        last
+    }
+
+    /// The records of the last round done, if not given out yet.
+    fn flush(&mut self) -> Option<Out> {
+        let mut out = self.held.take()?;
+        out.close(&self.ids, self.encoder);
+        Some(out)
+    }
+
+    /// End of input: finishes every flow, its records a batch at a time
+    /// to `emit` (false: stop); its counters, and the frame where each
+    /// value of its undecoded QUIC versions list first appeared.
+    fn finish(mut self, emit: &mut dyn FnMut(Out) -> bool) -> Option<(Box<Stats>, Vec<u64>)> {
+        self.shared.advance(self.me, DONE);
+        loop {
+            let done = self.analyzer.finish_some(FINISH_BATCH);
+            let mut out = Out::default();
+            let encoder = self.encoder;
+            self.analyzer.with_records(|records| {
+                for r in records.drain(..) {
+                    out.push(0, r, encoder);
+                }
+            });
+            out.close(&self.ids, self.encoder);
+            if !emit(out) {
+                return None;
+            }
+            if done {
+                break;
             }
         }
+        Some((Box::new(self.analyzer.stats().clone()), self.versions_at))
     }
 }
 
