@@ -200,11 +200,11 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
 }
 
 /// `--threads` unless given: one. On a quiet 2-core machine 2 threads are
-/// 1.2-1.7x as fast (bench/README.md "Results"), and the replay tests
+/// ~1.7-1.8x as fast (bench/README.md "Threads"), and the replay tests
 /// pass with two as the default (21 test files, tried 29 Nov). But each
 /// thread adds its own memory (57 -> 115 MiB peak at two: a default of
 /// all cores would be gigabytes on a large host), records finished at the
-/// same moment (the end of the capture) come thread by thread rather than
+/// same moment (the end of the capture) come shard by shard rather than
 /// oldest first, and a binding `--max-flows`/`--max-memory` can evict
 /// other flows: more than one stays a choice the user makes.
 const DEFAULT_THREADS: usize = 1;

@@ -317,12 +317,6 @@ struct Progress(AtomicU64);
 struct Shared {
     /// Shard i has processed all its frames numbered below `progress[i]`.
     progress: Vec<Progress>,
-    /// The lowest frame number someone waits for shard i to pass
-    /// (`DONE`: nobody waits), so that shards tell only when it matters.
-    wanted: Vec<Progress>,
-    /// Where a shard waits for another ([`Shared::wait_past`]).
-    gate: Mutex<()>,
-    passed: Condvar,
     ids: Mutex<IdStore>,
 }
 
@@ -330,11 +324,6 @@ impl Shared {
     fn new(shards: usize, max_session_ids: usize) -> Self {
         Shared {
             progress: (0..shards).map(|_| Progress(AtomicU64::new(0))).collect(),
-            wanted: (0..shards)
-                .map(|_| Progress(AtomicU64::new(DONE)))
-                .collect(),
-            gate: Mutex::new(()),
-            passed: Condvar::new(),
             ids: Mutex::new(IdStore {
                 first: HashMap::default(),
                 order: VecDeque::new(),
@@ -343,45 +332,30 @@ impl Shared {
         }
     }
 
-    /// Shard `me` processed every frame below `seq`; wakes whoever waits
-    /// for that. Called per frame, so without a fence: a SeqCst store
-    /// here (an `xchg`, which drains the store buffer) let every waiter
-    /// see the progress or the shard see the wish, but cost it on every
-    /// frame, and nothing in the analyzer waits any more (see
-    /// `SessionIds::ask`). A wish read too late is caught by the waiter's
-    /// own look a millisecond later.
+    /// Shard `me` processed every frame below `seq`. Called per frame:
+    /// one store, no fence, and nobody to wake (a waiter looks again).
     fn advance(&self, me: usize, seq: u64) {
-        self.progress[me].0.store(seq, Ordering::Release);
-        if self.wanted[me].0.load(Ordering::Relaxed) <= seq {
-            let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-            self.wanted[me].0.store(DONE, Ordering::Relaxed);
-            self.passed.notify_all();
+        if let Some(p) = self.progress.get(me) {
+            p.0.store(seq, Ordering::Release);
         }
     }
 
-    /// Blocks until shard `i` is past frame `q`: sleeping, not spinning,
-    /// so that the shard waited for gets the core.
+    /// Blocks until shard `i` is past frame `q`, looking every 100 µs.
+    /// Nothing in the analyzer waits (see `SessionIds::ask`); this keeps
+    /// [`SessionIds::was_issued`] right for a caller that does.
     fn wait_past(&self, i: usize, q: u64) {
+        let Some(p) = self.progress.get(i) else {
+            return;
+        };
         // A shard close behind passes q in a moment: cheaper than sleeping.
         for _ in 0..64 {
-            if self.progress[i].0.load(Ordering::Acquire) >= q {
+            if p.0.load(Ordering::Acquire) >= q {
                 return;
             }
             std::hint::spin_loop();
         }
-        let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            self.wanted[i].0.fetch_min(q, Ordering::Relaxed);
-            if self.progress[i].0.load(Ordering::Acquire) >= q {
-                return;
-            }
-            // Woken when shard i reads the wish; if it read the wish's
-            // slot just before the wish, the next look finds it past q.
-            gate = self
-                .passed
-                .wait_timeout(gate, std::time::Duration::from_millis(1))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+        while p.0.load(Ordering::Acquire) < q {
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
     }
 }

@@ -15,6 +15,10 @@
 #
 #   [LIVE_BULK=0] bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
 #                            [--wrk-secs S] [--no-wrk] [--parallel]
+#
+# Backend "none" sends the same traffic with no agent and no TC program: the
+# rate tcpreplay itself reaches on this machine, the ceiling of every other
+# row.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
@@ -31,7 +35,7 @@ while [ $# -gt 0 ]; do
     --wrk-secs) WRK_SECS="$2"; shift 2 ;;
     --no-wrk) DO_WRK=0; shift ;;
     --parallel) PARALLEL=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
 done
@@ -66,9 +70,13 @@ replay_run() { # BACKEND SPEED -> one result line
     top) opt=(--topspeed) ;;
     *) opt=(--multiplier="$speed") ;;
   esac
-  agent_start "$backend" 9941 --all-ports
-  sleep 1
   local c0 c1
+  if [ "$backend" = none ]; then
+    AGENT_PID=$$   # this shell: ticks read, not reported
+  else
+    agent_start "$backend" 9941 --all-ports
+    sleep 1
+  fi
   c0=$(cpu_ticks "$AGENT_PID")
   local rx0
   rx0=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
@@ -83,6 +91,11 @@ replay_run() { # BACKEND SPEED -> one result line
   secs=$(cat "$TMPD"/tcpreplay.*.out | sed -nE 's/.*Actual: [0-9]+ packets \([0-9]+ bytes\) sent in ([0-9.]+) seconds.*/\1/p' | sort -g | tail -1)
   failed=$(cat "$TMPD"/tcpreplay.*.out | sed -nE 's/.*Failed packets: +([0-9]+).*/\1/p' | awk '{ s += $1 } END { print s }')
   rm -f "$TMPD"/tcpreplay.*.out
+  if [ "$backend" = none ]; then
+    awk -v sp="$speed" -v s="$secs" -v n="$CONNS" -v f="$failed" \
+      'BEGIN { printf "%-5s %-5s %7.2f s %8.0f hs/s  (no agent, no TC program: the sender alone) tcpreplay_failed=%s\n", "none", sp, s, n / s, f }'
+    return
+  fi
   sleep 2.5   # ring buffer drained, counters exported (1 s ticks)
   c1=$(cpu_ticks "$AGENT_PID")
   scrape "$AGENT_METRICS" >"$TMPD/m.txt"
