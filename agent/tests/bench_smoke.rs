@@ -62,8 +62,10 @@ fn the_replay_benchmark_runs_end_to_end() {
     let out = common::run(&[
         "bash",
         root().join("bench/run.sh").to_str().unwrap(),
+        // ~39,000 frames: rounds enough (4,096 frames each at two
+        // threads) for the threads to take shards' rounds from each other.
         "--connections",
-        "400",
+        "2000",
         "--bulk-ratio",
         "2",
         "--runs",
@@ -114,8 +116,8 @@ fn the_replay_benchmark_runs_end_to_end() {
     let capture = data.join("big.pcap");
     let one = sorted_records(&capture, "1");
     assert!(
-        one.len() >= 400,
-        "{} records from 400 connection copies",
+        one.len() >= 2000,
+        "{} records from 2,000 connection copies",
         one.len()
     );
     let quic = one
@@ -127,5 +129,57 @@ fn the_replay_benchmark_runs_end_to_end() {
         one == sorted_records(&capture, "2"),
         "records at 1 and 2 threads differ"
     );
+    // More threads than this machine's cores: every thread takes shards'
+    // rounds as they come.
+    assert!(
+        one == sorted_records(&capture, "3"),
+        "records at 1 and 3 threads differ"
+    );
+    // A sink that fails stops every thread: an error, not a hang.
+    for threads in ["2", "3"] {
+        fails_on_a_full_disk(&capture, threads);
+    }
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// `replay --threads N` writing to /dev/full exits with the write error
+/// within a minute (the threads that analyze must not wait for rounds that
+/// never come).
+fn fails_on_a_full_disk(capture: &Path, threads: &str) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "replay",
+            "--format",
+            "ndjson",
+            "--quiet",
+            "--threads",
+            threads,
+        ])
+        .arg(capture)
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tlsrum");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tlsrum") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("--threads {threads} writing to /dev/full still runs after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(
+        !status.success() && err.contains("No space left on device"),
+        "--threads {threads} writing to /dev/full: {status}, stderr: {err}"
+    );
 }
