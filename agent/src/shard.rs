@@ -968,6 +968,11 @@ impl Dispatch<'_> {
         let mut batch = self.batches.pop().unwrap_or_default();
         let n = self.n;
         batch.items.resize_with(n, Vec::new);
+        // Room for a shard's usual share and then some: grown by doubling
+        // from empty, a new batch's lists were copied ten times each.
+        for list in &mut batch.items {
+            list.reserve(ROUND_PER_SHARD + ROUND_PER_SHARD / 4);
+        }
         let want = self.seq + (ROUND_PER_SHARD * n) as u64;
         let mut odd = false;
         let base = self.map.as_ptr() as usize;
