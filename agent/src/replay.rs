@@ -574,6 +574,7 @@ fn replay_sharded(
     let share = Config {
         max_flows: cfg.max_flows.div_ceil(threads),
         max_memory: cfg.max_memory / threads,
+        recent_connections: cfg.recent_connections.div_ceil(threads),
         // The shards share one store of session IDs.
         max_session_ids: 1,
         ..cfg.clone()

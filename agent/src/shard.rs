@@ -42,9 +42,10 @@
 //!   later if it can ([`Out::close`]), else this thread does when it
 //!   collects the round, by when every shard is past `q`. No shard waits
 //!   for another (a thread waiting inside a shard would hold it).
-//! - Counters are summed. `--max-flows` and `--max-memory` are split
-//!   evenly among the shards: the totals hold, but which flow is evicted
-//!   when they bind can differ from one thread.
+//! - Counters are summed. `--max-flows`, `--max-memory` and the tombstones
+//!   of ended connections are split evenly among the shards: the totals
+//!   hold, but which flow is evicted when they bind can differ from one
+//!   thread.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

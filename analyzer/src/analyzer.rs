@@ -44,6 +44,9 @@ pub struct Config {
     pub server_ports: Vec<u16>,
     /// Server-issued session IDs remembered (as hashes) to recognise offers.
     pub max_session_ids: usize,
+    /// Ended TCP connections whose tombstone is kept
+    /// ([`RECENT_CONNECTIONS`]; shards of one replay split it).
+    pub recent_connections: usize,
     /// Keep a list of finished flows for `take_finished_flows` (live capture
     /// uses it to stop the kernel sending them; replay does not need it).
     pub report_finished_flows: bool,
@@ -98,6 +101,7 @@ impl Default for Config {
             idle_timeout: 120.0,
             server_ports: Vec::new(),
             max_session_ids: 100_000,
+            recent_connections: RECENT_CONNECTIONS,
             report_finished_flows: false,
             keylog: None,
             record_at: RecordAt::Handshake,
@@ -262,7 +266,7 @@ impl Analyzer {
                 ids: Box::new(RecentIds(LruCache::new(nz(cfg.max_session_ids)))),
                 certs: LruCache::new(nz(CERT_CACHE)),
             },
-            ended: Tombstones::new(RECENT_CONNECTIONS),
+            ended: Tombstones::new(cfg.recent_connections),
             out: Vec::new(),
             spare: Vec::new(),
             finished: Vec::new(),
@@ -469,7 +473,7 @@ impl Analyzer {
         self.out.append(&mut self.quic.out);
         if done {
             // No packet follows the end of input: nothing left to absorb.
-            self.ended = Tombstones::new(RECENT_CONNECTIONS);
+            self.ended = Tombstones::new(self.cfg.recent_connections);
         }
         done
     }
