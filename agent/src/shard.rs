@@ -693,11 +693,10 @@ impl<'a> Pool<'a> {
             return false;
         };
         let worker = lock(&slot.worker).take();
-        let finished = worker.and_then(|w| {
+        let finished = worker.map(|w| {
             w.finish(&mut |out| {
                 lock(&slot.outs).ready.push_back(out);
                 self.bump();
-                true
             })
         });
         lock(&slot.outs).finished = Some(finished.unwrap_or_default());
@@ -1195,9 +1194,9 @@ impl<'a> Worker<'a> {
     }
 
     /// End of input: finishes every flow, its records a batch at a time
-    /// to `emit` (false: stop); its counters, and the frame where each
-    /// value of its undecoded QUIC versions list first appeared.
-    fn finish(mut self, emit: &mut dyn FnMut(Out) -> bool) -> Option<(Box<Stats>, Vec<u64>)> {
+    /// to `emit`; its counters, and the frame where each value of its
+    /// undecoded QUIC versions list first appeared.
+    fn finish(mut self, emit: &mut dyn FnMut(Out)) -> (Box<Stats>, Vec<u64>) {
         self.shared.advance(self.me, DONE);
         loop {
             let done = self.analyzer.finish_some(FINISH_BATCH);
@@ -1209,14 +1208,12 @@ impl<'a> Worker<'a> {
                 }
             });
             out.close(&self.ids, self.encoder);
-            if !emit(out) {
-                return None;
-            }
+            emit(out);
             if done {
                 break;
             }
         }
-        Some((Box::new(self.analyzer.stats().clone()), self.versions_at))
+        (Box::new(self.analyzer.stats().clone()), self.versions_at)
     }
 }
 

@@ -21,17 +21,23 @@ fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
-    let out = common::run(&[
-        BIN,
+/// `replay` of NDJSON records on `threads` threads, without the file.
+fn replay_args(threads: &str) -> [&str; 6] {
+    [
         "replay",
         "--format",
         "ndjson",
         "--quiet",
         "--threads",
         threads,
-        capture.to_str().unwrap(),
-    ]);
+    ]
+}
+
+fn sorted_records(capture: &Path, threads: &str) -> Vec<String> {
+    let mut args = vec![BIN];
+    args.extend(replay_args(threads));
+    args.push(capture.to_str().unwrap());
+    let out = common::run(&args);
     let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
     lines.sort();
     lines
@@ -151,14 +157,7 @@ fn fails_on_a_full_disk(capture: &Path, threads: &str) {
         .open("/dev/full")
         .expect("/dev/full");
     let mut child = std::process::Command::new(BIN)
-        .args([
-            "replay",
-            "--format",
-            "ndjson",
-            "--quiet",
-            "--threads",
-            threads,
-        ])
+        .args(replay_args(threads))
         .arg(capture)
         .stdout(full)
         .stderr(std::process::Stdio::piped())
