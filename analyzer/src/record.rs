@@ -407,61 +407,73 @@ pub struct ZeekFacts {
 /// digit by digit: std's formatting machinery costs more than the rest of
 /// a record (1,700 instructions an IPv6 endpoint).
 pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
-    fn digits(out: &mut String, n: u16) {
-        let mut buf = [0u8; 5];
-        let mut i = buf.len();
-        let mut n = n;
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        out.extend(buf[i..].iter().map(|&b| b as char));
+    /// The text is built in place: `[` + 39 (the longest IPv6 text) + `]:` + 5.
+    struct Text {
+        buf: [u8; 47],
+        len: usize,
     }
-    fn dotted(out: &mut String, v4: std::net::Ipv4Addr) {
-        for (i, o) in v4.octets().into_iter().enumerate() {
-            if i > 0 {
-                out.push('.');
-            }
-            digits(out, u16::from(o));
+    impl Text {
+        fn push(&mut self, b: u8) {
+            self.buf[self.len] = b;
+            self.len += 1;
         }
-    }
-    fn hex_groups(out: &mut String, groups: &[u16]) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        for (i, &g) in groups.iter().enumerate() {
-            if i > 0 {
-                out.push(':');
-            }
-            let mut shift = 12;
-            while shift > 0 && g >> shift == 0 {
-                shift -= 4;
-            }
+        fn push_all(&mut self, s: &[u8]) {
+            self.buf[self.len..self.len + s.len()].copy_from_slice(s);
+            self.len += s.len();
+        }
+        fn digits(&mut self, n: u16) {
+            let mut tmp = [0u8; 5];
+            let mut i = tmp.len();
+            let mut n = n;
             loop {
-                out.push(HEX[usize::from(g >> shift & 0xf)] as char);
-                if shift == 0 {
+                i -= 1;
+                tmp[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
                     break;
                 }
-                shift -= 4;
+            }
+            self.push_all(&tmp[i..]);
+        }
+        fn dotted(&mut self, v4: std::net::Ipv4Addr) {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    self.push(b'.');
+                }
+                self.digits(u16::from(o));
+            }
+        }
+        fn hex_groups(&mut self, groups: &[u16]) {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            for (i, &g) in groups.iter().enumerate() {
+                if i > 0 {
+                    self.push(b':');
+                }
+                let mut shift = 12;
+                while shift > 0 && g >> shift == 0 {
+                    shift -= 4;
+                }
+                loop {
+                    self.push(HEX[usize::from(g >> shift & 0xf)]);
+                    if shift == 0 {
+                        break;
+                    }
+                    shift -= 4;
+                }
             }
         }
     }
+    let mut out = Text {
+        buf: [0; 47],
+        len: 0,
+    };
     match addr {
-        std::net::IpAddr::V4(v4) => {
-            let mut out = String::with_capacity(21);
-            dotted(&mut out, v4);
-            out.push(':');
-            digits(&mut out, port);
-            out
-        }
+        std::net::IpAddr::V4(v4) => out.dotted(v4),
         std::net::IpAddr::V6(v6) => {
-            let mut out = String::with_capacity(47);
-            out.push('[');
+            out.push(b'[');
             if let Some(v4) = v6.to_ipv4_mapped() {
-                out.push_str("::ffff:");
-                dotted(&mut out, v4);
+                out.push_all(b"::ffff:");
+                out.dotted(v4);
             } else {
                 let groups = v6.segments();
                 // The first longest run of zero groups.
@@ -477,18 +489,22 @@ pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
                     }
                 }
                 if best.1 > 1 {
-                    hex_groups(&mut out, &groups[..best.0]);
-                    out.push_str("::");
-                    hex_groups(&mut out, &groups[best.0 + best.1..]);
+                    out.hex_groups(&groups[..best.0]);
+                    out.push_all(b"::");
+                    out.hex_groups(&groups[best.0 + best.1..]);
                 } else {
-                    hex_groups(&mut out, &groups);
+                    out.hex_groups(&groups);
                 }
             }
-            out.push_str("]:");
-            digits(&mut out, port);
-            out
+            out.push(b']');
         }
     }
+    out.push(b':');
+    out.digits(port);
+    // Digits, dots, colons, brackets and hex letters: ASCII, always valid.
+    std::str::from_utf8(&out.buf[..out.len])
+        .map(str::to_owned)
+        .unwrap_or_default()
 }
 
 /// A TLS 1.3 connection over TCP and IPv4 of `kind`, with nothing else

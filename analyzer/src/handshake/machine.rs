@@ -590,9 +590,12 @@ impl Handshake {
         let log = &mut self.records[dir as usize];
         if log.len() < MAX_RECORDS_PER_DIR {
             // A handshake left waiting holds one record a side: room for
-            // one (a first push reserves four), growing as usual after.
-            if log.is_empty() {
-                log.reserve_exact(1);
+            // one (a first push reserves four). One that goes on holds
+            // ~5-12: room for eight next, not four and then eight.
+            match log.len() {
+                0 => log.reserve_exact(1),
+                1 => log.reserve_exact(7),
+                _ => {}
             }
             log.push(rec);
         } else {

@@ -28,20 +28,31 @@ fn may_need_escape(w: u64) -> bool {
 fn str_(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
+    // Most strings (names, hex, fingerprints, endpoints) need no escape:
+    // test them a word at a time, the last few bytes padded with spaces,
+    // and copy them whole.
+    let mut words = bytes.chunks_exact(8);
+    let clean = words
+        .by_ref()
+        .all(|w| !may_need_escape(u64::from_le_bytes(w.try_into().unwrap_or([b' '; 8]))))
+        && {
+            let mut tail = [b' '; 8];
+            tail[..words.remainder().len()].copy_from_slice(words.remainder());
+            !may_need_escape(u64::from_le_bytes(tail))
+        };
+    if clean {
+        out.extend_from_slice(bytes);
+    } else {
+        escaped(out, bytes);
+    }
+    out.push(b'"');
+}
+
+/// The bytes of a string that needs an escape, as serde_json escapes them.
+#[cold]
+fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        // Most strings (names, hex, fingerprints) need no escape: skip
-        // them a word at a time.
-        if let Some(word) = bytes.get(i..i + 8) {
-            let w = u64::from_le_bytes(word.try_into().unwrap());
-            if !may_need_escape(w) {
-                i += 8;
-                continue;
-            }
-        }
-        let b = bytes[i];
-        i += 1;
+    for (i, &b) in bytes.iter().enumerate() {
         let esc: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -53,7 +64,7 @@ fn str_(out: &mut Vec<u8>, s: &str) {
             0..=0x1f => b"",
             _ => continue,
         };
-        out.extend_from_slice(&bytes[start..i - 1]);
+        out.extend_from_slice(&bytes[start..i]);
         if esc.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.extend_from_slice(&[
@@ -67,10 +78,9 @@ fn str_(out: &mut Vec<u8>, s: &str) {
         } else {
             out.extend_from_slice(esc);
         }
-        start = i;
+        start = i + 1;
     }
     out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }
 
 fn f64_(out: &mut Vec<u8>, v: f64) {
@@ -96,23 +106,28 @@ fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     if scaled / 1e6 != v {
         return false;
     }
-    let scaled = scaled as u64;
-    let (whole, mut frac) = (scaled / 1_000_000, scaled % 1_000_000);
-    out.extend_from_slice(itoa::Buffer::new().format(whole).as_bytes());
-    out.push(b'.');
-    if frac == 0 {
-        out.push(b'0');
-        return true;
-    }
-    let mut digits = 6;
-    while frac % 10 == 0 {
-        frac /= 10;
-        digits -= 1;
+    // The digits once (itoa), the fraction's trailing zeros left off, and
+    // the point put in: ".0" for a whole number, "0.0..." below one.
+    let mut n = scaled as u64;
+    let mut frac_digits = 6;
+    while frac_digits > 0 && n % 10 == 0 {
+        n /= 10;
+        frac_digits -= 1;
     }
     let mut buf = itoa::Buffer::new();
-    let text = buf.format(frac).as_bytes();
-    out.extend(std::iter::repeat_n(b'0', digits - text.len()));
-    out.extend_from_slice(text);
+    let digits = buf.format(n).as_bytes();
+    if frac_digits == 0 {
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b".0");
+    } else if let Some(whole) = digits.len().checked_sub(frac_digits).filter(|&w| w > 0) {
+        out.extend_from_slice(&digits[..whole]);
+        out.push(b'.');
+        out.extend_from_slice(&digits[whole..]);
+    } else {
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', frac_digits - digits.len()));
+        out.extend_from_slice(digits);
+    }
     true
 }
 
