@@ -6,7 +6,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-TLSRUM="$ROOT/target/release/tlsrum"
+# TLSRUM=PATH runs that binary instead of building one (an older build,
+# to compare against side by side).
+TLSRUM="${TLSRUM:-$ROOT/target/release/tlsrum}"
 DATA="$ROOT/bench-data"
 SNS="tlsrum-bench-s"      # server namespace: the agent's veth end
 CNS="tlsrum-bench-c"      # client namespace
@@ -48,6 +50,10 @@ need() {
 }
 
 build() {
+  if [ "$TLSRUM" != "$ROOT/target/release/tlsrum" ]; then
+    log "== using $TLSRUM"
+    return
+  fi
   log "== cargo build --release -p tlsrum"
   (cd "$ROOT" && cargo build --release --quiet -p tlsrum)
 }
