@@ -73,16 +73,26 @@ impl Tombstones {
         at: f64,
         absorbs: bool,
     ) -> bool {
-        // A later flow on the tuple without a SYN does not forget the ISN
-        // of the connection before it.
-        let isn = isn.or_else(|| self.map.peek(&key).and_then(|t| t.isn));
         let t = Tombstone {
             isn,
             ends,
             at,
             absorbs,
         };
-        matches!(self.map.push(key, t), Some((k, _)) if k != key)
+        // One lookup: most tuples have no tombstone yet.
+        match self.map.push(key, t) {
+            Some((k, old)) if k == key => {
+                // A later flow on the tuple without a SYN does not forget
+                // the ISN of the connection before it.
+                if isn.is_none() {
+                    if let Some(now) = self.map.peek_mut(&key) {
+                        now.isn = old.isn;
+                    }
+                }
+                false
+            }
+            evicted => evicted.is_some(),
+        }
     }
 
     /// A SYN with the ISN of a connection that ended on this tuple: a copy
