@@ -974,6 +974,10 @@ impl Dispatch<'_> {
             list.reserve(ROUND_PER_SHARD + ROUND_PER_SHARD / 4);
         }
         let want = self.seq + (ROUND_PER_SHARD * n) as u64;
+        // The shard of a hash: hash % n, a mask when n is a power of two
+        // (the same shard; a 64-bit division was the loop's largest stall).
+        let mask = (n as u64).is_power_of_two().then(|| n as u64 - 1);
+        let shard_of = |h: u64| mask.map_or_else(|| h % n as u64, |m| h & m) as usize;
         let mut odd = false;
         let base = self.map.as_ptr() as usize;
         while self.seq < want {
@@ -1010,13 +1014,13 @@ impl Dispatch<'_> {
                                     list.push(item(What::Sweep, 0..0));
                                 }
                             }
-                            let owner = p.connection_hash() % n as u64;
+                            let owner = shard_of(p.connection_hash());
                             // The payload borrows from the frame: where in it.
                             let from = (p.payload.as_ptr() as usize)
                                 .wrapping_sub(data.as_ptr() as usize)
                                 .min(data.len());
                             let to = from + p.payload.len().min(data.len() - from);
-                            if let Some(list) = batch.items.get_mut(owner as usize) {
+                            if let Some(list) = batch.items.get_mut(owner) {
                                 // Built in its place: each move of an item
                                 // was ~40 instructions a frame.
                                 list.push(Item {
@@ -1038,7 +1042,7 @@ impl Dispatch<'_> {
                         }
                         // Undecodable frames are only counted: any shard will do.
                         Err(e) => {
-                            if let Some(list) = batch.items.get_mut((seq % n as u64) as usize) {
+                            if let Some(list) = batch.items.get_mut(shard_of(seq)) {
                                 list.push(item(What::Undecodable(*e), 0..data.len()));
                             }
                         }
