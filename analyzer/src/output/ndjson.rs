@@ -110,7 +110,7 @@ fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     // the point put in: ".0" for a whole number, "0.0..." below one.
     let mut n = scaled as u64;
     let mut frac_digits = 6;
-    while frac_digits > 0 && n % 10 == 0 {
+    while frac_digits > 0 && n.is_multiple_of(10) {
         n /= 10;
         frac_digits -= 1;
     }
