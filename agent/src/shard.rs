@@ -59,7 +59,9 @@ use analyzer::{Analyzer, SessionIds, Stats, SweepClock};
 use anyhow::{anyhow, bail, Result};
 
 use crate::sink::{Encoder, RecordSink};
-use crate::source::{prefetch_at, prefetch_value, Captured, Source, Status};
+use crate::source::{
+    populate_next, prefetch_at, prefetch_value, Captured, Mapping, Source, Status,
+};
 
 /// Frames per shard in one round: every shard gets one batch per round,
 /// so that each knows how far the capture has gone.
@@ -460,6 +462,10 @@ const AHEAD: u64 = 2;
 /// analyzed by another thread (the rounds' lists and pages are held).
 const DEPTH: u64 = 8;
 
+/// How far past the newest round's start an idle thread maps the file in:
+/// a few rounds of big frames (a round of two shards is ~3 MB of them).
+const POPULATE_AHEAD: usize = 16 << 20;
+
 /// One shard in the pool.
 struct Slot<'a> {
     /// Its analysis, held by the thread running its next round; taken
@@ -512,6 +518,9 @@ struct Queue {
 /// The shards and the rounds, shared by every thread.
 struct Pool<'a> {
     slots: Vec<Slot<'a>>,
+    /// The source's mapping, which an idle thread maps in ahead of the
+    /// reading one ([`Pool::populate_ahead`]).
+    mapping: Option<&'a Mapping>,
     queue: Mutex<Queue>,
     changed: Condvar,
     /// Rounds handed out: `queue`'s first plus its length.
@@ -685,6 +694,21 @@ impl<'a> Pool<'a> {
         q.rounds.get(from).map_or(end, |(_, start)| *start)
     }
 
+    /// Maps in a chunk of the file ahead of the newest round, if the
+    /// reading thread has not yet; false if there was none to map. On a
+    /// capture of bulk traffic the analysis is light and the reading
+    /// thread, mapping the file in as it reads, was the one busy.
+    fn populate_ahead(&self) -> bool {
+        let Some(m) = self.mapping else {
+            return false;
+        };
+        let newest = lock(&self.queue)
+            .rounds
+            .back()
+            .map_or(0, |(_, start)| *start);
+        populate_next(&m.bytes, &m.populated, newest + POPULATE_AHEAD)
+    }
+
     /// Finishes the flows of a shard no thread has taken yet; false if
     /// every one is taken.
     fn finish_one(&self) -> bool {
@@ -740,7 +764,11 @@ fn helper(pool: &Pool<'_>) {
             Err(_) => return,
         }
         match pool.phase() {
-            Phase::Reading => {}
+            Phase::Reading => {
+                if pool.populate_ahead() {
+                    continue;
+                }
+            }
             Phase::Finishing => {
                 while pool.finish_one() {}
                 return;
@@ -771,6 +799,7 @@ pub fn replay(
     let map: &[u8] = mapping.as_ref().map_or(&[], |m| &m.bytes[..]);
     let encoder = sink.encoder();
     let pool = Pool {
+        mapping: mapping.as_ref(),
         slots: (0..n)
             .map(|me| Slot {
                 worker: Mutex::new(Some(Worker::new(me, shared.clone(), map, encoder, make))),

@@ -21,7 +21,7 @@ use analyzer::wire::LinkType;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::capture_format::{swap_nflog, Format, Frame, Step};
-use super::{prefetch, Captured, Mapping, Source, Status};
+use super::{populate_next, prefetch, Captured, Mapping, Source, Status, POPULATE_CHUNK};
 
 /// Packets handed over per poll: the caller writes the records out after
 /// each batch, which bounds how many wait in memory.
@@ -435,8 +435,9 @@ pub struct PcapFile {
     keep: Option<Arc<AtomicUsize>>,
     /// A mapped file's bytes before this were asked into the cache.
     fetched: usize,
-    /// A mapped file's bytes before this are mapped in (see `fetch_ahead`).
-    populated: usize,
+    /// A mapped file's bytes before this are mapped in (see `fetch_ahead`);
+    /// shared with whoever holds the mapping ([`Mapping::populated`]).
+    populated: Arc<AtomicUsize>,
     format: Format,
     /// True once the file was read to its end (or failed).
     ended: bool,
@@ -583,7 +584,7 @@ impl PcapFile {
             released: 0,
             keep: None,
             fetched: 0,
-            populated: 0,
+            populated: Arc::new(AtomicUsize::new(0)),
             // Replaced by the header's below.
             format: Format::Pcap(Default::default()),
             ended: false,
@@ -743,13 +744,8 @@ impl PcapFile {
         // Page-table entries, a chunk at a time and a chunk ahead: a
         // prefetch into a page not mapped in yet is dropped, and each
         // first touch was a page fault (16 pages at a time).
-        const CHUNK: usize = 1 << 20;
         let to = (self.pos + AHEAD).min(map.len());
-        if to + CHUNK > self.populated && self.populated < map.len() {
-            let len = CHUNK.min(map.len() - self.populated);
-            let _ = map.advise_range(memmap2::Advice::PopulateRead, self.populated, len);
-            self.populated += len;
-        }
+        populate_next(map, &self.populated, to + POPULATE_CHUNK);
         if let Some(bytes) = map.get(self.fetched.max(self.pos)..to) {
             prefetch(bytes, usize::MAX);
         }
@@ -905,6 +901,7 @@ impl Source for PcapFile {
         Some(Mapping {
             bytes: map.clone(),
             keep,
+            populated: self.populated.clone(),
         })
     }
 
