@@ -60,7 +60,7 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::sink::{Encoder, RecordSink};
 use crate::source::{
-    populate_next, prefetch_at, prefetch_value, Captured, Mapping, Source, Status,
+    populate_next, prefetch_at, prefetch_value, release_before, Captured, Mapping, Source, Status,
 };
 
 /// Frames per shard in one round: every shard gets one batch per round,
@@ -709,6 +709,15 @@ impl<'a> Pool<'a> {
         populate_next(&m.bytes, &m.populated, newest + POPULATE_AHEAD)
     }
 
+    /// Gives back the pages before the source's `keep` (every shard is
+    /// past them), if the reading thread has not yet; false if none.
+    fn release_behind(&self) -> bool {
+        let Some(m) = self.mapping else {
+            return false;
+        };
+        release_before(&m.bytes, &m.released, m.keep.load(Ordering::Acquire))
+    }
+
     /// Finishes the flows of a shard no thread has taken yet; false if
     /// every one is taken.
     fn finish_one(&self) -> bool {
@@ -765,7 +774,7 @@ fn helper(pool: &Pool<'_>) {
         }
         match pool.phase() {
             Phase::Reading => {
-                if pool.populate_ahead() {
+                if pool.populate_ahead() || pool.release_behind() {
                     continue;
                 }
             }

@@ -65,6 +65,9 @@ pub struct Mapping {
     /// that claimed them ([`populate_next`]): an idle thread may map ahead
     /// of the one reading.
     pub populated: Arc<AtomicUsize>,
+    /// The bytes before this were given back to the kernel, or are being
+    /// given back by a thread that claimed them ([`release_before`]).
+    pub released: Arc<AtomicUsize>,
 }
 
 /// Bytes of a mapping put into the page tables at a time.
@@ -90,6 +93,39 @@ pub fn populate_next(map: &memmap2::Mmap, populated: &AtomicUsize, upto: usize) 
     if claimed.is_ok() {
         // Only a hint: a page not mapped in is faulted in when read.
         let _ = map.advise_range(memmap2::Advice::PopulateRead, from, len);
+    }
+    true
+}
+
+/// Pages of a mapping given back at a time: a multiple of every page
+/// size, and few calls.
+const RELEASE_STEP: usize = 4 << 20;
+
+/// Gives back the pages of `map` before `upto` (rounded down to 4 MiB)
+/// that no thread gave back yet (`MADV_DONTNEED`; the page cache keeps
+/// them): the process's resident memory is then the analyzer's, not the
+/// file's. Claimed like [`populate_next`], so an idle thread can take
+/// this off the reading one; says whether there was anything to give.
+/// The caller vouches that nothing reads before `upto` any more.
+pub fn release_before(map: &memmap2::Mmap, released: &AtomicUsize, upto: usize) -> bool {
+    let upto = upto.min(map.len()) / RELEASE_STEP * RELEASE_STEP;
+    let from = released.load(std::sync::atomic::Ordering::Relaxed);
+    if upto <= from {
+        return false;
+    }
+    let claimed = released.compare_exchange(
+        from,
+        upto,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    if claimed.is_ok() {
+        // SAFETY: the map is read only, so no change is lost: a page read
+        // again is read anew from the file (the caller vouches that none
+        // is read before `upto`).
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from)
+        };
     }
     true
 }

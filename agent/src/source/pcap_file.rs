@@ -21,7 +21,9 @@ use analyzer::wire::LinkType;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::capture_format::{swap_nflog, Format, Frame, Step};
-use super::{populate_next, prefetch, Captured, Mapping, Source, Status, POPULATE_CHUNK};
+use super::{
+    populate_next, prefetch, release_before, Captured, Mapping, Source, Status, POPULATE_CHUNK,
+};
 
 /// Packets handed over per poll: the caller writes the records out after
 /// each batch, which bounds how many wait in memory.
@@ -429,8 +431,9 @@ pub struct PcapFile {
     bytes: Bytes,
     /// Where the next record starts in `bytes`.
     pos: usize,
-    /// A mapped file's bytes before this were given back (see `release`).
-    released: usize,
+    /// A mapped file's bytes before this were given back (see `release`);
+    /// shared with whoever holds the mapping ([`Mapping::released`]).
+    released: Arc<AtomicUsize>,
     /// Set once the mapping is shared: no page from here on is given back.
     keep: Option<Arc<AtomicUsize>>,
     /// A mapped file's bytes before this were asked into the cache.
@@ -581,7 +584,7 @@ impl PcapFile {
             name,
             bytes,
             pos: 0,
-            released: 0,
+            released: Arc::new(AtomicUsize::new(0)),
             keep: None,
             fetched: 0,
             populated: Arc::new(AtomicUsize::new(0)),
@@ -706,30 +709,16 @@ impl PcapFile {
     /// over (the page cache keeps them): the process's resident memory is
     /// then the analyzer's, not the file's size.
     fn release(&mut self) {
-        // A multiple of every page size, and few calls.
-        const STEP: usize = 4 << 20;
         let Bytes::Map(map) = &self.bytes else {
             return;
         };
         let upto = match &self.keep {
             Some(keep) => self.pos.min(keep.load(Ordering::Acquire)),
             None => self.pos,
-        } / STEP
-            * STEP;
-        if upto > self.released {
-            // SAFETY: nothing borrows these bytes any more (the analyzer
-            // copies what it keeps; shards of a shared mapping are past
-            // `keep`), and the map is read only: pages touched again are
-            // read anew from the file.
-            let _ = unsafe {
-                map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    self.released,
-                    upto - self.released,
-                )
-            };
-            self.released = upto;
-        }
+        };
+        // Nothing borrows these bytes any more: the analyzer copies what
+        // it keeps, and shards of a shared mapping are past `keep`.
+        release_before(map, &self.released, upto);
     }
 
     /// Asks the cache for a mapped file's next bytes: where the next
@@ -902,6 +891,7 @@ impl Source for PcapFile {
             bytes: map.clone(),
             keep,
             populated: self.populated.clone(),
+            released: self.released.clone(),
         })
     }
 
