@@ -210,3 +210,65 @@ pub trait Source {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A read-only mapping of `len` bytes of 7 in a scratch file.
+    fn mapped(len: usize) -> memmap2::Mmap {
+        let path = std::env::temp_dir().join(format!("tlsrum-map-{}-{len}", std::process::id()));
+        std::fs::write(&path, vec![7u8; len]).expect("scratch file");
+        let file = std::fs::File::open(&path).expect("scratch file");
+        // SAFETY: the file is this test's own and nothing writes it.
+        let map = unsafe { memmap2::Mmap::map(&file) }.expect("map");
+        let _ = std::fs::remove_file(&path);
+        map
+    }
+
+    #[test]
+    fn mapping_in_claims_a_chunk_at_a_time_up_to_the_end() {
+        let len = 5 * POPULATE_CHUNK / 2;
+        let map = mapped(len);
+        let populated = AtomicUsize::new(0);
+        assert!(populate_next(&map, &populated, 1));
+        assert_eq!(populated.load(Ordering::Relaxed), POPULATE_CHUNK);
+        assert!(
+            !populate_next(&map, &populated, POPULATE_CHUNK),
+            "already that far"
+        );
+        while populate_next(&map, &populated, usize::MAX) {}
+        assert_eq!(
+            populated.load(Ordering::Relaxed),
+            len,
+            "the last chunk is short"
+        );
+        assert!(map.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn pages_are_given_back_in_whole_steps_and_never_twice() {
+        let map = mapped(2 * RELEASE_STEP + RELEASE_STEP / 2);
+        let released = AtomicUsize::new(0);
+        assert!(
+            !release_before(&map, &released, RELEASE_STEP - 1),
+            "less than a step"
+        );
+        assert!(release_before(&map, &released, RELEASE_STEP + 5));
+        assert_eq!(released.load(Ordering::Relaxed), RELEASE_STEP);
+        assert!(
+            !release_before(&map, &released, RELEASE_STEP),
+            "never backwards"
+        );
+        assert!(release_before(&map, &released, usize::MAX));
+        assert_eq!(
+            released.load(Ordering::Relaxed),
+            2 * RELEASE_STEP,
+            "whole steps, inside the map"
+        );
+        assert!(!release_before(&map, &released, usize::MAX));
+        // A page given back reads again from the file.
+        assert!(map.iter().all(|&b| b == 7));
+    }
+}
