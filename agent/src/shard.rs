@@ -519,7 +519,8 @@ struct Queue {
 struct Pool<'a> {
     slots: Vec<Slot<'a>>,
     /// The source's mapping, which an idle thread maps in ahead of the
-    /// reading one ([`Pool::populate_ahead`]).
+    /// reading one and gives back behind the shards
+    /// ([`Pool::populate_ahead`], [`Pool::release_behind`]).
     mapping: Option<&'a Mapping>,
     queue: Mutex<Queue>,
     changed: Condvar,
