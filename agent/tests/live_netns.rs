@@ -319,6 +319,32 @@ fn differences(a: &Value, b: &Value, fields: Option<&[&str]>) -> Vec<String> {
     out
 }
 
+/// What differs between `want` and `got`, connection by connection (see
+/// [`differences`]), each line prefixed by `what`.
+fn record_problems(
+    what: &str,
+    want: &BTreeMap<Key, Value>,
+    got: &BTreeMap<Key, Value>,
+    fields: Option<&[&str]>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for k in want.keys().filter(|k| !got.contains_key(*k)) {
+        problems.push(format!("{what}: {k:?}: missing"));
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        problems.push(format!("{what}: {k:?}: extra record {}", got[k]));
+    }
+    for (k, w) in want {
+        if let Some(g) = got.get(k) {
+            let d = differences(w, g, fields);
+            if !d.is_empty() {
+                problems.push(format!("{what}: {k:?}: {}", d.join("; ")));
+            }
+        }
+    }
+    problems
+}
+
 /// Asserts that `got` holds the same connections as `want`, each with the
 /// same record (see [`differences`]).
 fn assert_same_records(
@@ -327,24 +353,10 @@ fn assert_same_records(
     got: &BTreeMap<Key, Value>,
     fields: Option<&[&str]>,
 ) {
-    let mut problems = Vec::new();
-    for k in want.keys().filter(|k| !got.contains_key(*k)) {
-        problems.push(format!("{k:?}: missing"));
-    }
-    for k in got.keys().filter(|k| !want.contains_key(*k)) {
-        problems.push(format!("{k:?}: extra record {}", got[k]));
-    }
-    for (k, w) in want {
-        if let Some(g) = got.get(k) {
-            let d = differences(w, g, fields);
-            if !d.is_empty() {
-                problems.push(format!("{k:?}: {}", d.join("; ")));
-            }
-        }
-    }
+    let problems = record_problems(what, want, got, fields);
     assert!(
         problems.is_empty(),
-        "{what}: {} of {} connections differ:\n  {}",
+        "{} of {} connections differ:\n  {}",
         problems.len(),
         want.len(),
         problems.join("\n  ")
@@ -961,6 +973,19 @@ struct LiveRun {
     bulk_secs: f64,
     /// `replay` of the dumpcap capture (everything but the download).
     replay: Vec<Value>,
+    /// The capture itself, written out only for a failure to look at (the
+    /// topology's directory is gone by then).
+    capture: Vec<u8>,
+}
+
+impl LiveRun {
+    /// Writes the dumpcap capture where it outlives the test; its path.
+    fn keep_capture(&self) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("tlsrum-live-run-{}.pcapng", std::process::id()));
+        std::fs::write(&path, &self.capture).unwrap();
+        path
+    }
 }
 
 /// Sets up the servers, both agents and dumpcap, makes the traffic and the
@@ -1053,6 +1078,7 @@ fn observe() -> LiveRun {
         pcap_metrics,
         bulk_secs,
         replay,
+        capture: std::fs::read(&capture).unwrap(),
     }
 }
 
@@ -1098,15 +1124,39 @@ fn live_backends_and_replay_give_the_same_records() {
     let run = live_run();
     let e = by_key(&run.ebpf_records);
     let p = by_key(&run.pcap_records);
-    assert_same_records("pcap vs eBPF", &e, &p, None);
     let r = by_key(&run.replay);
     assert_eq!(r.len(), run.n, "replay of the capture");
-    let e_captured: BTreeMap<Key, Value> = e
-        .iter()
-        .filter(|(k, _)| r.contains_key(*k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    assert_same_records("eBPF vs replay of dumpcap", &r, &e_captured, None);
+    let captured = |m: &BTreeMap<Key, Value>| -> BTreeMap<Key, Value> {
+        m.iter()
+            .filter(|(k, _)| r.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    // All three views at once, so that a difference between the backends
+    // also says which of them the capture's replay agrees with.
+    let mut problems = record_problems("pcap vs eBPF", &e, &p, None);
+    problems.extend(record_problems(
+        "eBPF vs replay of dumpcap",
+        &r,
+        &captured(&e),
+        None,
+    ));
+    problems.extend(record_problems(
+        "pcap vs replay of dumpcap",
+        &r,
+        &captured(&p),
+        None,
+    ));
+    if !problems.is_empty() {
+        let kept = run.keep_capture();
+        panic!(
+            "{} differences among {} connections (dumpcap capture kept in {}):\n  {}",
+            problems.len(),
+            e.len(),
+            kept.display(),
+            problems.join("\n  ")
+        );
+    }
 }
 
 /// (4) A 1 GiB download over one TLS connection sends a bounded number of
