@@ -12,8 +12,10 @@ FUZZ_SMOKE_SECS ?= 10
 deps:
 	@bash scripts/install-deps.sh
 
+# The release binary, profile-guided when the toolchain has llvm-profdata
+# (scripts/build-release.sh; TLSRUM_PGO=0 for a plain release build).
 build: deps
-	$(CARGO) build --release --locked -p tlsrum
+	bash scripts/build-release.sh
 
 # The Debian package, target/release/tlsrum_VERSION-1_ARCH.deb (cargo-deb;
 # binary, systemd unit, /etc/default/tlsrum, man pages, completions).
@@ -78,13 +80,13 @@ clean:
 
 # Handshake costs on emulated wide-area links (tools/delayline, root): writes
 # docs/experiments.md and docs/*.png (see scripts/experiment/run.py).
-experiment: deps
-	$(CARGO) build --release --locked -p tlsrum -p delayline
+experiment: build
+	$(CARGO) build --release --locked -p delayline
 	python3 scripts/experiment/run.py --docs docs
 
 # Apache Traffic Server's pre-warmed TLS tunnels (issue 16; root): writes
 # section 5 of docs/experiments.md, docs/experiment5-ats.png and
 # docs/experiment5-ats.json (see scripts/experiment/ats_report.py).
-experiment-ats: deps
-	$(CARGO) build --release --locked -p tlsrum -p delayline
+experiment-ats: build
+	$(CARGO) build --release --locked -p delayline
 	python3 scripts/experiment/ats_report.py --docs docs

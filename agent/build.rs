@@ -101,15 +101,17 @@ fn git_commit() {
         .filter(|c| !c.is_empty())
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_owned());
-    // A new commit or checkout moves HEAD or the branch it points at.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={p}");
-        }
-    }
-    if let Some(p) =
-        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]))
-    {
+    // A new commit or checkout moves HEAD or the branch it points at (a
+    // loose ref, or packed-refs once packed: the loose file then goes,
+    // which also reruns this). Only files that exist are named: cargo
+    // takes a missing one as changed, and rebuilt the agent every time.
+    let branch =
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]));
+    let paths = ["HEAD", "packed-refs"]
+        .iter()
+        .filter_map(|path| git(&["rev-parse", "--git-path", path]))
+        .chain(branch);
+    for p in paths.filter(|p| std::path::Path::new(p).exists()) {
         println!("cargo:rerun-if-changed={p}");
     }
     println!("cargo:rustc-env=TLSRUM_COMMIT={commit}");

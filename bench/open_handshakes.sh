@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#bins[@]} -eq 0 ]; then
-  cargo build --release -p tlsrum
+  bash "$root/scripts/build-release.sh"
   bins=("$root/target/release/tlsrum")
 fi
 cargo build --release -p tlsrum --example flood

@@ -159,8 +159,8 @@ TLSRUM="${TLSRUM_BIN:-$ROOT/target/release/tlsrum}"
 if [ -n "$TLSRUM_BIN" ]; then
   [ -x "$TLSRUM" ] || { echo "run.sh: --tlsrum $TLSRUM is not an executable" >&2; exit 1; }
 elif [ "$DO_TLSRUM" = 1 ]; then
-  echo "== building tlsrum (cargo build --release -p tlsrum)"
-  if ! cargo build --release --quiet -p tlsrum; then
+  echo "== building tlsrum (scripts/build-release.sh)"
+  if ! bash scripts/build-release.sh --quiet; then
     echo "run.sh: building tlsrum failed; fix the build or run with --no-tlsrum" >&2
     exit 1
   fi

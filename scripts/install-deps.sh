@@ -76,6 +76,12 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# llvm-profdata of the toolchain's own LLVM, for the profile-guided release
+# build (scripts/build-release.sh; without it the build is a plain one).
+if command -v rustup >/dev/null 2>&1 &&
+  ! [ -x "$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata" ]; then
+  rustup component add llvm-tools
+fi
 # Python packages (aioquic for the QUIC captures), through pip.
 req="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
 if ! python3 -c "import aioquic" >/dev/null 2>&1; then

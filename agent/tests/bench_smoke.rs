@@ -7,7 +7,8 @@
 //! reads the whole capture, the report has a row per tool, and tlsrum's
 //! records of the generated capture are the same at one and two threads
 //! (after a sort), QUIC copies included (each gets its own server port).
-//! mkcapture's own unit tests run too.
+//! mkcapture's own unit tests run too, and so do the training runs of the
+//! profile-guided release build (`scripts/pgo-train.sh`).
 
 mod common;
 
@@ -145,6 +146,14 @@ fn the_replay_benchmark_runs_end_to_end() {
     for threads in ["2", "3"] {
         fails_on_a_full_disk(&capture, threads);
     }
+    // The profile-guided build's training runs (scripts/build-release.sh)
+    // with this build: it fails if any of its replays does.
+    common::run(&[
+        "bash",
+        root().join("scripts/pgo-train.sh").to_str().unwrap(),
+        BIN,
+        capture.to_str().unwrap(),
+    ]);
     let _ = std::fs::remove_dir_all(&data);
 }
 

@@ -54,8 +54,8 @@ build() {
     log "== using $TLSRUM"
     return
   fi
-  log "== cargo build --release -p tlsrum"
-  (cd "$ROOT" && cargo build --release --quiet -p tlsrum)
+  log "== scripts/build-release.sh"
+  bash "$ROOT/scripts/build-release.sh" --quiet
 }
 
 # Two namespaces joined by a veth pair; the server end gets $SIP, the client end $CIP.
