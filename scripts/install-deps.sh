@@ -80,7 +80,8 @@ fi
 # build (scripts/build-release.sh; without it the build is a plain one).
 if command -v rustup >/dev/null 2>&1 &&
   ! [ -x "$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata" ]; then
-  rustup component add llvm-tools
+  rustup component add llvm-tools ||
+    echo "install-deps: could not add rustup's llvm-tools; release builds will not be profile-guided" >&2
 fi
 # Python packages (aioquic for the QUIC captures), through pip.
 req="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
