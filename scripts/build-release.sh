@@ -50,14 +50,14 @@ fi
 if [ -z "$profile" ]; then
   cargo build --release --locked --quiet --manifest-path bench/mkcapture/Cargo.toml \
     --target-dir "$root/bench/mkcapture/target"
+  # ~360 MB, made again in seconds: not kept.
   train="$data/train.pcap"
-  if [ ! -s "$train" ]; then
-    "$root/bench/mkcapture/target/release/mkcapture" --out "$train" --connections 20000 \
-      --bulk-ratio 10 --seed 7 pcaps/*.pcapng >/dev/null
-  fi
+  "$root/bench/mkcapture/target/release/mkcapture" --out "$train" --connections 20000 \
+    --bulk-ratio 10 --seed 7 pcaps/*.pcapng >/dev/null
   say "training: replaying pcaps/ and $(basename "$train") (scripts/pgo-train.sh)"
   rm -rf "$data/raw" "$data"/tlsrum-*.profdata "$data/stamp"
   bash scripts/pgo-train.sh "$instrumented" "$train"
+  rm -f "$train"
   "$profdata" merge -o "$data/merged.profdata" "$data/raw"
   hash=$(sha256sum "$data/merged.profdata" | cut -c1-16)
   profile="$data/tlsrum-$hash.profdata"
