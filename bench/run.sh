@@ -133,14 +133,10 @@ run_timed() {
   local out="$TMP/$name.one" err="$TMP/$name.err" rc=0
   # Elapsed time from bash (to the millisecond; GNU time's %e has two decimals, too coarse
   # for a capture read in 0.2 s), peak RSS from GNU time.
-  local TIMEFORMAT='%3R'
-  if [ "$HAVE_GNU_TIME" = 1 ]; then
-    { time /usr/bin/time -f '%M' -o "$out.rss" "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
-    [ -s "$out" ] && echo "$(tail -n1 "$out") $(tail -n1 "$out.rss" 2>/dev/null || echo NA)" >"$out"
-  else
-    { time "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
-    [ -s "$out" ] && echo "$(tail -n1 "$out") NA" >"$out"
-  fi
+  local TIMEFORMAT='%3R' rss=()
+  [ "$HAVE_GNU_TIME" = 1 ] && rss=(/usr/bin/time -f '%M' -o "$out.rss")
+  { time "${rss[@]}" "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
+  [ -s "$out" ] && echo "$(tail -n1 "$out") $(tail -n1 "$out.rss" 2>/dev/null || echo NA)" >"$out"
   if [ "$rc" -ne 0 ]; then
     echo "run.sh: $name failed (exit $rc): $*" >&2
     tail -n 20 "$err" >&2 || true

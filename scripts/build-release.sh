@@ -3,9 +3,9 @@
 # own runs (profile-guided optimization, PGO) when the Rust toolchain has
 # llvm-profdata (rustup's llvm-tools component, which install-deps.sh adds):
 #   1. an instrumented build in target/pgo-gen (-Cprofile-generate);
-#   2. it replays (scripts/pgo-train.sh) the bundled captures (pcaps/, every output format) and a
-#      capture multiplied from them by bench/mkcapture (20,000 connections,
-#      one and two threads), writing raw profiles to target/pgo/raw;
+#   2. it runs scripts/pgo-train.sh on the bundled captures (pcaps/) and on
+#      a capture bench/mkcapture multiplies from them, writing raw profiles
+#      to target/pgo/raw;
 #   3. llvm-profdata merges them into target/pgo/tlsrum-HASH.profdata;
 #   4. the release build reads it (-Cprofile-use).
 # Training uses only what the project bundles, never a benchmark's capture.
@@ -26,12 +26,11 @@ say() { echo "build-release: $*" >&2; }
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
-if [ "${TLSRUM_PGO:-1}" = 0 ]; then
-  say "TLSRUM_PGO=0: building without profile-guided optimization"
-  exec cargo build --release --locked -p tlsrum "$@"
-fi
-if [ ! -x "$profdata" ]; then
-  say "no $profdata (rustup component add llvm-tools): building without profile-guided optimization"
+plain=""
+[ "${TLSRUM_PGO:-1}" = 0 ] && plain="TLSRUM_PGO=0"
+[ -z "$plain" ] && [ ! -x "$profdata" ] && plain="no $profdata (rustup component add llvm-tools)"
+if [ -n "$plain" ]; then
+  say "$plain: building without profile-guided optimization"
   exec cargo build --release --locked -p tlsrum "$@"
 fi
 

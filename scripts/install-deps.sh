@@ -78,9 +78,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 # llvm-profdata of the toolchain's own LLVM, for the profile-guided release
 # build (scripts/build-release.sh; without it the build is a plain one).
-if command -v rustup >/dev/null 2>&1 &&
-  ! [ -x "$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata" ]; then
-  rustup component add llvm-tools ||
+# (rustup does nothing when it is there.)
+if command -v rustup >/dev/null 2>&1; then
+  rustup component add llvm-tools 2>/dev/null ||
     echo "install-deps: could not add rustup's llvm-tools; release builds will not be profile-guided" >&2
 fi
 # Python packages (aioquic for the QUIC captures), through pip.
