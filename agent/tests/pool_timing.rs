@@ -5,8 +5,8 @@
 //! capture of the veth replayed through tlsrum must give, per connection:
 //!
 //! - `idle_before_use` = the client's clock from its handshake's return to
-//!   its request (null for the connection without one), within
-//!   [`TOLERANCE_MS`];
+//!   its request's `sendall()` (null for the connection without one),
+//!   within [`TOLERANCE_MS`];
 //! - with `--record-at close`: `lifetime` = the client's clock from
 //!   `connect()` to `close()`, within [`TOLERANCE_MS`], and `client_app` =
 //!   the request's bytes plus one TLS record's overhead;
@@ -34,9 +34,16 @@ use serde_json::Value;
 
 const PORT: u16 = 8443;
 const HOST: &str = "pool.tlsrum.test";
-/// The client's clock and the capture's agree this well on one host: the
-/// clock readings sit right next to the system calls that send.
+/// The client's clock and the capture's agree this well on one host. The
+/// client reads its clock on both sides of each system call that sends, so
+/// a stall of the client between a reading and the send (~9 ms once under
+/// CI load) widens the expected range instead of failing the test.
 const TOLERANCE_MS: f64 = 2.0;
+
+/// `got` lies in the client's measured range, within [`TOLERANCE_MS`].
+fn within(got: f64, (lo, hi): (f64, f64)) -> bool {
+    lo - TOLERANCE_MS <= got && got <= hi + TOLERANCE_MS
+}
 /// (TLS version, X = ms before the request or None for no request, Y = ms
 /// after the response before the close).
 const CASES: [(&str, Option<u64>, u64); 6] = [
@@ -64,15 +71,18 @@ for spec in sys.argv[4:]:
     raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     t_connect = time.time()
     raw.connect((ip, port))
+    t_connected = time.time()
     s = ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
     s.do_handshake()
     t_handshake = time.time()
     log = {"port": s.getsockname()[1], "version": s.version(), "connect": t_connect,
-           "handshake": t_handshake, "request": None, "request_len": len(req)}
+           "connected": t_connected, "handshake": t_handshake, "request": None,
+           "request_sent": None, "request_len": len(req)}
     if x != "-":
         time.sleep(int(x) / 1000)
         log["request"] = time.time()
         s.sendall(req)
+        log["request_sent"] = time.time()
         got = b""
         while not got.endswith(b"ok\n"):
             chunk = s.recv(4096)
@@ -83,6 +93,7 @@ for spec in sys.argv[4:]:
     time.sleep(int(y) / 1000)
     log["close"] = time.time()
     s.close()
+    log["closed"] = time.time()
     print(json.dumps(log), flush=True)
     time.sleep(0.05)
 "#;
@@ -298,15 +309,18 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
         assert_eq!(d["role"], "inbound", "{case}");
         assert_eq!(outbound[&port]["role"], "outbound", "{case}");
 
-        // idle_before_use: the client's handshake return -> its request.
+        // idle_before_use: the client's handshake return -> its request,
+        // which leaves inside sendall().
         let idle = ms(&c["timing"]["idle_before_use"]);
-        let want_idle = log["request"]
-            .as_f64()
-            .map(|r| (r - log["handshake"].as_f64().unwrap()) * 1e3);
+        let handshake = log["handshake"].as_f64().unwrap();
+        let want_idle = log["request"].as_f64().map(|r| {
+            let sent = log["request_sent"].as_f64().unwrap();
+            ((r - handshake) * 1e3, (sent - handshake) * 1e3)
+        });
         match (idle, want_idle) {
             (Some(got), Some(want)) => assert!(
-                (got - want).abs() <= TOLERANCE_MS,
-                "idle_before_use {got} vs the client's {want:.3} ms: {case}"
+                within(got, want),
+                "idle_before_use {got} vs the client's {want:.3?} ms: {case}"
             ),
             (None, None) => {}
             (got, want) => panic!("idle_before_use {got:?} vs {want:?}: {case}"),
@@ -316,21 +330,25 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
             "the default mode's idle_before_use: {d}"
         );
 
-        // lifetime: connect() -> close() on the client's clock, which sends
-        // the first FIN (or a RST); tlsrum's ends at the packet that closed
-        // the connection, the server's FIN answering it, which a busy
-        // machine can hold up (nginx 3.7 ms once while a build ran): the
-        // gap between the two, from tcpdump's reading of the capture, is
-        // added.
-        let want_life = (log["close"].as_f64().unwrap() - log["connect"].as_f64().unwrap()) * 1e3
-            + closes
-                .get(&port)
-                .unwrap_or_else(|| panic!("no close in the capture: {case}"));
+        // lifetime: the SYN (sent inside connect()) -> the first FIN or RST
+        // (sent inside close()) on the client's clock; tlsrum's ends at the
+        // packet that closed the connection, the server's FIN answering
+        // it, which a busy machine can hold up (nginx 3.7 ms once while a
+        // build ran): the gap between the two, from tcpdump's reading of
+        // the capture, is added.
+        let gap = closes
+            .get(&port)
+            .unwrap_or_else(|| panic!("no close in the capture: {case}"));
+        let t = |k: &str| log[k].as_f64().unwrap();
+        let want_life = (
+            (t("close") - t("connected")) * 1e3 + gap,
+            (t("closed") - t("connect")) * 1e3 + gap,
+        );
         let life = ms(&c["timing"]["lifetime"])
             .unwrap_or_else(|| panic!("no lifetime with --record-at close: {case}"));
         assert!(
-            (life - want_life).abs() <= TOLERANCE_MS,
-            "lifetime {life} vs the client's {want_life:.3} ms: {case}"
+            within(life, want_life),
+            "lifetime {life} vs the client's {want_life:.3?} ms: {case}"
         );
         // The request in one TLS record: its bytes plus a header, an AEAD
         // tag and (TLS 1.3) the inner content type or (TLS 1.2 GCM) an
@@ -366,7 +384,7 @@ fn idle_before_use_and_lifetime_match_the_clients_clock() {
             assert_eq!(d_life, &c["timing"]["lifetime"], "closed first: {d}");
         }
         report.push(format!(
-            "TLS {version} X={x:?} Y={y}: idle {idle:?} (client {want_idle:?}), lifetime {life} (client {want_life:.3}), app {client_app}/{server_app}"
+            "TLS {version} X={x:?} Y={y}: idle {idle:?} (client {want_idle:.3?}), lifetime {life} (client {want_life:.3?}), app {client_app}/{server_app}"
         ));
     }
     eprintln!("{}", report.join("\n"));
