@@ -530,14 +530,32 @@ flow_create(struct tlsrum_flow_key *key, int side, int *created)
 /* Waking the reader for a record is an interrupt (a self-IPI, a VM exit
  * in a guest): done per record it cost more than everything else these
  * programs do, about 1.5 us a record. So a record wakes the reader only
- * once wakeup_bytes are pending; below that the reader finds the records
- * when its poll times out (user space polls with a timeout, 100 ms in
- * `tlsrum live`). */
-static __always_inline __u64 wakeup_flag(void)
+ * when it takes the pending bytes across a multiple of wakeup_bytes; below
+ * the first, the reader finds the records when its poll times out (user
+ * space polls with a timeout, 100 ms in `tlsrum live`). Only the crossing
+ * wakes: waking for every record while wakeup_bytes or more were pending
+ * cost each record sent before the woken reader had drained below it an
+ * interrupt (3.5 us a record in kernel_cost). A crossing two CPUs race
+ * past unseen is caught at the next multiple, or by the timeout. `bytes`
+ * is the record's size in the ring: its 8-byte header, then the record
+ * rounded up to 8 bytes. Writes the record, counted (sent, lost for a
+ * full ring, woke the reader); -1 if the ring was full. */
+static __always_inline int ring_output(void *data, __u64 size)
 {
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
-		return BPF_RB_FORCE_WAKEUP;
-	return BPF_RB_NO_WAKEUP;
+	__u64 pending = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 bytes = (8 + size + 7) & ~7ULL;
+	__u64 flag = BPF_RB_NO_WAKEUP;
+
+	if (pending / wakeup_bytes != (pending + bytes) / wakeup_bytes)
+		flag = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, data, size, flag)) {
+		count(TLSRUM_CNT_RINGBUF_FULL, 1);
+		return -1;
+	}
+	count(TLSRUM_CNT_EVENTS_SENT, 1);
+	if (flag == BPF_RB_FORCE_WAKEUP)
+		count(TLSRUM_CNT_WAKEUPS, 1);
+	return 0;
 }
 
 /* Writes the segment's header fields into the per-CPU scratch record;
@@ -608,13 +626,7 @@ __attribute__((noinline)) int emit_run(struct __sk_buff *skb, __u32 off,
 		sc->hdr.len = 0;
 		sc->hdr.fill = fill;
 		sc->hdr.flags = flags | cut;
-		if (bpf_ringbuf_output(&events, &sc->hdr, sizeof(sc->hdr),
-				       wakeup_flag())) {
-			count(TLSRUM_CNT_RINGBUF_FULL, 1);
-			return -1;
-		}
-		count(TLSRUM_CNT_EVENTS_SENT, 1);
-		return 0;
+		return ring_output(&sc->hdr, sizeof(sc->hdr));
 	}
 
 	if (len > TLSRUM_MAX_CHUNKS * TLSRUM_CHUNK) {
@@ -651,13 +663,10 @@ __attribute__((noinline)) int emit_run(struct __sk_buff *skb, __u32 off,
 			count(TLSRUM_CNT_BYTES_LOST, len - pos);
 			return -1;
 		}
-		if (bpf_ringbuf_output(&events, &sc->hdr, sizeof(sc->hdr) + n,
-				       wakeup_flag())) {
-			count(TLSRUM_CNT_RINGBUF_FULL, 1);
+		if (ring_output(&sc->hdr, sizeof(sc->hdr) + n)) {
 			count(TLSRUM_CNT_BYTES_LOST, len - pos);
 			return -1;
 		}
-		count(TLSRUM_CNT_EVENTS_SENT, 1);
 		count(TLSRUM_CNT_BYTES_SENT, n);
 	}
 	return 0;

@@ -201,6 +201,7 @@ enum tlsrum_counter {
 	TLSRUM_CNT_QUIC_SHORT_UNKNOWN,	/* QUIC short-header packets of flows without state: none created */
 	TLSRUM_CNT_QUIC_SHORT_CUT,	/* QUIC short-header packets sent as their header only */
 	TLSRUM_CNT_LOST_RESUMED,	/* directions under the byte budget that resumed their walk at a hello */
+	TLSRUM_CNT_WAKEUPS,		/* records that woke the reader (see wakeup_flag) */
 	TLSRUM_CNT_MAX,
 };
 
@@ -253,6 +254,6 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, rcv_end, 40);
 _Static_assert(sizeof(struct tlsrum_dir_state) == 48, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 29, "counter names in ebpf/abi.rs");
+_Static_assert(TLSRUM_CNT_MAX == 30, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

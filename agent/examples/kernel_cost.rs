@@ -1,7 +1,8 @@
 //! What one packet costs the TC program, by the path it takes: the kernel
 //! runs the ingress program N times on one frame (BPF_PROG_TEST_RUN) and
-//! reports its mean run time. Bulk traffic takes the first three paths, so
-//! they bound what the agent adds to a bulk transfer.
+//! reports its mean run time. Bulk traffic takes the first four paths, so
+//! they bound what the agent adds to a bulk transfer; the last three send
+//! an event, as a handshake's packets do.
 //!
 //!   cargo run --release -p tlsrum --example kernel_cost [-- REPEAT]
 //!
@@ -20,6 +21,7 @@ const MSS: usize = 1448;
 
 /// An Ethernet frame of a TCP segment between the client's `port` and the
 /// server's 443 (or `dport`), client to server unless `to_client`.
+#[derive(Clone, Copy)]
 struct Seg<'a> {
     port: u16,
     dport: u16,
@@ -83,6 +85,9 @@ fn open(bpf: &mut EbpfCapture, port: u16) -> Result<()> {
 }
 
 const CISN: u32 = 1000;
+/// Runs of a row whose every run sends an event: the ring buffer (8 MiB,
+/// drained between rows) holds ~13,000 of the largest.
+const SENDING_RUNS: u32 = 10_000;
 const SISN: u32 = 5000;
 
 fn main() -> Result<()> {
@@ -126,20 +131,57 @@ fn main() -> Result<()> {
         data(40002, 443, seq, SISN + 1, &body),
     ));
 
+    // Paths that send an event, as a handshake's packets do; each run must
+    // send again. The ring buffer is not drained during a row: these rows
+    // run at most SENDING_RUNS times, and take it past a quarter, a half
+    // and three quarters full, where a record wakes the reader (an
+    // interrupt: see `wakeups`).
+    let sending_from = rows.len();
     // A TLS flow whose records the kernel follows: the first data segment
-    // opens a 16 KiB application_data record, the repeated one resends
-    // bytes user space already has (the same test as a body-only segment).
+    // opens a 16 KiB application_data record. The same segment again is a
+    // retransmission, which goes as a header (the analyzer's think-time
+    // split must know of it). A segment of new body bytes only sends
+    // nothing, but no repeated frame is one.
     open(&mut bpf, 40003)?;
     let mut rec = vec![0x17, 0x03, 0x03, 0x40, 0x00];
     rec.extend_from_slice(&body[..MSS - 5]);
     let first = data(40003, 443, CISN + 1, SISN + 1, &rec);
     bpf.test_run(&first)?;
-    rows.push(("TLS body already forwarded", first));
+    rows.push(("TLS segment resent: a header", first));
+    // A SYN of a new connection on the tuple: a header. A SYN carrying a
+    // ClientHello (TCP Fast Open) starts the tuple over each run (its
+    // byte count is set), and its record is walked and sent.
+    let syn = Seg {
+        port: 40004,
+        dport: 443,
+        to_client: false,
+        seq: CISN,
+        ack: None,
+        syn: true,
+        payload: &[],
+    };
+    rows.push(("SYN: a header", syn.frame()));
+    let mut hello = vec![22, 3, 1, 0x02, 0x00, 1, 0, 0x01, 0xfc, 3, 3];
+    hello.resize(5 + 512, 0x5a);
+    let tfo = Seg {
+        port: 40005,
+        payload: &hello,
+        ..syn
+    };
+    rows.push(("SYN + 517-byte ClientHello", tfo.frame()));
 
-    println!("TC program, mean of {repeat} runs on one frame (BPF_PROG_TEST_RUN)");
-    for (name, frame) in &rows {
+    println!(
+        "TC program, mean of {repeat} runs on one frame (BPF_PROG_TEST_RUN; rows that send: {})",
+        repeat.min(SENDING_RUNS)
+    );
+    for (i, (name, frame)) in rows.iter().enumerate() {
+        let runs = if i >= sending_from {
+            repeat.min(SENDING_RUNS)
+        } else {
+            repeat
+        };
         let before = bpf.counters()?;
-        let t = bpf.test_run_repeat(frame, repeat)?;
+        let t = bpf.test_run_repeat(frame, runs)?;
         // The counters say which path the runs took.
         let path: Vec<String> = bpf
             .counters()?

@@ -81,7 +81,7 @@ impl KernelCounter {
 }
 
 /// `enum tlsrum_counter`, in order, with the header's comments.
-pub const COUNTERS: [KernelCounter; 29] = {
+pub const COUNTERS: [KernelCounter; 30] = {
     const fn c(name: &'static str, help: &'static str) -> KernelCounter {
         KernelCounter { name, help }
     }
@@ -117,6 +117,10 @@ pub const COUNTERS: [KernelCounter; 29] = {
         c(
             "lost_resumed",
             "Directions under the byte-budget fallback (a STARTTLS, HTTP CONNECT or PROXY preamble) whose TLS record walk resumed at a ClientHello or ServerHello: from there their application data stayed in the kernel.",
+        ),
+        c(
+            "wakeups",
+            "Ring-buffer records that woke the agent: those that took the pending bytes across a multiple of a quarter of the ring buffer.",
         ),
     ]
 };

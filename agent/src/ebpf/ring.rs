@@ -25,7 +25,7 @@ pub const WAKEUP_FRACTION: u32 = 4;
 pub(crate) struct EventRing {
     events: RingBuf<MapData>,
     /// CLOCK_REALTIME - CLOCK_BOOTTIME, nanoseconds; resampled every poll.
-    boot_to_epoch_ns: i128,
+    boot_to_epoch_ns: i64,
 }
 
 impl EventRing {
