@@ -102,7 +102,6 @@ struct walk {
 	__u32	ack;		/* the segment's acknowledgement number */
 	__u32	ack_ok;		/* ... and it has the ACK flag */
 	__u32	over;		/* the handshake phase ended in this segment */
-	struct tlsrum_flow_key key;	/* the flow */
 };
 
 enum walk_state {
@@ -1000,9 +999,9 @@ static __always_inline int walk_step(struct __sk_buff *skb, struct walk *w,
  * when tracking was lost before the segment's end (the rest not sent:
  * the caller falls back to the byte budget).
  */
-__attribute__((noinline)) int walk_records(struct __sk_buff *skb)
+__attribute__((noinline)) int walk_records(struct __sk_buff *skb,
+					  struct tlsrum_flow_state *st)
 {
-	struct tlsrum_flow_state *st;
 	struct tlsrum_dir_state *me;
 	__u32 zero = 0, pos, run, len, events, side, data_seq;
 	struct scratch *sc;
@@ -1011,14 +1010,17 @@ __attribute__((noinline)) int walk_records(struct __sk_buff *skb)
 
 	/* A global function, checked once by the verifier in a context of
 	 * unknown values, so the loop is not followed again for each way
-	 * the main program reaches it. Its inputs are in the scratch map. */
+	 * the main program reaches it. Its inputs are in the scratch map,
+	 * and the flow's state is the caller's: to the verifier a pointer to
+	 * 120 bytes that may be NULL (global functions take those since
+	 * Linux 5.6), which spares every segment sent a second hash lookup
+	 * of its flow. */
+	if (!st)
+		return -1;
 	sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (!sc)
 		return -1;
 	w = &sc->walk;
-	st = bpf_map_lookup_elem(&flows, &w->key);
-	if (!st)
-		return -1;
 	side = w->side & 1;
 	me = &st->dir[side];
 	data_seq = w->data_seq;
@@ -1067,7 +1069,7 @@ __attribute__((noinline)) int walk_records(struct __sk_buff *skb)
 /* Hands walk_records its inputs. */
 static __always_inline int walk_segment(struct __sk_buff *skb,
 					const struct pkt *p,
-					const struct tlsrum_flow_key *key, int side,
+					struct tlsrum_flow_state *st, int side,
 					__u32 data_seq, __u8 flags)
 {
 	__u32 zero = 0;
@@ -1078,7 +1080,6 @@ static __always_inline int walk_segment(struct __sk_buff *skb,
 	if (!sc)
 		return -1;
 	w = &sc->walk;
-	__builtin_memcpy(&w->key, key, sizeof(*key));
 	w->len = p->payload_len;
 	w->data_seq = data_seq;
 	w->payload_off = p->payload_off;
@@ -1087,7 +1088,7 @@ static __always_inline int walk_segment(struct __sk_buff *skb,
 	w->closing = !!(p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST));
 	w->ack = p->ack;
 	w->ack_ok = !!(p->tcp_flags & TCP_FLAG_ACK);
-	return walk_records(skb);
+	return walk_records(skb, st);
 }
 
 /* A data segment of a quiet direction: its payload stays in the kernel; a
@@ -1124,7 +1125,6 @@ static __always_inline int ack_wanted(struct tlsrum_flow_state *st, int side,
 }
 
 static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *p,
-				       const struct tlsrum_flow_key *key,
 				       struct tlsrum_flow_state *st, int side,
 				       __u8 dir, __u8 flags)
 {
@@ -1208,7 +1208,7 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 				return;
 			/* Starting before what was received: a retransmission
 			 * that carries new bytes too (TLSRUM_EV_SEEN). */
-			events = walk_segment(skb, p, key, side, data_seq,
+			events = walk_segment(skb, p, st, side, data_seq,
 					      flags | (resent ? TLSRUM_EV_SEEN : 0));
 		}
 	} else if (len && tracked) {
@@ -1400,7 +1400,7 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 	}
 
 	if (p.proto == IPPROTO_TCP) {
-		handle_tcp(skb, &p, &key, st, side & 1, dir, flags);
+		handle_tcp(skb, &p, st, side & 1, dir, flags);
 		return;
 	}
 
