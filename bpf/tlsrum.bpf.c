@@ -1285,6 +1285,37 @@ static __always_inline void handle_tcp(struct __sk_buff *skb, const struct pkt *
 }
 
 /*
+ * The end of a TCP connection: each side's FIN is noted with the ack
+ * number that acknowledges it; a segment from a side that sent its FIN
+ * before, acknowledging the peer's, is the connection's last, and its
+ * state is deleted (after the segment was handled). So the map holds open
+ * connections only: a closed one no longer waits for the LRU to evict it
+ * (evicting the least recently used, possibly an idle open connection),
+ * and a new flow takes a recently freed entry, still in the cache, not the
+ * coldest. A RST ends it too once the peer has sent its FIN (a server's
+ * answer to a client's FIN, often): the peer sends no more data. A RST
+ * before that deletes nothing: the peer may still send data it had in
+ * flight, which would then look like a flow met mid-stream. A FIN or RST
+ * that comes later goes as a header, as for any flow without state;
+ * nothing else of it is wanted. Returns 1 when the state is to be deleted.
+ */
+static __always_inline int flow_closed(const struct pkt *p,
+				       struct tlsrum_flow_state *st, int side)
+{
+	struct tlsrum_dir_state *me = &st->dir[side & 1];
+	struct tlsrum_dir_state *peer = &st->dir[(side & 1) ^ 1];
+	__u8 tf = p->tcp_flags, fin_before = me->fin;
+
+	if ((tf & TCP_FLAG_FIN) && !me->fin) {
+		me->fin = 1;
+		me->fin_ack = p->seq + ((tf & TCP_FLAG_SYN) ? 1 : 0) + p->payload_len + 1;
+	}
+	if ((tf & TCP_FLAG_RST) && peer->fin)
+		return 1;
+	return fin_before && peer->fin && (tf & TCP_FLAG_ACK) && p->ack == peer->fin_ack;
+}
+
+/*
  * A packet of a flow the kernel has no state for: whether it may create
  * state. A SYN, a TCP segment with payload (handle_tcp decides what of a
  * flow first seen mid-stream may leave) and a QUIC long-header packet
@@ -1369,12 +1400,13 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		flags |= TLSRUM_EV_NEW_FLOW;
 	/* A SYN without ACK on a known tuple opens a new connection (a client
 	 * reusing its port, a capture replayed twice): forget the old one's
-	 * done mark and byte budget, or the new handshake would never leave
+	 * done mark, byte budget and FINs, or the new handshake would never leave
 	 * the kernel. A retransmitted SYN finds nothing to reset. */
 	if (!created && p.proto == IPPROTO_TCP &&
 	    (p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
 	    (st->done || st->bytes[0] || st->bytes[1] ||
-	     st->dir[0].no_fallback || st->dir[1].no_fallback)) {
+	     st->dir[0].no_fallback || st->dir[1].no_fallback ||
+	     st->dir[0].fin || st->dir[1].fin)) {
 		__builtin_memset(st->dir, 0, sizeof(st->dir));
 		st->done = 0;
 		st->bytes[0] = 0;
@@ -1386,21 +1418,23 @@ static __always_inline void handle(struct __sk_buff *skb, __u8 dir)
 		flags |= TLSRUM_EV_NEW_FLOW;
 		count(TLSRUM_CNT_NEW_FLOWS, 1);
 	}
-	/* The bulk of a connection ends here: no write to the flow's state
-	 * (the two directions run on different CPUs and would bounce its
-	 * cache line). */
-	if (st->done) {
-		if (p.proto == IPPROTO_TCP &&
-		    (p.tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))) {
+	if (p.proto == IPPROTO_TCP) {
+		/* The bulk of a connection ends at the done mark: no write to
+		 * the flow's state but a FIN's (the two directions run on
+		 * different CPUs and would bounce its cache line). */
+		if (!st->done)
+			handle_tcp(skb, &p, st, side & 1, dir, flags);
+		else if (p.tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
 			emit(skb, &p, dir, 0, flags | TLSRUM_EV_DONE);
-			return;
-		}
-		count(TLSRUM_CNT_DONE, 1);
+		else
+			count(TLSRUM_CNT_DONE, 1);
+		if (flow_closed(&p, st, side) &&
+		    bpf_map_delete_elem(&flows, &key) == 0)
+			count(TLSRUM_CNT_CLOSED, 1);
 		return;
 	}
-
-	if (p.proto == IPPROTO_TCP) {
-		handle_tcp(skb, &p, st, side & 1, dir, flags);
+	if (st->done) {
+		count(TLSRUM_CNT_DONE, 1);
 		return;
 	}
 

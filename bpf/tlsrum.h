@@ -153,11 +153,11 @@ struct tlsrum_dir_state {
 				 *    client: its first one after the server's
 				 *    handshake came after one of the server's
 				 *    (TLS 1.3: it was its Finished, not data) */
-	__u8	_pad;		/* 39 */
+	__u8	fin;		/* 39 it sent a FIN */
 	__u32	rcv_end;	/* 40 tracked: end of the bytes received (fwd_until
 				 *    runs ahead over filled bodies): a segment
 				 *    starting before it is a retransmission */
-	__u32	_pad2;		/* 44 */
+	__u32	fin_ack;	/* 44 with fin: the ack number acknowledging its FIN */
 };				/* 48 */
 
 /* Per-flow state. Index 0 of the arrays is side a of the key (sender). */
@@ -201,7 +201,8 @@ enum tlsrum_counter {
 	TLSRUM_CNT_QUIC_SHORT_UNKNOWN,	/* QUIC short-header packets of flows without state: none created */
 	TLSRUM_CNT_QUIC_SHORT_CUT,	/* QUIC short-header packets sent as their header only */
 	TLSRUM_CNT_LOST_RESUMED,	/* directions under the byte budget that resumed their walk at a hello */
-	TLSRUM_CNT_WAKEUPS,		/* records that woke the reader (see wakeup_flag) */
+	TLSRUM_CNT_WAKEUPS,		/* records that woke the reader (see ring_output) */
+	TLSRUM_CNT_CLOSED,		/* flow states deleted: the connection closed (see flow_closed) */
 	TLSRUM_CNT_MAX,
 };
 
@@ -252,8 +253,10 @@ TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post, 31);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, post_end, 32);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, no_fallback, 36);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, tries, 37);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fin, 39);
 TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, rcv_end, 40);
+TLSRUM_ASSERT_OFFSET(tlsrum_dir_state, fin_ack, 44);
 _Static_assert(sizeof(struct tlsrum_dir_state) == 48, "tlsrum_dir_state size");
-_Static_assert(TLSRUM_CNT_MAX == 30, "counter names in ebpf/abi.rs");
+_Static_assert(TLSRUM_CNT_MAX == 31, "counter names in ebpf/abi.rs");
 
 #endif /* TLSRUM_H */

@@ -1653,12 +1653,26 @@ fn ebpf_marks_only_the_flows_the_kernel_tracks() {
         .iter()
         .filter(|e| common::kernel::byte(&e["value"], 16) != 0)
         .count();
+    // Connections that closed left the map (bpf/tlsrum.bpf.c flow_closed);
+    // the agent exports the kernel's counters once a second.
+    let closed = || {
+        agent
+            .scrape(&topo)
+            .sum("tlsrum_kernel_packets_total", &[("kind", "closed")]) as usize
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while tcp + closed() < expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let closed = closed();
     agent.stop(&mut procs);
-    eprintln!("kernel flow map: {tcp} TCP, {udp} UDP entries, {done} done; {expected} connections");
+    eprintln!(
+        "kernel flow map: {tcp} TCP, {udp} UDP entries, {done} done, {closed} deleted when closed; {expected} connections"
+    );
     assert_eq!(udp, 0, "UDP entries for TCP-only traffic");
     assert!(
-        tcp >= expected,
-        "{tcp} TCP entries for {expected} connections"
+        tcp + closed >= expected,
+        "{tcp} TCP entries and {closed} closed for {expected} connections"
     );
     // Done now comes from the kernel itself (end of the handshake phase,
     // record limit) or from a straggler's mark; either way some must be.

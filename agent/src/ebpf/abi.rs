@@ -81,7 +81,7 @@ impl KernelCounter {
 }
 
 /// `enum tlsrum_counter`, in order, with the header's comments.
-pub const COUNTERS: [KernelCounter; 30] = {
+pub const COUNTERS: [KernelCounter; 31] = {
     const fn c(name: &'static str, help: &'static str) -> KernelCounter {
         KernelCounter { name, help }
     }
@@ -121,6 +121,10 @@ pub const COUNTERS: [KernelCounter; 30] = {
         c(
             "wakeups",
             "Ring-buffer records that woke the agent: those that took the pending bytes across a multiple of a quarter of the ring buffer.",
+        ),
+        c(
+            "closed",
+            "Flow states the kernel deleted when their connection closed (the ACK of its second FIN, or a RST after the peer's FIN), so that its flow map holds open connections only.",
         ),
     ]
 };
@@ -313,11 +317,13 @@ pub struct DirState {
     /// Server: it sent application_data; client: its TLS 1.3 Finished was
     /// seen (not counted in `post`).
     pub sent_data: u8,
-    pub _pad: u8,
+    /// It sent a FIN.
+    pub fin: u8,
     /// Tracked: end of the bytes received; a segment starting before it
     /// is a retransmission.
     pub rcv_end: u32,
-    pub _pad2: u32,
+    /// With `fin`: the ack number that acknowledges its FIN.
+    pub fin_ack: u32,
 }
 
 // SAFETY: plain #[repr(C)] integers and byte arrays with explicit padding
@@ -422,6 +428,8 @@ pub(crate) mod tests {
         assert_eq!(offset_of!(FlowState, dir), 24);
         assert_eq!(size_of::<DirState>(), 48);
         assert_eq!(offset_of!(DirState, rcv_end), 40);
+        assert_eq!(offset_of!(DirState, fin), 39);
+        assert_eq!(offset_of!(DirState, fin_ack), 44);
         assert_eq!(offset_of!(DirState, hello), 30);
         assert_eq!(offset_of!(DirState, post), 31);
         assert_eq!(offset_of!(DirState, post_end), 32);

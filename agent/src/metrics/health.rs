@@ -99,8 +99,8 @@ pub fn series(c: &Counter) -> Series {
         ("kernel", "filled") => own("tlsrum_kernel_filled_bytes"),
         (
             "kernel",
-            "done" | "opaque" | "new_flows" | "record_limit" | "handshake_over" | "untracked"
-            | "pulled",
+            "done" | "opaque" | "new_flows" | "closed" | "record_limit" | "handshake_over"
+            | "untracked" | "pulled",
         ) => Series::In(Labelled::KernelPackets, c.name),
         (
             "kernel",
