@@ -15,7 +15,6 @@
 mod common;
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use std::time::Duration;
@@ -24,44 +23,6 @@ use common::{ns_cmd, run, skip_unless, wait_for_text, Need, Procs, Topology};
 use serde_json::Value;
 
 const CEILING_KIB: i64 = 400 * 1024;
-
-/// The `flood` example next to this test's profile, built if missing
-/// (`cargo test` builds examples; `cargo test --test flood_memory` does not).
-fn flood_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let bin = profile_dir.join("examples/flood");
-    if !bin.exists() {
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev",
-            Some(p) => p,
-            None => "dev",
-        };
-        let ok = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "--profile",
-                profile,
-                "-p",
-                "tlsrum",
-                "--example",
-                "flood",
-            ])
-            .status()
-            .expect("running cargo")
-            .success();
-        assert!(
-            ok && bin.exists(),
-            "could not build the flood example at {}",
-            bin.display()
-        );
-    }
-    bin
-}
 
 struct Run {
     peak_kib: i64,
@@ -77,7 +38,7 @@ fn replay_flood(kind: &str, count: u32) -> Run {
     let fifo = dir.join("flood.pcap");
     let c = CString::new(fifo.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-    let mut gen = Command::new(flood_bin())
+    let mut gen = Command::new(common::cargo_build::example("flood"))
         .args(["--kind", kind, "--count", &count.to_string(), "-o"])
         .arg(&fifo)
         .spawn()
@@ -206,7 +167,7 @@ fn live_floods_stay_under_the_ceiling() {
     // budget of 128 MiB: since parked hellos cost under 1 KiB, the flood
     // holds ~240 MiB of flow state without one, about the default budget.
     let pcap = topo.path("mixed.pcap");
-    let ok = Command::new(flood_bin())
+    let ok = Command::new(common::cargo_build::example("flood"))
         .args(["--kind", "mixed", "--count", "300000", "-o"])
         .arg(&pcap)
         .status()
@@ -310,7 +271,7 @@ fn a_memory_budget_evicts_oldest_first_and_counts_it() {
     let dir = std::env::temp_dir().join(format!("tlsrum-budget-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cap = dir.join("hello.pcap");
-    let ok = Command::new(flood_bin())
+    let ok = Command::new(common::cargo_build::example("flood"))
         .args(["--kind", "hello", "--count", "20000", "-o"])
         .arg(&cap)
         .status()

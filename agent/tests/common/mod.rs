@@ -16,7 +16,8 @@
 //!   then SIGKILL), with their logs shown when one dies early; [`run`],
 //!   [`ns_cmd`], [`wait_for_text`], [`wait_for`].
 //! - [`kernel`]: a live agent's kernel flow map, read with bpftool.
-//! - [`delayline`]: the wide-area link's binary, built if missing.
+//! - [`cargo_build`]: the examples and tools a test runs, built with its
+//!   profile; [`delayline`]: the wide-area link's.
 //! - [`servers`]: nginx and `openssl s_server` started in a namespace.
 //! - [`scratch`]: a scratch directory kept only when the test failed.
 //!
@@ -26,6 +27,7 @@
 
 #![allow(dead_code)]
 
+pub mod cargo_build;
 pub mod delayline;
 pub mod json;
 pub mod kernel;
