@@ -20,7 +20,16 @@ fn iso8601(s: &str) -> Option<f64> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+    // Four-digit years, as Zeek writes them: a longer one (all digits
+    // parse) overflowed the day count below.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let frac: f64 = if frac.is_empty() {
@@ -137,6 +146,22 @@ mod tests {
         assert!((t - 1_600_264_886.194_646).abs() < 1e-6, "{t}");
         assert_eq!(iso8601("2020-13-16T14:01:26Z"), None);
         assert_eq!(iso8601("yesterday"), None);
+    }
+
+    /// Found by fuzzing (fuzz/regressions/zeek_log/year-overflow): a year
+    /// of many digits overflowed the day count (a panic with overflow
+    /// checks, a wrong time without); negative fields and a fraction with
+    /// an exponent passed too.
+    #[test]
+    fn iso_timestamps_out_of_range_are_no_time() {
+        let long = format!("{}2020-09-16T13:54:57.033503Z", "0".repeat(60) + "9");
+        assert_eq!(iso8601(&long), None);
+        assert_eq!(iso8601("99999-01-01T00:00:00Z"), None);
+        assert_eq!(iso8601("2020-09-16T-1:00:00Z"), None);
+        assert_eq!(iso8601("2020-09-16T00:-5:00Z"), None);
+        assert_eq!(iso8601("2020-09-16T00:00:00.5e300Z"), None);
+        // Leading zeros of a four-digit year are fine.
+        assert_eq!(iso8601("01970-01-01T00:00:00Z"), Some(0.0));
     }
 
     #[test]
