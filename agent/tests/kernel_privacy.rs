@@ -41,15 +41,17 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::test_run::{
+    ip_checksum, ipv4_frame, tcp, Ev, Kernel, ACK, CLIENT, FIN, PSH, RST, SERVER, SYN, TLS_PORT,
+};
 use common::{ns_cmd, run, wait_for_text, InNetns, Procs, Topology, SERVER_IP};
-use tlsrum::ebpf::{EbpfCapture, EbpfOptions, EV_CUT, EV_DONE, QUIC_SHORT_KEEP};
+use tlsrum::ebpf::{EbpfOptions, EV_CUT, EV_DONE, QUIC_SHORT_KEEP};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 const TOOLS: &[&str] = &["ip", "tc", "ss", "openssl", "curl", "bpftool"];
@@ -111,18 +113,6 @@ fn rsa_cert(dir: &Path) -> (String, String) {
         key.to_str().unwrap().to_owned(),
         cert.to_str().unwrap().to_owned(),
     )
-}
-
-/// The IPv4 header checksum.
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// Flood frame `i`: a SYN from 198.18.x.y (RFC 2544 benchmarking range,
@@ -436,53 +426,14 @@ fn ebpf_flood_sends_no_application_data() {
 
 // ---- the rules one by one (BPF_PROG_TEST_RUN) ----
 
-const SERVER: [u8; 4] = [192, 0, 2, 1];
-const CLIENT: [u8; 4] = [192, 0, 2, 2];
-const TLS_PORT: u16 = 443;
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const PSH: u8 = 0x08;
-const ACK: u8 = 0x10;
-
-/// An Ethernet/IPv4 frame carrying `l4` (protocol `proto`).
-fn ipv4_frame(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; 12];
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let mut ip = vec![0x45, 0];
-    ip.extend_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
-    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&dst);
-    let sum = ip_checksum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(l4);
-    f
-}
-
-/// A TCP segment from `from` to the other end of the client-server pair.
-fn tcp(
-    from_client: bool,
-    client_port: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let (src, dst, sport, dport) = if from_client {
-        (CLIENT, SERVER, client_port, TLS_PORT)
-    } else {
-        (SERVER, CLIENT, TLS_PORT, client_port)
+/// The programs as these rules run them: port 443, QUIC on.
+fn load(test: &str) -> Option<Kernel> {
+    let opts = EbpfOptions {
+        ports: vec![TLS_PORT],
+        quic: true,
+        ..Default::default()
     };
-    let mut t = Vec::new();
-    t.extend_from_slice(&sport.to_be_bytes());
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&seq.to_be_bytes());
-    t.extend_from_slice(&ack.to_be_bytes());
-    t.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    t.extend_from_slice(payload);
-    ipv4_frame(src, dst, 6, &t)
+    Kernel::load(test, &opts)
 }
 
 /// A TLS record of `kind` holding `body`.
@@ -502,68 +453,12 @@ fn hello(msg: u8) -> Vec<u8> {
 
 const SECRET: &[u8] = b"secret application data, in the clear as with a NULL cipher";
 
-/// One event, as the tests look at it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Ev {
-    from_client: bool,
-    tcp_flags: u8,
-    flags: u8,
-    payload_len: u32,
-    bytes: Vec<u8>,
-}
-
-/// The program loaded with an empty flow map, attached to nothing.
-struct Kernel(EbpfCapture);
-
-impl Kernel {
-    /// None when the test cannot run here (a failure under CI).
-    fn load(test: &str) -> Option<Self> {
-        if common::skip_unless(test, &[common::Need::Root, common::Need::Bpf]) {
-            return None;
-        }
-        let opts = EbpfOptions {
-            ports: vec![TLS_PORT],
-            quic: true,
-            ..Default::default()
-        };
-        Some(Kernel(EbpfCapture::load(&opts).unwrap_or_else(|e| {
-            panic!("loading the eBPF programs: {e:#}")
-        })))
-    }
-
-    /// Runs the frame through the program; the events it sent.
-    fn run(&mut self, frame: &[u8]) -> Vec<Ev> {
-        self.0.test_run(frame).expect("BPF_PROG_TEST_RUN");
-        let mut out = Vec::new();
-        self.0
-            .poll(Duration::ZERO, &mut |e| {
-                out.push(Ev {
-                    from_client: e.header.saddr[..4] == CLIENT,
-                    tcp_flags: e.header.tcp_flags,
-                    flags: e.header.flags,
-                    payload_len: e.header.payload_len,
-                    bytes: e.payload.to_vec(),
-                })
-            })
-            .expect("reading the ring buffer");
-        out
-    }
-
-    fn counters(&self) -> BTreeMap<&'static str, u64> {
-        self.0
-            .counters()
-            .expect("kernel counters")
-            .into_iter()
-            .collect()
-    }
-}
-
 /// Regression (issue 12): the ACKs of flows the kernel had no state for
 /// (evicted, older than the agent) created state, so an ACK flood evicted
 /// live flows. Now they create none; a FIN or RST still goes, as a header.
 #[test]
 fn bare_segments_of_unknown_flows_create_no_state() {
-    let Some(mut k) = Kernel::load("bare_segments_of_unknown_flows_create_no_state") else {
+    let Some(mut k) = load("bare_segments_of_unknown_flows_create_no_state") else {
         return;
     };
     assert_eq!(k.run(&tcp(true, 40001, 1000, 2000, ACK, &[])), vec![]);
@@ -580,7 +475,7 @@ fn bare_segments_of_unknown_flows_create_no_state() {
 /// header.
 #[test]
 fn data_met_mid_stream_stays_in_the_kernel() {
-    let Some(mut k) = Kernel::load("data_met_mid_stream_stays_in_the_kernel") else {
+    let Some(mut k) = load("data_met_mid_stream_stays_in_the_kernel") else {
         return;
     };
     let request = record(23, SECRET);
@@ -644,7 +539,7 @@ fn data_met_mid_stream_stays_in_the_kernel() {
 /// goes as record headers only, as for any flow.
 #[test]
 fn a_hello_met_without_syn_is_followed() {
-    let Some(mut k) = Kernel::load("a_hello_met_without_syn_is_followed") else {
+    let Some(mut k) = load("a_hello_met_without_syn_is_followed") else {
         return;
     };
     let ch = hello(1);
@@ -719,7 +614,7 @@ fn past_the_handshake(k: &mut Kernel, port: u16) -> u32 {
 /// budget and sent application data. Now it goes quiet.
 #[test]
 fn a_walk_lost_past_the_handshake_goes_quiet() {
-    let Some(mut k) = Kernel::load("a_walk_lost_past_the_handshake_goes_quiet") else {
+    let Some(mut k) = load("a_walk_lost_past_the_handshake_goes_quiet") else {
         return;
     };
     let after_hole = past_the_handshake(&mut k, 40005);
@@ -756,7 +651,7 @@ fn a_walk_lost_past_the_handshake_goes_quiet() {
 /// byte budget, counted.
 #[test]
 fn plain_tcp_from_its_syn_falls_back_to_the_byte_budget() {
-    let Some(mut k) = Kernel::load("plain_tcp_from_its_syn_falls_back_to_the_byte_budget") else {
+    let Some(mut k) = load("plain_tcp_from_its_syn_falls_back_to_the_byte_budget") else {
         return;
     };
     k.run(&tcp(true, 40006, 1000, 0, SYN, &[]));
@@ -780,7 +675,7 @@ fn plain_tcp_from_its_syn_falls_back_to_the_byte_budget() {
 /// the application data after the handshake goes as record headers only.
 #[test]
 fn a_preamble_then_a_hello_resumes_the_walk() {
-    let Some(mut k) = Kernel::load("a_preamble_then_a_hello_resumes_the_walk") else {
+    let Some(mut k) = load("a_preamble_then_a_hello_resumes_the_walk") else {
         return;
     };
     let (c, s) = (1000u32, 5000u32);
@@ -831,7 +726,7 @@ fn bytes_of(events: &[Ev]) -> Vec<Vec<u8>> {
 /// leave the kernel.
 #[test]
 fn quic_short_headers_go_as_their_header_only() {
-    let Some(mut k) = Kernel::load("quic_short_headers_go_as_their_header_only") else {
+    let Some(mut k) = load("quic_short_headers_go_as_their_header_only") else {
         return;
     };
     let udp = |from_client: bool, d: &[u8]| {

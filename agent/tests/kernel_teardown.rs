@@ -13,88 +13,26 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use common::test_run::{tcp, Kernel, ACK, FIN, RST, SYN};
+use tlsrum::ebpf::EbpfOptions;
 
-use etherparse::PacketBuilder;
-use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
-
-const CLIENT: [u8; 4] = [192, 0, 2, 2];
-const SERVER: [u8; 4] = [192, 0, 2, 1];
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const ACK: u8 = 0x10;
-
-/// A TCP segment between the client's `port` and the server's 443.
+/// A segment without payload between the client's `port` and 443.
 fn seg(from_client: bool, port: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
-    let (src, dst, sport, dport) = if from_client {
-        (CLIENT, SERVER, port, 443)
-    } else {
-        (SERVER, CLIENT, 443, port)
-    };
-    let mut b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
-        .ipv4(src, dst, 64)
-        .tcp(sport, dport, seq, 65535);
-    if flags & SYN != 0 {
-        b = b.syn();
-    }
-    if flags & FIN != 0 {
-        b = b.fin();
-    }
-    if flags & RST != 0 {
-        b = b.rst();
-    }
-    if flags & ACK != 0 {
-        b = b.ack(ack);
-    }
-    let mut out = Vec::new();
-    b.write(&mut out, &[]).unwrap();
-    out
+    tcp(from_client, port, seq, ack, flags, &[])
 }
 
-struct Kernel(EbpfCapture);
+/// The TCP flags of the events the frame made the kernel send.
+fn run(k: &mut Kernel, frame: &[u8]) -> Vec<u8> {
+    k.run(frame).iter().map(|e| e.tcp_flags).collect()
+}
 
-impl Kernel {
-    fn load(test: &str) -> Option<Self> {
-        if common::skip_unless(test, &[common::Need::Root, common::Need::Bpf]) {
-            return None;
-        }
-        Some(Kernel(
-            EbpfCapture::load(&EbpfOptions {
-                ports: vec![443],
-                ..Default::default()
-            })
-            .unwrap_or_else(|e| panic!("loading the eBPF programs: {e:#}")),
-        ))
-    }
-
-    /// Runs the frame; the TCP flags of the events it sent.
-    fn run(&mut self, frame: &[u8]) -> Vec<u8> {
-        self.0.test_run(frame).expect("BPF_PROG_TEST_RUN");
-        let mut flags = Vec::new();
-        self.0
-            .poll(Duration::ZERO, &mut |e| flags.push(e.header.tcp_flags))
-            .expect("reading the ring buffer");
-        flags
-    }
-
-    fn counters(&self) -> BTreeMap<&'static str, u64> {
-        self.0
-            .counters()
-            .expect("kernel counters")
-            .into_iter()
-            .collect()
-    }
-
-    /// Whether the kernel's flow map holds the connection: a bare ACK of
-    /// a flow without state creates none and is counted so. (Its ack
-    /// number acknowledges nothing, so it cannot close the connection.)
-    fn knows(&mut self, port: u16) -> bool {
-        let before = self.counters()["unknown_flow_empty"];
-        self.run(&seg(true, port, 1001, 1, ACK));
-        self.counters()["unknown_flow_empty"] == before
-    }
+/// Whether the kernel's flow map holds the connection: a bare ACK of a
+/// flow without state creates none and is counted so. (Its ack number
+/// acknowledges nothing, so it cannot close the connection.)
+fn knows(k: &mut Kernel, port: u16) -> bool {
+    let before = k.counters()["unknown_flow_empty"];
+    k.run(&seg(true, port, 1001, 1, ACK));
+    k.counters()["unknown_flow_empty"] == before
 }
 
 /// SYN, SYN-ACK, ACK from the client's `port` (client ISN 1000, server's
@@ -107,27 +45,31 @@ fn open(k: &mut Kernel, port: u16) {
 
 #[test]
 fn a_closed_connection_leaves_the_flow_map() {
-    let Some(mut k) = Kernel::load("a_closed_connection_leaves_the_flow_map") else {
+    let opts = EbpfOptions {
+        ports: vec![443],
+        ..Default::default()
+    };
+    let Some(mut k) = Kernel::load("a_closed_connection_leaves_the_flow_map", &opts) else {
         return;
     };
     // The client closes first; the server's FIN+ACK acknowledges the
     // client's FIN; the client's ACK of the server's FIN is the last.
     open(&mut k, 40001);
     assert_eq!(
-        k.run(&seg(true, 40001, 1001, 5001, FIN | ACK)),
+        run(&mut k, &seg(true, 40001, 1001, 5001, FIN | ACK)),
         vec![FIN | ACK]
     );
     assert_eq!(
-        k.run(&seg(false, 40001, 5001, 1002, FIN | ACK)),
+        run(&mut k, &seg(false, 40001, 5001, 1002, FIN | ACK)),
         vec![FIN | ACK]
     );
     assert_eq!(k.counters()["closed"], 0, "deleted before the last ACK");
     k.run(&seg(true, 40001, 1002, 5002, ACK));
     assert_eq!(k.counters()["closed"], 1);
-    assert!(!k.knows(40001), "the flow is still in the map");
+    assert!(!knows(&mut k, 40001), "the flow is still in the map");
     // A retransmitted FIN still goes, as a header.
     assert_eq!(
-        k.run(&seg(false, 40001, 5001, 1002, FIN | ACK)),
+        run(&mut k, &seg(false, 40001, 5001, 1002, FIN | ACK)),
         vec![FIN | ACK]
     );
 
@@ -137,19 +79,22 @@ fn a_closed_connection_leaves_the_flow_map() {
     open(&mut k, 40002);
     k.run(&seg(false, 40002, 5001, 1001, FIN | ACK));
     k.run(&seg(true, 40002, 1001, 5002, ACK));
-    assert!(k.knows(40002), "deleted at a half close");
+    assert!(knows(&mut k, 40002), "deleted at a half close");
     k.run(&seg(true, 40002, 1001, 5002, FIN | ACK));
     k.run(&seg(false, 40002, 5002, 1001, ACK));
-    assert!(k.knows(40002), "deleted at an ACK short of the FIN");
+    assert!(knows(&mut k, 40002), "deleted at an ACK short of the FIN");
     open(&mut k, 40003);
     k.run(&seg(false, 40003, 5001, 1001, RST | ACK));
-    assert!(k.knows(40003), "deleted at a RST");
+    assert!(knows(&mut k, 40003), "deleted at a RST");
     assert_eq!(k.counters()["closed"], 1);
     // A RST answering the peer's FIN: the peer sends no more data.
     open(&mut k, 40004);
     k.run(&seg(true, 40004, 1001, 5001, FIN | ACK));
-    assert_eq!(k.run(&seg(false, 40004, 5001, 0, RST)), vec![RST]);
-    assert!(!k.knows(40004), "still there after the RST answering a FIN");
+    assert_eq!(run(&mut k, &seg(false, 40004, 5001, 0, RST)), vec![RST]);
+    assert!(
+        !knows(&mut k, 40004),
+        "still there after the RST answering a FIN"
+    );
     assert_eq!(k.counters()["closed"], 2);
 
     // The tuple reused: a new connection, a new state, closed again.

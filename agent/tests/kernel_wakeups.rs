@@ -13,53 +13,40 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use etherparse::PacketBuilder;
-use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
+use common::test_run::{tcp, Kernel, SYN};
+use tlsrum::ebpf::EbpfOptions;
 
 const RING: u32 = 64 << 10;
 /// A SYN's event in the ring: its 8-byte record header and the event's.
 const SYN_RECORD: u32 = 8 + 88;
 
-fn counters(k: &EbpfCapture) -> BTreeMap<&'static str, u64> {
-    k.counters().expect("kernel counters").into_iter().collect()
-}
-
 #[test]
 fn a_record_wakes_the_reader_only_across_each_quarter_of_the_ring() {
-    if common::skip_unless(
-        "a_record_wakes_the_reader_only_across_each_quarter_of_the_ring",
-        &[common::Need::Root, common::Need::Bpf],
-    ) {
-        return;
-    }
-    let mut k = EbpfCapture::load(&EbpfOptions {
+    let opts = EbpfOptions {
         ports: vec![443],
         ringbuf_bytes: RING,
         ..Default::default()
-    })
-    .unwrap_or_else(|e| panic!("loading the eBPF programs: {e:#}"));
+    };
+    let Some(mut k) = Kernel::load(
+        "a_record_wakes_the_reader_only_across_each_quarter_of_the_ring",
+        &opts,
+    ) else {
+        return;
+    };
     // A SYN without ACK on one tuple: each run opens the connection
     // again and sends its header.
-    let mut syn = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
-        .ipv4([192, 0, 2, 2], [192, 0, 2, 1], 64)
-        .tcp(40000, 443, 1000, 65535)
-        .syn()
-        .write(&mut syn, &[])
-        .unwrap();
+    let syn = tcp(true, 40000, 1000, 0, SYN, &[]);
 
     // Just short of three quarters, then the ring filled up.
     let below = (3 * RING / 4 - 1) / SYN_RECORD;
-    k.test_run_repeat(&syn, below).unwrap();
-    let c = counters(&k);
+    k.0.test_run_repeat(&syn, below).unwrap();
+    let c = k.counters();
     assert_eq!(c["events_sent"], u64::from(below), "{c:?}");
     assert_eq!(c["wakeups"], 2, "a quarter and a half crossed: {c:?}");
 
     let fits = RING / SYN_RECORD;
-    k.test_run_repeat(&syn, fits - below + 100).unwrap();
-    let c = counters(&k);
+    k.0.test_run_repeat(&syn, fits - below + 100).unwrap();
+    let c = k.counters();
     assert_eq!(c["events_sent"], u64::from(fits), "{c:?}");
     assert_eq!(c["ringbuf_full"], 100, "{c:?}");
     assert_eq!(

@@ -12,9 +12,11 @@ use super::abi::{EventHeader, EVENT_HEADER_LEN};
 use super::clock::{boot_to_epoch_ns, epoch_secs};
 use super::event::Event;
 
-/// A record wakes the reader only once this fraction of the ring buffer is
-/// pending (`wakeup_bytes`): a wakeup per record cost an interrupt each.
-/// Below it, records wait for the reader's poll timeout. A quarter (2 MiB
+/// A record wakes the reader only when it takes the pending bytes across a
+/// multiple of this fraction of the ring buffer (`wakeup_bytes`,
+/// `ring_output` in bpf/tlsrum.bpf.c): a wakeup per record cost an
+/// interrupt each. Below the first, records wait for the reader's poll
+/// timeout. A quarter (2 MiB
 /// of the 8 MiB ring, ~16 ms of a 25,000 handshakes/s flood) cost the agent
 /// 0.92x the CPU per handshake of a sixteenth (11 pairs, 8 better), and a
 /// 128th (64 KiB) 1.08x: fewer, larger drains are cheaper. The other 6 MiB
@@ -38,7 +40,7 @@ impl EventRing {
 
     /// Waits up to `timeout` for events, then hands every available one to
     /// `f`. Returns the number of events. The kernel wakes this up early
-    /// only when 1/[`WAKEUP_FRACTION`] of the ring buffer is pending, so
+    /// only as each 1/[`WAKEUP_FRACTION`] of the ring buffer fills, so
     /// fewer events wait out the timeout: keep it short (100 ms).
     pub(crate) fn poll(
         &mut self,

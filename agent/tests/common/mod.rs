@@ -15,7 +15,8 @@
 //! - [`procs`]: [`Procs`], long-running children stopped on drop (SIGTERM,
 //!   then SIGKILL), with their logs shown when one dies early; [`run`],
 //!   [`ns_cmd`], [`wait_for_text`], [`wait_for`].
-//! - [`kernel`]: a live agent's kernel flow map, read with bpftool.
+//! - [`kernel`]: a live agent's kernel flow map, read with bpftool;
+//!   [`test_run`]: the TC program run on crafted frames, attached to nothing.
 //! - [`cargo_build`]: the examples and tools a test runs, built with its
 //!   profile; [`delayline`]: the wide-area link's.
 //! - [`servers`]: nginx and `openssl s_server` started in a namespace.
@@ -36,6 +37,7 @@ pub mod prereq;
 pub mod procs;
 pub mod scratch;
 pub mod servers;
+pub mod test_run;
 
 // Each test binary uses a part of these.
 #[allow(unused_imports)]
