@@ -403,7 +403,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         idle_timeout: args.idle_timeout,
         max_flows: args.max_flows,
         max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
-        report_finished_flows: true,
+        report_stragglers: source.wants_stragglers(),
         record_at: args.record_at.into(),
         zeek_view: args.events.is_some() && args.events_format.is_zeek(),
         ..Config::default()

@@ -1,6 +1,6 @@
 //! The one way data flows, for `replay` and `live` alike: a [`Source`]'s
 //! packets into the [`Analyzer`], its records out to a [`RecordSink`], and
-//! the flows it finished back to the source.
+//! the flows it is done with that still send back to the source.
 
 use std::time::Duration;
 
@@ -64,16 +64,17 @@ pub fn finish(analyzer: &mut Analyzer, sink: &mut dyn RecordSink) -> Result<()> 
     flush_records(analyzer, sink)
 }
 
-/// Tells the source which flows the analyzer is done with (so that it can
-/// stop sending them), then hands the records to the sink.
+/// Tells the source which flows the analyzer is done with and still sent
+/// a segment (so that it can stop sending them), then hands the records
+/// to the sink.
 pub fn deliver(
     analyzer: &mut Analyzer,
     source: &mut dyn Source,
     sink: &mut dyn RecordSink,
 ) -> Result<()> {
-    let finished = analyzer.take_finished_flows();
-    if !finished.is_empty() {
-        source.finished(&finished);
+    let stragglers = analyzer.take_stragglers();
+    if !stragglers.is_empty() {
+        source.stragglers(&stragglers);
     }
     flush_records(analyzer, sink)
 }

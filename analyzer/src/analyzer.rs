@@ -47,9 +47,11 @@ pub struct Config {
     /// Ended TCP connections whose tombstone is kept
     /// ([`RECENT_CONNECTIONS`]; shards of one replay split it).
     pub recent_connections: usize,
-    /// Keep a list of finished flows for `take_finished_flows` (live capture
-    /// uses it to stop the kernel sending them; replay does not need it).
-    pub report_finished_flows: bool,
+    /// Keep a list of stragglers for `take_stragglers`: TCP flows whose
+    /// analysis is over (record out, not TLS, or ended) that still send a
+    /// segment. Live eBPF capture tells the kernel to stop sending them;
+    /// replay does not need it.
+    pub report_stragglers: bool,
     /// TLS secrets (SSLKEYLOGFILE) to read TLS 1.3 EncryptedExtensions:
     /// early data `accepted`/`rejected` instead of `attempted`.
     pub keylog: Option<Arc<KeyLog>>,
@@ -102,7 +104,7 @@ impl Default for Config {
             server_ports: Vec::new(),
             max_session_ids: 100_000,
             recent_connections: RECENT_CONNECTIONS,
-            report_finished_flows: false,
+            report_stragglers: false,
             keylog: None,
             record_at: RecordAt::Handshake,
             park_above: DEFAULT_PARK_ABOVE,
@@ -245,9 +247,13 @@ pub struct Analyzer {
     /// ~1 KiB, and a fresh Vec for every batch grew by doubling (copying
     /// each record again) into newly faulted pages.
     spare: Vec<ConnectionRecord>,
-    /// Flows whose analysis ended (record out, or not TLS) since the last
-    /// `take_finished_flows`: a kernel-side filter can stop sending them.
-    finished: Vec<(Endpoint, Endpoint)>,
+    /// Segments of flows whose analysis is over, since the last
+    /// `take_stragglers` (the segment's endpoints): a kernel-side filter
+    /// can stop sending them. Most finished flows send nothing more that
+    /// the kernel forwards (it stops TLS flows itself after the handshake
+    /// phase), so only those that do are reported, when they do, found by
+    /// the lookup every segment has anyway.
+    stragglers: Vec<(Endpoint, Endpoint)>,
     stats: Stats,
     sweep: SweepClock,
     quic: crate::quic::QuicTracker,
@@ -269,7 +275,7 @@ impl Analyzer {
             ended: Tombstones::new(cfg.recent_connections),
             out: Vec::new(),
             spare: Vec::new(),
-            finished: Vec::new(),
+            stragglers: Vec::new(),
             stats: Stats::default(),
             sweep: SweepClock::default(),
             local: None,
@@ -340,9 +346,10 @@ impl Analyzer {
         self.memory.ids = ids;
     }
 
-    /// Endpoint pairs of flows finished since the last call (either order).
-    pub fn take_finished_flows(&mut self) -> Vec<(Endpoint, Endpoint)> {
-        std::mem::take(&mut self.finished)
+    /// Endpoint pairs (sender first) of the stragglers since the last call
+    /// ([`Config::report_stragglers`]); a flow may be in it more than once.
+    pub fn take_stragglers(&mut self) -> Vec<(Endpoint, Endpoint)> {
+        std::mem::take(&mut self.stragglers)
     }
 
     /// Decodes and processes one captured frame.
@@ -541,6 +548,8 @@ impl Analyzer {
                             self.bury(key, &old, true);
                             self.release(&mut old, None);
                         }
+                    } else if !(h.rst || h.fin) {
+                        self.straggler(from, to);
                     }
                     return;
                 } else {
@@ -552,6 +561,8 @@ impl Analyzer {
                         if let Some(old) = at.and_then(|at| self.flows.remove(at)) {
                             self.bury(key, &old, true);
                         }
+                    } else if !h.syn {
+                        self.straggler(from, to);
                     }
                     return;
                 }
@@ -589,6 +600,7 @@ impl Analyzer {
                     // What still comes of an ended connection (a close_notify
                     // reordered after the FINs) is no new flow.
                     self.stats.late_segments += 1;
+                    self.straggler(from, to);
                     return;
                 }
                 self.stats.flows_created += 1;
@@ -608,17 +620,14 @@ impl Analyzer {
         let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
             let seg = flow.segment(ts, from, h, payload, (truncated, seen_before), &mut ctx);
-            (seg, was, flow.status, (flow.a, flow.b))
+            (seg, was, flow.status)
         });
-        let Some((seg, was, status, ends)) = updated else {
+        let Some((seg, was, status)) = updated else {
             return;
         };
         if status == Status::NotTls {
             if was != Status::NotTls {
                 self.stats.non_tls_flows += 1;
-                if self.cfg.report_finished_flows {
-                    self.finished.push(ends);
-                }
             }
             if seg.closed {
                 if let Some(f) = self.flows.remove(slot) {
@@ -634,6 +643,14 @@ impl Analyzer {
                     self.insert(hash, key, done);
                 }
             }
+        }
+    }
+
+    /// A segment of a flow whose analysis is over
+    /// ([`Config::report_stragglers`]).
+    fn straggler(&mut self, from: Endpoint, to: Endpoint) {
+        if self.cfg.report_stragglers {
+            self.stragglers.push((from, to));
         }
     }
 
@@ -695,7 +712,6 @@ impl Analyzer {
         // nothing: what follows may still be its ClientHello.
         let identified = flow.status != Status::Detecting;
         self.bury(FlowKey::new(flow.a, flow.b), &flow, identified);
-        let reported = matches!(flow.status, Status::Done | Status::NotTls);
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
         }
@@ -704,9 +720,6 @@ impl Analyzer {
         }
         if !hold {
             self.release(&mut flow, Some(why));
-        }
-        if self.cfg.report_finished_flows && !reported {
-            self.finished.push((flow.a, flow.b));
         }
         flow
     }
@@ -785,7 +798,7 @@ mod tests {
     #[test]
     fn flows_are_routed_classified_and_finished() {
         let mut a = Analyzer::new(Config {
-            report_finished_flows: true,
+            report_stragglers: true,
             ..Config::default()
         });
         let ch = client_hello();
@@ -815,6 +828,18 @@ mod tests {
                 &tcp((3, 40001), (2, 80), 2 + i * 8, 0, ACK, b"GET / HT"),
             );
         }
+        // Found not TLS at the 16th: what follows is a straggler, but its
+        // FIN is not (a kernel sends FIN and RST even for done flows).
+        let after = [
+            (ACK, &b"P/1.1\r\n"[..]),
+            (ACK, &[][..]),
+            (FIN | ACK, &[][..]),
+        ];
+        for (i, (flags, data)) in after.into_iter().enumerate() {
+            let seq = 2 + (16 + i as u32) * 8;
+            let f = tcp((3, 40001), (2, 80), seq, 0, flags, data);
+            a.push_frame(2.5, LinkType::RawIp, &f);
+        }
         let open = tcp((4, 40002), (2, 443), 1, 0, ACK, &ch);
         a.push_frame(3.0, LinkType::RawIp, &open);
         a.finish();
@@ -837,7 +862,13 @@ mod tests {
             (2, 1, 3)
         );
         assert_eq!(s.unidentified_flows, 0);
-        assert_eq!(a.take_finished_flows().len(), 3);
+        // The plain flow's two segments after it was found not TLS, and
+        // only those: the reset flow sent nothing after its record.
+        let plain: (Endpoint, Endpoint) = (
+            (IpAddr::from([10, 0, 0, 3]), 40001),
+            (IpAddr::from([10, 0, 0, 2]), 80),
+        );
+        assert_eq!(a.take_stragglers(), [plain, plain]);
     }
 
     /// Zeek's `ts` is when the first TLS record was whole (its analyzer
@@ -1614,7 +1645,7 @@ mod tests {
     #[test]
     fn a_reused_tuple_is_not_reported_finished() {
         let mut a = Analyzer::new(Config {
-            report_finished_flows: true,
+            report_stragglers: true,
             ..Config::default()
         });
         let ch = client_hello();
@@ -1629,7 +1660,7 @@ mod tests {
             "the old connection's record is out"
         );
         assert!(
-            a.take_finished_flows().is_empty(),
+            a.take_stragglers().is_empty(),
             "but its tuple is live again"
         );
     }

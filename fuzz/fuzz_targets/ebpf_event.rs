@@ -18,7 +18,7 @@ use tlsrum_fuzz::Input;
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let cfg = Config {
-        report_finished_flows: true,
+        report_stragglers: true,
         ..Config::default()
     };
     let mut a = Analyzer::new(cfg);
@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
             a.push_packet(ts, &p);
             packets += 1;
         }
-        a.take_finished_flows();
+        a.take_stragglers();
     }
     a.finish();
     let _ = a.take_records();

@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     if caps & 16 != 0 {
         cfg.idle_timeout = 1.0;
     }
-    cfg.report_finished_flows = caps & 32 != 0;
+    cfg.report_stragglers = caps & 32 != 0;
     if caps & 64 != 0 {
         cfg.max_memory = 4096;
     }
@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         );
         if frames.is_multiple_of(8) {
             records.extend(a.take_records());
-            a.take_finished_flows();
+            a.take_stragglers();
         }
     }
     a.finish();

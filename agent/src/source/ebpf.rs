@@ -1,9 +1,10 @@
 //! The eBPF backend as a live capture source: kernel events become analyzer
 //! packets; a flow the analyzer has finished is marked done in the kernel
-//! if it goes on sending events, so nothing more of it leaves the kernel;
+//! when it goes on sending events (the analyzer reports it, from the
+//! lookup it makes for every packet anyway), so nothing more of it leaves
+//! the kernel;
 //! interfaces that vanish and come back are re-attached.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use analyzer::counters::Counter;
@@ -12,7 +13,7 @@ use analyzer::Endpoint;
 use anyhow::Result;
 
 use super::{Captured, Source, Status};
-use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowKey, FlowTuple, COUNTERS};
+use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowTuple, COUNTERS};
 
 pub struct EbpfSource {
     opts: EbpfOptions,
@@ -23,25 +24,7 @@ pub struct EbpfSource {
     /// Counters of captures torn down by interface changes, kept
     /// cumulative; in the order of [`COUNTERS`].
     carried: [u64; COUNTERS.len()],
-    /// Flows the analyzer finished and the kernel was not told about yet,
-    /// keyed without protocol, with the generation they finished in; every
-    /// RECENT_FOR the generation before last is dropped, so the map stays
-    /// bounded. Every event is looked up here, once: foldhash, not SipHash
-    /// (two SipHash lookups per event took a tenth of the agent's CPU).
-    recent: RecentMap,
-    generation: u32,
-    recent_since: Instant,
 }
-
-type RecentMap = HashMap<FlowKey, u32, foldhash::fast::RandomState>;
-
-/// How long a finished flow is remembered in case it sends more events.
-const RECENT_FOR: Duration = Duration::from_secs(10);
-/// Finished flows remembered at most (the kernel's flow map size): a flood
-/// finishes a million flows in seconds, and remembering them all cost the
-/// agent ~100 MiB. Past this, the older generation is forgotten early; a
-/// flow forgotten only goes on costing its events, not a wrong result.
-const RECENT_MAX: usize = 65_536;
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
@@ -54,9 +37,6 @@ impl EbpfSource {
             ifindexes,
             last_check: Instant::now(),
             carried: [0; COUNTERS.len()],
-            recent: RecentMap::default(),
-            generation: 0,
-            recent_since: Instant::now(),
         })
     }
 }
@@ -73,70 +53,45 @@ impl Source for EbpfSource {
             std::thread::sleep(timeout);
             return Ok(Status::Open);
         };
-        let recent = &mut self.recent;
-        let mut stragglers: Vec<FlowTuple> = Vec::new();
         cap.poll(timeout, &mut |ev| {
             let ts = micros(ev.ts);
-            // An event of a flow the analyzer finished (but not the SYN of
-            // a new connection on its tuple, nor the FIN/RST the kernel
-            // sends even for done flows): tell the kernel to stop it.
-            if !recent.is_empty() {
-                let h = ev.header;
-                let key = FlowKey::new(&FlowTuple {
-                    proto: 0,
-                    ..h.flow()
-                });
-                if h.tcp_flags & 0x07 == 0 {
-                    if recent.remove(&key).is_some() {
-                        stragglers.push(h.flow());
-                    }
-                } else if h.tcp_flags & 0x02 != 0 {
-                    // A SYN: a new connection reuses the tuple, which
-                    // must not be stopped for the old one's sake.
-                    recent.remove(&key);
-                }
-            }
             for packet in ev.datagrams() {
                 f(Captured::Packet { ts, packet });
             }
         })?;
-        for t in stragglers {
-            let _ = cap.mark_done(t);
-        }
-        if self.recent_since.elapsed() >= RECENT_FOR {
-            let g = self.generation;
-            self.recent.retain(|_, finished| *finished == g);
-            self.generation = g.wrapping_add(1);
-            self.recent_since = Instant::now();
-        }
         Ok(Status::Open)
     }
 
     /// Most finished flows need no word to the kernel: it stops TLS flows
     /// itself once their handshake phase is over, and many connections end
     /// with their handshake. Those that go on sending events are marked
-    /// done when they do (see poll), which costs two system calls only for
-    /// them, with the event's own protocol.
-    fn finished(&mut self, flows: &[(Endpoint, Endpoint)]) {
-        for &(a, b) in flows {
-            let t = FlowTuple {
+    /// done when they do, which costs two system calls only for them (once
+    /// a poll: the analyzer reports each of their segments).
+    fn stragglers(&mut self, flows: &[(Endpoint, Endpoint)]) {
+        let Some(cap) = self.cap.as_mut() else {
+            return;
+        };
+        // Either direction names the flow to the kernel: one call each.
+        let mut flows: Vec<_> = flows
+            .iter()
+            .map(|&(a, b)| if a <= b { (a, b) } else { (b, a) })
+            .collect();
+        flows.sort_unstable();
+        flows.dedup();
+        for (a, b) in flows {
+            // The analyzer reports TCP segments only.
+            let _ = cap.mark_done(FlowTuple {
                 src: a.0,
                 dst: b.0,
                 src_port: a.1,
                 dst_port: b.1,
-                proto: 0,
-            };
-            if self.recent.len() >= RECENT_MAX {
-                let g = self.generation;
-                self.recent.retain(|_, finished| *finished == g);
-                self.generation = g.wrapping_add(1);
-                self.recent_since = Instant::now();
-                if self.recent.len() >= RECENT_MAX {
-                    continue;
-                }
-            }
-            self.recent.insert(FlowKey::new(&t), self.generation);
+                proto: 6,
+            });
         }
+    }
+
+    fn wants_stragglers(&self) -> bool {
+        true
     }
 
     fn counters(&mut self) -> Vec<Counter> {

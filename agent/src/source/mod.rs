@@ -181,8 +181,15 @@ pub trait Source {
     /// Waits up to `timeout` and hands over what arrived. Sources that read
     /// ahead of time (files) hand over a bounded batch without waiting.
     fn poll(&mut self, timeout: Duration, f: &mut dyn FnMut(Captured<'_>)) -> Result<Status>;
-    /// The analyzer is done with these flows: stop sending them if possible.
-    fn finished(&mut self, _flows: &[(Endpoint, Endpoint)]) {}
+    /// The analyzer is done with these flows, which still sent a segment
+    /// (sender first; a flow may come more than once): stop sending them if
+    /// possible.
+    fn stragglers(&mut self, _flows: &[(Endpoint, Endpoint)]) {}
+    /// Whether [`Source::stragglers`] does anything: without a filter to
+    /// tell, every segment of bulk traffic after a handshake would be one.
+    fn wants_stragglers(&self) -> bool {
+        false
+    }
     /// Cumulative source-side counters (kernel events and drops by reason,
     /// capture buffer drops), each with its help text, every one of them
     /// on every call (zero rather than absent).
