@@ -5,6 +5,7 @@
 //! the kernel;
 //! interfaces that vanish and come back are re-attached.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use analyzer::counters::Counter;
@@ -24,7 +25,27 @@ pub struct EbpfSource {
     /// Counters of captures torn down by interface changes, kept
     /// cumulative; in the order of [`COUNTERS`].
     carried: [u64; COUNTERS.len()],
+    /// Flows the analyzer reported straggling (either order of their
+    /// endpoints), with the poll they first did in: only one that
+    /// straggles again in a later poll is marked done. Within the poll a
+    /// flow finished in, its events are in already: most are the tail of
+    /// a connection (its last headers and ACKs), and marking those cost
+    /// ~65,000 pairs of system calls per 100,000 handshakes (and re-created
+    /// closed flows in the kernel's map) to stop nothing.
+    straggling: HashMap<(Endpoint, Endpoint), u64, foldhash::fast::RandomState>,
+    /// Polls so far; entries first seen before `kept_from` are dropped
+    /// every [`STRAGGLING_FOR`].
+    polls: u64,
+    kept_from: u64,
+    pruned: Instant,
 }
+
+/// How long a straggling flow is remembered waiting for a second poll.
+const STRAGGLING_FOR: Duration = Duration::from_secs(10);
+/// Straggling flows remembered at most (the kernel's flow map size): past
+/// it, new ones are not remembered (they go on costing their events, not a
+/// wrong result).
+const STRAGGLING_MAX: usize = 65_536;
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
@@ -37,6 +58,10 @@ impl EbpfSource {
             ifindexes,
             last_check: Instant::now(),
             carried: [0; COUNTERS.len()],
+            straggling: HashMap::default(),
+            polls: 0,
+            kept_from: 0,
+            pruned: Instant::now(),
         })
     }
 }
@@ -53,40 +78,55 @@ impl Source for EbpfSource {
             std::thread::sleep(timeout);
             return Ok(Status::Open);
         };
+        self.polls += 1;
         cap.poll(timeout, &mut |ev| {
             let ts = micros(ev.ts);
             for packet in ev.datagrams() {
                 f(Captured::Packet { ts, packet });
             }
         })?;
+        if self.pruned.elapsed() >= STRAGGLING_FOR {
+            let from = self.kept_from;
+            self.straggling.retain(|_, first| *first >= from);
+            self.kept_from = self.polls;
+            self.pruned = Instant::now();
+        }
         Ok(Status::Open)
     }
 
     /// Most finished flows need no word to the kernel: it stops TLS flows
     /// itself once their handshake phase is over, and many connections end
-    /// with their handshake. Those that go on sending events are marked
-    /// done when they do, which costs two system calls only for them (once
-    /// a poll: the analyzer reports each of their segments).
+    /// with their handshake. Those that go on sending events in a later
+    /// poll are marked done then, which costs two system calls only for
+    /// them.
     fn stragglers(&mut self, flows: &[(Endpoint, Endpoint)]) {
         let Some(cap) = self.cap.as_mut() else {
             return;
         };
-        // Either direction names the flow to the kernel: one call each.
-        let mut flows: Vec<_> = flows
-            .iter()
-            .map(|&(a, b)| if a <= b { (a, b) } else { (b, a) })
-            .collect();
-        flows.sort_unstable();
-        flows.dedup();
-        for (a, b) in flows {
-            // The analyzer reports TCP segments only.
-            let _ = cap.mark_done(FlowTuple {
-                src: a.0,
-                dst: b.0,
-                src_port: a.1,
-                dst_port: b.1,
-                proto: 6,
-            });
+        use std::collections::hash_map::Entry;
+        for &(a, b) in flows {
+            // Either order names the flow to the kernel.
+            let (a, b) = if a <= b { (a, b) } else { (b, a) };
+            let full = self.straggling.len() >= STRAGGLING_MAX;
+            match self.straggling.entry((a, b)) {
+                Entry::Occupied(e) if *e.get() < self.polls => {
+                    e.remove();
+                    // The analyzer reports TCP segments only.
+                    let _ = cap.mark_done(FlowTuple {
+                        src: a.0,
+                        dst: b.0,
+                        src_port: a.1,
+                        dst_port: b.1,
+                        proto: 6,
+                    });
+                }
+                Entry::Occupied(_) => {}
+                Entry::Vacant(e) => {
+                    if !full {
+                        e.insert(self.polls);
+                    }
+                }
+            }
         }
     }
 
