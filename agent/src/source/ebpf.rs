@@ -25,14 +25,21 @@ pub struct EbpfSource {
     /// Counters of captures torn down by interface changes, kept
     /// cumulative; in the order of [`COUNTERS`].
     carried: [u64; COUNTERS.len()],
-    /// Flows the analyzer reported straggling (either order of their
-    /// endpoints), with the poll they first did in: only one that
-    /// straggles again in a later poll is marked done. Within the poll a
-    /// flow finished in, its events are in already: most are the tail of
-    /// a connection (its last headers and ACKs), and marking those cost
-    /// ~65,000 pairs of system calls per 100,000 handshakes (and re-created
-    /// closed flows in the kernel's map) to stop nothing.
-    straggling: HashMap<(Endpoint, Endpoint), u64, foldhash::fast::RandomState>,
+    /// Which straggling flows to mark done.
+    straggling: Straggling,
+}
+
+/// Flows the analyzer reported straggling, by their endpoints in either
+/// order, with the poll they first did in: only one that straggles again
+/// in a later poll is marked done. Within the poll a flow finished in, its
+/// events are in already: most are the tail of a connection (its last
+/// headers and ACKs), and marking those cost ~65,000 pairs of system calls
+/// per 100,000 handshakes (and re-created closed flows in the kernel's
+/// map) to stop nothing. A flow marked stays (its events already on their
+/// way are no reason to mark it again) until it is forgotten.
+struct Straggling {
+    /// The poll each flow first straggled in, and whether it is marked.
+    first: HashMap<(Endpoint, Endpoint), (u64, bool), foldhash::fast::RandomState>,
     /// Polls so far; entries first seen before `kept_from` are dropped
     /// every [`STRAGGLING_FOR`].
     polls: u64,
@@ -40,12 +47,59 @@ pub struct EbpfSource {
     pruned: Instant,
 }
 
-/// How long a straggling flow is remembered waiting for a second poll.
+/// How long a straggling flow is remembered waiting for a later poll.
 const STRAGGLING_FOR: Duration = Duration::from_secs(10);
 /// Straggling flows remembered at most (the kernel's flow map size): past
 /// it, new ones are not remembered (they go on costing their events, not a
 /// wrong result).
 const STRAGGLING_MAX: usize = 65_536;
+
+impl Straggling {
+    fn new() -> Self {
+        Straggling {
+            first: HashMap::default(),
+            polls: 0,
+            kept_from: 0,
+            pruned: Instant::now(),
+        }
+    }
+
+    /// A poll begins; every [`STRAGGLING_FOR`], flows first seen before
+    /// the previous prune are forgotten.
+    fn next_poll(&mut self) {
+        self.polls += 1;
+        if self.pruned.elapsed() >= STRAGGLING_FOR {
+            let from = self.kept_from;
+            self.first.retain(|_, (first, _)| *first >= from);
+            self.kept_from = self.polls;
+            self.pruned = Instant::now();
+        }
+    }
+
+    /// This poll's stragglers (a flow may come more than once, in either
+    /// direction): the flows to mark done, each once.
+    fn marks(&mut self, flows: &[(Endpoint, Endpoint)]) -> Vec<(Endpoint, Endpoint)> {
+        use std::collections::hash_map::Entry;
+        let mut marks = Vec::new();
+        for &(a, b) in flows {
+            let flow = if a <= b { (a, b) } else { (b, a) };
+            let full = self.first.len() >= STRAGGLING_MAX;
+            match self.first.entry(flow) {
+                Entry::Occupied(mut e) if !e.get().1 && e.get().0 < self.polls => {
+                    e.get_mut().1 = true;
+                    marks.push(flow);
+                }
+                Entry::Occupied(_) => {}
+                Entry::Vacant(e) => {
+                    if !full {
+                        e.insert((self.polls, false));
+                    }
+                }
+            }
+        }
+        marks
+    }
+}
 
 impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
@@ -58,10 +112,7 @@ impl EbpfSource {
             ifindexes,
             last_check: Instant::now(),
             carried: [0; COUNTERS.len()],
-            straggling: HashMap::default(),
-            polls: 0,
-            kept_from: 0,
-            pruned: Instant::now(),
+            straggling: Straggling::new(),
         })
     }
 }
@@ -78,19 +129,13 @@ impl Source for EbpfSource {
             std::thread::sleep(timeout);
             return Ok(Status::Open);
         };
-        self.polls += 1;
+        self.straggling.next_poll();
         cap.poll(timeout, &mut |ev| {
             let ts = micros(ev.ts);
             for packet in ev.datagrams() {
                 f(Captured::Packet { ts, packet });
             }
         })?;
-        if self.pruned.elapsed() >= STRAGGLING_FOR {
-            let from = self.kept_from;
-            self.straggling.retain(|_, first| *first >= from);
-            self.kept_from = self.polls;
-            self.pruned = Instant::now();
-        }
         Ok(Status::Open)
     }
 
@@ -103,30 +148,15 @@ impl Source for EbpfSource {
         let Some(cap) = self.cap.as_mut() else {
             return;
         };
-        use std::collections::hash_map::Entry;
-        for &(a, b) in flows {
-            // Either order names the flow to the kernel.
-            let (a, b) = if a <= b { (a, b) } else { (b, a) };
-            let full = self.straggling.len() >= STRAGGLING_MAX;
-            match self.straggling.entry((a, b)) {
-                Entry::Occupied(e) if *e.get() < self.polls => {
-                    e.remove();
-                    // The analyzer reports TCP segments only.
-                    let _ = cap.mark_done(FlowTuple {
-                        src: a.0,
-                        dst: b.0,
-                        src_port: a.1,
-                        dst_port: b.1,
-                        proto: 6,
-                    });
-                }
-                Entry::Occupied(_) => {}
-                Entry::Vacant(e) => {
-                    if !full {
-                        e.insert(self.polls);
-                    }
-                }
-            }
+        for (a, b) in self.straggling.marks(flows) {
+            // The analyzer reports TCP segments only.
+            let _ = cap.mark_done(FlowTuple {
+                src: a.0,
+                dst: b.0,
+                src_port: a.1,
+                dst_port: b.1,
+                proto: 6,
+            });
         }
     }
 
@@ -204,5 +234,48 @@ impl EbpfSource {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(last: u8, port: u16) -> Endpoint {
+        (std::net::IpAddr::from([10, 0, 0, last]), port)
+    }
+
+    /// A flow is marked once, in the first poll after the one it first
+    /// straggled in, whichever direction its segments went.
+    #[test]
+    fn a_flow_is_marked_when_it_straggles_in_a_later_poll() {
+        let (c, s, other) = (ep(1, 40000), ep(2, 443), ep(3, 40001));
+        let mut st = Straggling::new();
+        st.next_poll();
+        assert!(st.marks(&[(c, s), (s, c), (c, s)]).is_empty());
+        assert!(st.marks(&[(s, c)]).is_empty(), "same poll");
+        st.next_poll();
+        assert_eq!(st.marks(&[(s, c), (other, s), (c, s)]), [(c, s)]);
+        st.next_poll();
+        assert_eq!(st.marks(&[(s, other)]), [(s, other)]);
+        // Marked once: its events on their way do not mark it again.
+        assert!(st.marks(&[(c, s), (s, other)]).is_empty());
+        st.next_poll();
+        assert!(st.marks(&[(c, s), (s, other)]).is_empty());
+        assert_eq!(st.first.len(), 2);
+    }
+
+    /// At most STRAGGLING_MAX flows wait; those past it are never marked.
+    #[test]
+    fn straggling_flows_are_bounded() {
+        let mut st = Straggling::new();
+        st.next_poll();
+        let flows: Vec<_> = (0..=STRAGGLING_MAX as u32)
+            .map(|i| (ep(1, (i % 60_000) as u16), ep((i / 60_000) as u8 + 2, 443)))
+            .collect();
+        assert!(st.marks(&flows).is_empty());
+        assert_eq!(st.first.len(), STRAGGLING_MAX);
+        st.next_poll();
+        assert_eq!(st.marks(&flows).len(), STRAGGLING_MAX);
     }
 }
