@@ -32,11 +32,15 @@ mkdir -p bench-data
 cap="bench-data/hello-$count.pcap"
 [ -f "$cap" ] || target/release/examples/flood --kind hello --count "$count" -o "$cap"
 
+# The capture's file header alone: what a replay costs with no flow.
+empty="bench-data/hello-empty.pcap"
+head -c 24 "$cap" >"$empty"
 for ((r = 1; r <= runs; r++)); do
   for bin in "${bins[@]}"; do
     kib=$(/usr/bin/time -f %M "$bin" replay --format ndjson --quiet \
       --max-flows $((2 * count)) --max-memory 64G "$cap" 2>&1 >/dev/null | tail -1)
+    base=$(/usr/bin/time -f %M "$bin" replay --format ndjson --quiet "$empty" 2>&1 >/dev/null | tail -1)
     echo "$bin run $r: peak RSS $((kib / 1024)) MiB for $count open handshakes," \
-      "$((kib * 1024 / count)) B each (the ~22 MiB of an empty replay included)"
+      "$((kib * 1024 / count)) B each (the $((base / 1024)) MiB of an empty replay included)"
   done
 done
