@@ -11,19 +11,6 @@ use tlsrum::{generate, live, replay};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// No transparent huge pages for this process. mimalloc asks for them on
-/// its arenas, so the first touch of any 2 MiB of heap zeroed all of it,
-/// mostly for a few small objects and hash table slots: ~55 MiB touched
-/// for 37 MiB used replaying `big.pcap`, more with a heap per shard, and
-/// 2-6 % of replay's samples in `clear_page_erms`. (Paired runs with them
-/// off: `--threads 2` 1.05x faster, one thread 1.01x, peak 37 against
-/// 55 MiB.) Set before anything big is allocated; a failure (a kernel
-/// without the flag) changes nothing else.
-fn no_transparent_huge_pages() {
-    // SAFETY: prctl with integer arguments; no memory is passed.
-    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-}
-
 #[derive(Parser)]
 #[command(
     name = "tlsrum",
@@ -53,7 +40,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
