@@ -8,6 +8,11 @@ use tlsrum::exit::{Exit, TABLE as EXIT_TABLE};
 use tlsrum::{generate, live, replay};
 
 // Per-connection state is many small allocations; mimalloc makes them cheap.
+// Its heap keeps the transparent huge pages mimalloc asks for: without them
+// (its `no_thp` feature) a replay's peak was a quarter lower and two threads
+// 3-7 % faster, but one thread, the default, 5-7 % slower; and a process-wide
+// prctl(PR_SET_THP_DISABLE) also kept the capture's page cache from being
+// mapped 2 MiB at a time (bench/README.md, "Open handshakes", 30 Nov).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
