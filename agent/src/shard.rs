@@ -871,11 +871,13 @@ pub fn replay(
             // Analyze while the shards are behind; read on if every one
             // behind is being analyzed, up to DEPTH rounds ahead.
             loop {
+                // The epoch before the progress it waits on is looked at:
+                // a round done in between moves it, so the wait returns.
+                let seen = pool.epoch();
                 let behind = published - pool.slowest().min(published);
                 if behind <= AHEAD {
                     break;
                 }
-                let seen = pool.epoch();
                 if pool.work(&mut order)? || behind <= DEPTH {
                     continue;
                 }
@@ -899,8 +901,15 @@ pub fn replay(
         }
         // The rounds left, then their records.
         let published = pool.published.load(Ordering::Acquire);
-        while pool.slowest() < published {
+        loop {
+            // As above: read after the epoch, or the last round, done by
+            // another thread between the two, would leave this one waiting
+            // for a wake-up that never comes (seen: 2 hangs in 4,500
+            // replays of a one-round capture).
             let seen = pool.epoch();
+            if pool.slowest() >= published {
+                break;
+            }
             if !pool.work(&mut order)? {
                 pool.wait(seen);
                 pool.check()?;
