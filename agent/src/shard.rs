@@ -8,7 +8,8 @@
 //! order, the shard furthest behind first), and this thread runs one
 //! whenever it has read [`AHEAD`] rounds past the slowest shard. (A thread
 //! per shard besides the reading one, 3 threads on 2 cores, left both
-//! cores idle a fifth of the time and got 1.3-1.5x one thread; now 1.8x.)
+//! cores idle a fifth of the time and got 1.3-1.5x one thread; now
+//! 1.5-1.7x, bench/README.md.)
 //! A frame travels as its place in the capture's mapping when the source
 //! has one ([`Source::mapping`], a plain file; the source then keeps the
 //! pages from the first round a shard is still in), else copied into the

@@ -14,7 +14,7 @@ use analyzer::Endpoint;
 use anyhow::Result;
 
 use super::{Captured, Source, Status};
-use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowTuple, COUNTERS};
+use crate::ebpf::{ifindex, EbpfCapture, EbpfOptions, FlowKey, FlowTuple, COUNTERS};
 
 pub struct EbpfSource {
     opts: EbpfOptions,
@@ -29,8 +29,8 @@ pub struct EbpfSource {
     straggling: Straggling,
 }
 
-/// Flows the analyzer reported straggling, by their endpoints in either
-/// order, with the poll they first did in: only one that straggles again
+/// Flows the analyzer reported straggling, by the kernel's key for them
+/// (the same for both directions), with the poll they first did in: only one that straggles again
 /// in a later poll is marked done. Within the poll a flow finished in, its
 /// events are in already: most are the tail of a connection (its last
 /// headers and ACKs), and marking those cost ~65,000 pairs of system calls
@@ -39,7 +39,7 @@ pub struct EbpfSource {
 /// way are no reason to mark it again) until it is forgotten.
 struct Straggling {
     /// The poll each flow first straggled in, and whether it is marked.
-    first: HashMap<(Endpoint, Endpoint), (u64, bool), foldhash::fast::RandomState>,
+    first: HashMap<FlowKey, (u64, bool), foldhash::fast::RandomState>,
     /// Polls so far; entries first seen before `kept_from` are dropped
     /// every [`STRAGGLING_FOR`].
     polls: u64,
@@ -78,13 +78,13 @@ impl Straggling {
 
     /// This poll's stragglers (a flow may come more than once, in either
     /// direction): the flows to mark done, each once.
-    fn marks(&mut self, flows: &[(Endpoint, Endpoint)]) -> Vec<(Endpoint, Endpoint)> {
+    fn marks(&mut self, flows: &[(Endpoint, Endpoint)]) -> Vec<FlowTuple> {
         use std::collections::hash_map::Entry;
         let mut marks = Vec::new();
         for &(a, b) in flows {
-            let flow = if a <= b { (a, b) } else { (b, a) };
+            let flow = tcp(a, b);
             let full = self.first.len() >= STRAGGLING_MAX;
-            match self.first.entry(flow) {
+            match self.first.entry(FlowKey::new(&flow)) {
                 Entry::Occupied(mut e) if !e.get().1 && e.get().0 < self.polls => {
                     e.get_mut().1 = true;
                     marks.push(flow);
@@ -98,6 +98,17 @@ impl Straggling {
             }
         }
         marks
+    }
+}
+
+/// A TCP segment's flow (the analyzer reports TCP segments only).
+fn tcp(src: Endpoint, dst: Endpoint) -> FlowTuple {
+    FlowTuple {
+        src: src.0,
+        dst: dst.0,
+        src_port: src.1,
+        dst_port: dst.1,
+        proto: 6,
     }
 }
 
@@ -148,15 +159,8 @@ impl Source for EbpfSource {
         let Some(cap) = self.cap.as_mut() else {
             return;
         };
-        for (a, b) in self.straggling.marks(flows) {
-            // The analyzer reports TCP segments only.
-            let _ = cap.mark_done(FlowTuple {
-                src: a.0,
-                dst: b.0,
-                src_port: a.1,
-                dst_port: b.1,
-                proto: 6,
-            });
+        for flow in self.straggling.marks(flows) {
+            let _ = cap.mark_done(flow);
         }
     }
 
@@ -255,9 +259,9 @@ mod tests {
         assert!(st.marks(&[(c, s), (s, c), (c, s)]).is_empty());
         assert!(st.marks(&[(s, c)]).is_empty(), "same poll");
         st.next_poll();
-        assert_eq!(st.marks(&[(s, c), (other, s), (c, s)]), [(c, s)]);
+        assert_eq!(st.marks(&[(s, c), (other, s), (c, s)]), [tcp(s, c)]);
         st.next_poll();
-        assert_eq!(st.marks(&[(s, other)]), [(s, other)]);
+        assert_eq!(st.marks(&[(s, other)]), [tcp(s, other)]);
         // Marked once: its events on their way do not mark it again.
         assert!(st.marks(&[(c, s), (s, other)]).is_empty());
         st.next_poll();
