@@ -186,20 +186,25 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
             args.all_ports,
             args.filter.as_deref(),
         )?)),
-        Backend::Ebpf => Ok(Box::new(EbpfSource::open(EbpfOptions {
-            ifaces: args.ifaces.clone(),
-            ports: args.ports.clone(),
-            all_ports: args.all_ports,
-            quic: true,
-            max_payload_per_dir: args.max_payload_per_flow,
-            kernel_flows: args.kernel_flows,
-            ..EbpfOptions::default()
-        })?)),
+        Backend::Ebpf => Ok(Box::new(EbpfSource::open(ebpf_options(args))?)),
+    }
+}
+
+/// The eBPF backend's settings from the command line.
+pub fn ebpf_options(args: &LiveArgs) -> EbpfOptions {
+    EbpfOptions {
+        ifaces: args.ifaces.clone(),
+        ports: args.ports.clone(),
+        all_ports: args.all_ports,
+        quic: true,
+        max_payload_per_dir: args.max_payload_per_flow,
+        kernel_flows: args.kernel_flows,
+        ..EbpfOptions::default()
     }
 }
 
 /// The `server_name` bound: --server-names-file and --top-server-names.
-pub(crate) fn server_names(args: &LiveArgs) -> Result<ServerNames> {
+pub fn server_names(args: &LiveArgs) -> Result<ServerNames> {
     let allowed = match &args.server_names_file {
         Some(path) => ServerNames::load_allowed(path)?,
         None => Vec::new(),
@@ -214,6 +219,43 @@ pub(crate) fn server_names(args: &LiveArgs) -> Result<ServerNames> {
     Ok(ServerNames::new(top, args.hash_server_names.clone()).with_allowed(allowed))
 }
 
+/// The metrics `/metrics` serves, with every known counter's series.
+pub fn metrics_for(
+    args: &LiveArgs,
+    names: ServerNames,
+    client_names: Option<Arc<ClientNames>>,
+    source: &mut dyn Source,
+) -> Arc<Mutex<Metrics>> {
+    let mut metrics = Metrics::new(
+        names,
+        ClientFingerprints::new(args.top_clients).with_names(client_names),
+        &known_counters(source),
+    );
+    metrics.set_backend(match args.backend {
+        Backend::Ebpf => "ebpf",
+        Backend::Pcap => "pcap",
+    });
+    Arc::new(Mutex::new(metrics))
+}
+
+/// The analyzer's settings from the command line, for `source`.
+pub fn analyzer_config(args: &LiveArgs, source: &dyn Source) -> Config {
+    Config {
+        server_ports: if args.all_ports {
+            Vec::new()
+        } else {
+            args.ports.clone()
+        },
+        idle_timeout: args.idle_timeout,
+        max_flows: args.max_flows,
+        max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
+        report_stragglers: source.wants_stragglers(),
+        record_at: args.record_at.into(),
+        zeek_view: args.events.is_some() && args.events_format.is_zeek(),
+        ..Config::default()
+    }
+}
+
 /// The counters whose series /metrics shows from the start: the
 /// analyzer's, the kernel's whatever the backend (dashboards query the
 /// ring-buffer metrics on every host: zero without eBPF), the source's.
@@ -225,7 +267,7 @@ fn known_counters(source: &mut dyn Source) -> Vec<Counter> {
 }
 
 /// Where records go: the metrics, and NDJSON to `--events`.
-pub(crate) fn sinks(
+pub fn sinks(
     args: &LiveArgs,
     metrics: &Arc<Mutex<Metrics>>,
     reopen: &Arc<AtomicBool>,
@@ -362,17 +404,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
     }
     let mut host = HostAddrs::new(&args.local)?;
     let mut source = open_source(&args)?;
-    let metrics = Arc::new(Mutex::new(Metrics::new(
-        names,
-        ClientFingerprints::new(args.top_clients).with_names(client_names),
-        &known_counters(&mut *source),
-    )));
-    if let Ok(mut m) = metrics.lock() {
-        m.set_backend(match args.backend {
-            Backend::Ebpf => "ebpf",
-            Backend::Pcap => "pcap",
-        });
-    }
+    let metrics = metrics_for(&args, names, client_names, &mut *source);
     let liveness = Arc::new(Liveness::default());
     let bound = metrics::http::serve(
         &args.metrics,
@@ -394,20 +426,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode> {
         Some(path) => Some(PacketWriter::create(path, &source.link_types())?),
         None => None,
     };
-    let mut analyzer = Analyzer::new(Config {
-        server_ports: if args.all_ports {
-            Vec::new()
-        } else {
-            args.ports.clone()
-        },
-        idle_timeout: args.idle_timeout,
-        max_flows: args.max_flows,
-        max_memory: args.max_memory.unwrap_or(Config::default().max_memory),
-        report_stragglers: source.wants_stragglers(),
-        record_at: args.record_at.into(),
-        zeek_view: args.events.is_some() && args.events_format.is_zeek(),
-        ..Config::default()
-    });
+    let mut analyzer = Analyzer::new(analyzer_config(&args, &*source));
     analyzer.set_local(Some(host.current().clone()));
     eprintln!(
         "tlsrum: watching {} with the {:?} backend; metrics on http://{}/metrics",

@@ -116,15 +116,34 @@ impl EbpfSource {
     /// Loads the programs and attaches them to `opts.ifaces`.
     pub fn open(opts: EbpfOptions) -> Result<Self> {
         let cap = EbpfCapture::attach(&opts)?;
+        Ok(Self::with(opts, cap))
+    }
+
+    /// Loads the programs and attaches them to nothing (`opts.ifaces` is
+    /// left out): frames reach them through [`EbpfSource::capture`]'s
+    /// `test_run`, and this source reads what they send as the live agent
+    /// does (the `live_cost` benchmark).
+    pub fn unattached(mut opts: EbpfOptions) -> Result<Self> {
+        opts.ifaces.clear();
+        let cap = EbpfCapture::load(&opts)?;
+        Ok(Self::with(opts, cap))
+    }
+
+    /// The loaded programs, while attached (or loaded).
+    pub fn capture(&mut self) -> Option<&mut EbpfCapture> {
+        self.cap.as_mut()
+    }
+
+    fn with(opts: EbpfOptions, cap: EbpfCapture) -> Self {
         let ifindexes = opts.ifaces.iter().map(|i| ifindex(i)).collect();
-        Ok(EbpfSource {
+        EbpfSource {
             opts,
             cap: Some(cap),
             ifindexes,
             last_check: Instant::now(),
             carried: [0; COUNTERS.len()],
             straggling: Straggling::new(),
-        })
+        }
     }
 }
 
