@@ -122,8 +122,9 @@ pub struct ReplayArgs {
     /// Analysis threads: connections are spread over N analyzers (both
     /// directions, and a QUIC connection's every ID, in one), read by one
     /// more thread; records, aggregates and counters are those of one
-    /// thread (README, "Threads") [default: 1; sharding is not yet shown to pay,
-    /// see bench/README.md, "Threads"].
+    /// thread (README, "Threads") [default: 1; on 2 idle cores two threads
+    /// are 1.4-1.7x as fast and use twice the memory, bench/README.md,
+    /// "Threads"].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
@@ -200,7 +201,7 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
 }
 
 /// `--threads` unless given: one. On a quiet 2-core machine 2 threads are
-/// ~1.7-1.8x as fast (bench/README.md "Threads"), and the replay tests
+/// 1.4-1.7x as fast (bench/README.md "Threads"), and the replay tests
 /// pass with two as the default (21 test files, tried 29 Nov). But each
 /// thread adds its own memory (57 -> 115 MiB peak at two: a default of
 /// all cores would be gigabytes on a large host), records finished at the

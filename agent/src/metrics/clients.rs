@@ -34,7 +34,7 @@ pub const MIN_ADMIT: u64 = 2;
 /// `other` and `none`.
 pub struct ClientFingerprints {
     top: usize,
-    admitted: HashSet<String>,
+    admitted: HashSet<String, foldhash::fast::RandomState>,
     sketch: SpaceSaving,
     /// `--ja4-names`: the `client` label beside an admitted `ja4_stable` (one
     /// name per fingerprint, so it adds no series).
@@ -45,7 +45,7 @@ impl ClientFingerprints {
     pub fn new(top: usize) -> Self {
         ClientFingerprints {
             top,
-            admitted: HashSet::new(),
+            admitted: HashSet::default(),
             sketch: SpaceSaving::new(top * SKETCH_PER_LABEL),
             names: None,
         }

@@ -177,10 +177,10 @@ pub struct ServerNames {
     top: usize,
     salt: Option<String>,
     /// `--server-names-file`, lower-case (names are case-insensitive).
-    allowed: HashSet<String>,
+    allowed: HashSet<String, foldhash::fast::RandomState>,
     sketch: super::heavy::SpaceSaving,
     /// Names (before hashing) with their own label value, besides `allowed`.
-    admitted: HashSet<String>,
+    admitted: HashSet<String, foldhash::fast::RandomState>,
     /// Label values of names displaced since the last scrape.
     retired: Vec<String>,
 }
@@ -190,9 +190,9 @@ impl ServerNames {
         ServerNames {
             top,
             salt,
-            allowed: HashSet::new(),
+            allowed: HashSet::default(),
             sketch: super::heavy::SpaceSaving::new(top * SKETCH_PER_NAME),
-            admitted: HashSet::new(),
+            admitted: HashSet::default(),
             retired: Vec::new(),
         }
     }
@@ -233,7 +233,8 @@ impl ServerNames {
         let Some(name) = sni else {
             return "none".into();
         };
-        if self.allowed.contains(&name.to_ascii_lowercase()) {
+        // Most hosts have no list: no lower-case copy for them.
+        if !self.allowed.is_empty() && self.allowed.contains(&name.to_ascii_lowercase()) {
             return self.value(name);
         }
         let Some(certain) = self.sketch.count(name) else {
