@@ -165,11 +165,21 @@ fn main() -> Result<()> {
     let (replay_cpu, replayed) = replay(&cli, true)?;
     let (bare_cpu, _) = replay(&cli, false)?;
 
+    let sent = agent
+        .source
+        .capture()
+        .expect("loaded")
+        .counters()?
+        .into_iter()
+        .filter(|(name, _)| ["events_sent", "bytes_sent"].contains(name))
+        .map(|(name, v)| format!("{name} {v} ({:.1} a record)", v as f64 / records as f64))
+        .collect::<Vec<_>>();
     let per = |d: Duration| d.as_secs_f64() * 1e6 / records as f64;
     println!(
         "{} frames ({} too large for BPF_PROG_TEST_RUN), {} records live, {} replayed",
         frames, too_big, records, replayed
     );
+    println!("kernel: {}", sent.join(", "));
     println!(
         "TC program   {:8.3} µs a record   {:6.0} ns a frame   {:.3} s",
         per(kernel),
