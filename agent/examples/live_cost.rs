@@ -23,6 +23,7 @@ use std::time::Duration;
 use analyzer::Analyzer;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use tlsrum::ebpf::TEST_RUN_MAX_FRAME;
 use tlsrum::live::{self, LiveArgs};
 use tlsrum::pipeline::{deliver, finish, pump};
 use tlsrum::sink::{FanOut, RecordSink, RunEnd};
@@ -133,10 +134,13 @@ fn main() -> Result<()> {
         if error.is_some() {
             return;
         }
+        if data.len() > TEST_RUN_MAX_FRAME {
+            too_big += 1;
+            return;
+        }
         let cap = agent.source.capture().expect("loaded");
         match cap.test_run_repeat(data, 1) {
             Ok(t) => kernel += t,
-            Err(_) if data.len() > 3000 => too_big += 1,
             Err(e) => error = Some(e),
         }
         frames += 1;
@@ -209,11 +213,14 @@ fn main() -> Result<()> {
 fn replay(cli: &Cli, with_sinks: bool) -> Result<(Duration, u64)> {
     let mut file = PcapFile::open(&cli.capture, None)?;
     let mut analyzer = Analyzer::new(live::analyzer_config(&cli.live, &file));
-    let (mut sinks, records) = agent_sinks(&cli.live, &mut file)?;
-    if !with_sinks {
-        sinks = FanOut::default();
-        sinks.push(Box::new(Count(Rc::clone(&records))));
-    }
+    let (mut sinks, records) = if with_sinks {
+        agent_sinks(&cli.live, &mut file)?
+    } else {
+        let records = Rc::new(Cell::new(0));
+        let mut only_count = FanOut::default();
+        only_count.push(Box::new(Count(Rc::clone(&records))));
+        (only_count, records)
+    };
     let start = thread_cpu();
     while pump(&mut file, Duration::ZERO, &mut analyzer, None, &mut sinks)? == Status::Open {}
     finish(&mut analyzer, &mut sinks)?;

@@ -31,10 +31,8 @@ use analyzer::record::endpoint;
 use analyzer::wire::{LinkType, Transport};
 use analyzer::{Analyzer, Config};
 use serde_json::Value;
-use tlsrum::ebpf::{EbpfCapture, EbpfOptions};
+use tlsrum::ebpf::{EbpfCapture, EbpfOptions, TEST_RUN_MAX_FRAME};
 
-/// Largest frame handed to BPF_PROG_TEST_RUN (the kernel takes ~3.5 KB).
-const MAX_FRAME: usize = 3400;
 /// TCP payload per piece when a bigger (GRO-merged) frame is cut up.
 const BIG_PIECE: usize = 1400;
 /// Odd piece size of the second test: record headers straddle segments.
@@ -325,14 +323,14 @@ enum Cut {
 /// The frames to run for one Ethernet frame; Err(reason) if none can be.
 fn frames_for_kernel(frame: Vec<u8>, cut: Cut) -> Result<Vec<Vec<u8>>, &'static str> {
     let piece = match cut {
-        Cut::TooBig if frame.len() <= MAX_FRAME => return Ok(vec![frame]),
+        Cut::TooBig if frame.len() <= TEST_RUN_MAX_FRAME => return Ok(vec![frame]),
         Cut::TooBig => BIG_PIECE,
         Cut::Every(n) => n,
     };
     match split_tcp(&frame, piece) {
-        Some(pieces) if pieces.iter().all(|p| p.len() <= MAX_FRAME) => Ok(pieces),
+        Some(pieces) if pieces.iter().all(|p| p.len() <= TEST_RUN_MAX_FRAME) => Ok(pieces),
         Some(_) => Err("too big after splitting"),
-        None if frame.len() <= MAX_FRAME => Ok(vec![frame]),
+        None if frame.len() <= TEST_RUN_MAX_FRAME => Ok(vec![frame]),
         None => Err("too big, not splittable"),
     }
 }

@@ -12,7 +12,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn live_cost_sees_every_connection_replay_sees() {
@@ -23,17 +22,15 @@ fn live_cost_sees_every_connection_replay_sees() {
         return;
     }
     let capture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pcaps/curl-nginx-upgrade.pcapng");
-    let out = Command::new(common::cargo_build::example("live_cost"))
-        .arg(&capture)
-        .args(["--batch", "16", "--all-ports"])
-        .output()
-        .expect("running live_cost");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let example = common::cargo_build::example("live_cost");
+    let capture = capture.to_str().expect("a UTF-8 path");
+    let text = common::run(&[
+        example.to_str().expect("a UTF-8 path"),
+        capture,
+        "--batch",
+        "16",
+        "--all-ports",
+    ]);
     // "N frames (M too large ...), R records live, S replayed"
     let first = text.lines().next().unwrap_or_default();
     let number_before = |word: &str| -> u64 {
@@ -44,12 +41,14 @@ fn live_cost_sees_every_connection_replay_sees() {
         n.parse()
             .unwrap_or_else(|_| panic!("no number before {word:?} in {first:?}"))
     };
-    let replay = Command::new(env!("CARGO_BIN_EXE_tlsrum"))
-        .args(["replay", "--format", "ndjson"])
-        .arg(&capture)
-        .output()
-        .expect("running tlsrum replay");
-    let records = String::from_utf8_lossy(&replay.stdout).lines().count() as u64;
+    let replay = common::run(&[
+        env!("CARGO_BIN_EXE_tlsrum"),
+        "replay",
+        "--format",
+        "ndjson",
+        capture,
+    ]);
+    let records = replay.lines().count() as u64;
     assert!(records > 0, "replay wrote no records");
     assert_eq!(number_before("too large"), 0, "{text}");
     assert_eq!(number_before("records live"), records, "{text}");

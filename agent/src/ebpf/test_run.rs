@@ -11,12 +11,15 @@ use aya::programs::SchedClassifier;
 
 use super::loader::{EbpfCapture, PROGRAMS};
 
+/// The largest frame [`EbpfCapture::test_run`] hands the kernel: it takes
+/// about 3.5 KB (one page with skb headroom).
+pub const TEST_RUN_MAX_FRAME: usize = 3400;
+
 impl EbpfCapture {
     /// Runs the ingress program once on an Ethernet frame
     /// (BPF_PROG_TEST_RUN): the same code and maps as on an interface, so
-    /// tests can push whole captures through the kernel side. The kernel
-    /// takes frames of up to about 3.5 KB this way (one page with skb
-    /// headroom). Events land in the ring buffer; [`EbpfCapture::poll`]
+    /// tests can push whole captures through the kernel side, in frames of
+    /// up to [`TEST_RUN_MAX_FRAME`] bytes. Events land in the ring buffer; [`EbpfCapture::poll`]
     /// reads them.
     pub fn test_run(&mut self, frame: &[u8]) -> Result<()> {
         self.test_run_repeat(frame, 1).map(|_| ())
