@@ -879,8 +879,14 @@ pub fn replay(
                 if behind <= AHEAD {
                     break;
                 }
-                if pool.work(&mut order)? || behind <= DEPTH {
+                if pool.work(&mut order)? {
                     continue;
+                }
+                // Every shard behind is taken: read on (waiting here spun
+                // this core on the queue's lock for nothing), unless that
+                // would be too far ahead.
+                if behind <= DEPTH {
+                    break;
                 }
                 pool.wait(seen);
                 pool.check()?;
