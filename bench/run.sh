@@ -128,15 +128,28 @@ trap 'rm -rf "$TMP"' EXIT
 
 # run_timed NAME CMD... : runs CMD with stdout to /dev/null, appends "seconds rss_kb" to
 # $TMP/NAME.times. Fails loudly (with the command's stderr) if CMD fails.
+# The machine's CPU time so far, and the part of it the host took from this guest (steal):
+# "total steal" in clock ticks, from /proc/stat's first line.
+cpu_ticks() {
+  local _cpu user nice sys idle iowait irq softirq steal _rest
+  read -r _cpu user nice sys idle iowait irq softirq steal _rest </proc/stat
+  echo "$((user + nice + sys + idle + iowait + irq + softirq + steal)) $steal"
+}
+
 run_timed() {
   local name="$1"; shift
-  local out="$TMP/$name.one" err="$TMP/$name.err" rc=0
+  local out="$TMP/$name.one" err="$TMP/$name.err" rc=0 t0 s0 t1 s1
   # Elapsed time from bash (to the millisecond; GNU time's %e has two decimals, too coarse
-  # for a capture read in 0.2 s), peak RSS from GNU time.
+  # for a capture read in 0.2 s), peak RSS from GNU time, and the share of the machine's
+  # time the host took meanwhile (a VM's steal: time its vCPUs wanted and did not get).
   local TIMEFORMAT='%3R' rss=()
   [ "$HAVE_GNU_TIME" = 1 ] && rss=(/usr/bin/time -f '%M' -o "$out.rss")
+  read -r t0 s0 < <(cpu_ticks)
   { time "${rss[@]}" "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
-  [ -s "$out" ] && echo "$(tail -n1 "$out") $(tail -n1 "$out.rss" 2>/dev/null || echo NA)" >"$out"
+  read -r t1 s1 < <(cpu_ticks)
+  local steal
+  steal=$(awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { printf "%.1f", t > 0 ? 100 * s / t : 0 }')
+  [ -s "$out" ] && echo "$(tail -n1 "$out") $(tail -n1 "$out.rss" 2>/dev/null || echo NA) $steal" >"$out"
   if [ "$rc" -ne 0 ]; then
     echo "run.sh: $name failed (exit $rc): $*" >&2
     tail -n 20 "$err" >&2 || true
@@ -267,20 +280,23 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
   echo "  $PKTS packets, $FILE_BYTES bytes; $CONNECTIONS connections, bulk ratio $BULK_RATIO; inputs: $INPUT_DESC"
   echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (ratios need an otherwise idle machine)"
   echo "  $(nproc) cores, $(uname -r); seconds and packets/s: median of $RUNS runs; best p/s: fastest run;"
-  echo "  peak RSS: largest maximum resident set size over the runs"
+  echo "  peak RSS: largest maximum resident set size over the runs; steal: median share of the"
+  echo "  machine's time the host took during the tool's runs (a VM's vCPUs waiting for the host;"
+  echo "  any steal makes timings and ratios less trustworthy, two threads' more than one's)"
   echo
-  printf '  %-10s %12s %14s %14s %12s\n' tool seconds 'packets/s' 'best p/s' 'peak RSS'
+  printf '  %-10s %12s %14s %14s %12s %7s\n' tool seconds 'packets/s' 'best p/s' 'peak RSS' steal
   for tool in "${TOOLS[@]}"; do
     n=$PKTS
     [ "$tool" = tshark ] && n=$TSHARK_PKTS
-    sort -n -k1,1 "$TMP/$tool.times" | awk -v n="$n" -v tool="$tool" '
+    steal=$(cut -d' ' -f3 "$TMP/$tool.times" | sort -n | awk '{ s[NR] = $1 } END { print s[int((NR + 1) / 2)] + 0 }')
+    sort -n -k1,1 "$TMP/$tool.times" | awk -v n="$n" -v tool="$tool" -v steal="$steal" '
       { t[NR] = $1; r[NR] = $2 }
       END {
         med = t[int((NR + 1) / 2)]; best = t[1]
         rss = 0; for (i = 1; i <= NR; i++) if (r[i] != "NA" && r[i] + 0 > rss) rss = r[i] + 0
         rs = (rss > 0) ? sprintf("%.1f MiB", rss / 1024) : "n/a"
         if (med <= 0) med = 0.001; if (best <= 0) best = 0.001
-        printf "  %-10s %12.3f %14.0f %14.0f %12s\n", tool, med, n / med, n / best, rs
+        printf "  %-10s %12.3f %14.0f %14.0f %12s %6.1f%%\n", tool, med, n / med, n / best, rs, steal
         printf "%s %.6f\n", tool, n / med > "/dev/stderr"
       }' 2>>"$TMP/pps"
   done

@@ -18,6 +18,16 @@ use common::Need;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
 
+/// The tools the report has a row for (`--threads 2` adds `tlsrum-2`).
+const TOOLS: [&str; 6] = [
+    "cat",
+    "pcapcount",
+    "tlsrum",
+    "tlsrum-2",
+    "ndpiReader",
+    "tshark",
+];
+
 fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
@@ -97,18 +107,24 @@ fn the_replay_benchmark_runs_end_to_end() {
             }
         })
         .collect();
-    for tool in [
-        "cat",
-        "pcapcount",
-        "tlsrum",
-        "tlsrum-2",
-        "ndpiReader",
-        "tshark",
-    ] {
+    for tool in TOOLS {
         assert!(
             rows.iter().any(|&(t, pps)| t == tool && pps > 0.0),
             "no report row with packets/s for {tool}:\n{out}"
         );
+    }
+    // Each tool's row ends with the host's steal during its runs, a percentage.
+    for row in out.lines() {
+        let w: Vec<&str> = row.split_whitespace().collect();
+        if w.len() > 2 && TOOLS.contains(&w[0]) && w[1].parse::<f64>().is_ok() {
+            let pct = w[w.len() - 1]
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<f64>().ok());
+            assert!(
+                pct.is_some_and(|p| (0.0..=100.0).contains(&p)),
+                "no steal percentage at the end of {row:?}:\n{out}"
+            );
+        }
     }
     for ratio in [
         "cat/tlsrum",
