@@ -6,7 +6,6 @@ use crate::local_nets::LocalNets;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use lru::LruCache;
@@ -265,12 +264,11 @@ pub struct Analyzer {
 
 impl Analyzer {
     pub fn new(cfg: Config) -> Self {
-        let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
         Analyzer {
             flows: FlowTable::new(cfg.max_flows),
             memory: IssuedIds {
-                ids: Box::new(RecentIds(LruCache::new(nz(cfg.max_session_ids)))),
-                certs: LruCache::new(nz(CERT_CACHE)),
+                ids: Box::new(RecentIds(crate::memory::lru(cfg.max_session_ids))),
+                certs: crate::memory::lru(CERT_CACHE),
             },
             ended: Tombstones::new(cfg.recent_connections),
             out: Vec::new(),

@@ -4,8 +4,6 @@
 //! of the whole connection later in a merged capture) is recognised as
 //! that connection's and skipped, instead of opening a second flow.
 
-use std::num::NonZeroUsize;
-
 use lru::LruCache;
 
 use crate::flow::table::FlowKey;
@@ -44,9 +42,8 @@ pub const TOMBSTONE_BYTES: usize =
 
 impl Tombstones {
     pub fn new(capacity: usize) -> Self {
-        let cap = NonZeroUsize::new(capacity.max(1)).unwrap_or(NonZeroUsize::MIN);
         Tombstones {
-            map: LruCache::new(cap),
+            map: crate::memory::lru(capacity),
         }
     }
 

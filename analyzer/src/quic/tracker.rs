@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::mem::size_of;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 pub use crate::counters::QuicStats;
@@ -271,12 +270,11 @@ pub struct QuicTracker {
 
 impl QuicTracker {
     pub fn new(max_connections: usize, idle_timeout: f64) -> Self {
-        let nz = |n: usize| NonZeroUsize::new(n.max(1)).unwrap_or(NonZeroUsize::MIN);
         QuicTracker {
-            conns: LruCache::new(nz(max_connections)),
+            conns: crate::memory::lru(max_connections),
             by_cid: HashMap::default(),
             by_tuple: HashMap::default(),
-            hints: LruCache::new(nz(MAX_HINTS)),
+            hints: crate::memory::lru(MAX_HINTS),
             next_id: 0,
             idle_timeout,
             scratch: Vec::with_capacity(1500),
