@@ -116,3 +116,25 @@ impl HeapSize for crate::record::ConnectionRecord {
             + s(&self.capture)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_lru_holds_its_cap_and_forgets_the_least_recently_used() {
+        let mut cache = super::lru::<u32, ()>(3);
+        for k in 0..3 {
+            cache.put(k, ());
+        }
+        // 0 used again: 1 is now the least recently used.
+        assert!(cache.get(&0).is_some());
+        cache.put(3, ());
+        assert_eq!(cache.len(), 3);
+        assert!(!cache.contains(&1));
+        assert!([0, 2, 3].iter().all(|k| cache.contains(k)));
+        // A cap of zero holds one, as `LruCache::new` cannot hold none.
+        let mut one = super::lru::<u32, ()>(0);
+        one.put(1, ());
+        one.put(2, ());
+        assert_eq!(one.len(), 1);
+    }
+}
