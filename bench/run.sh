@@ -162,7 +162,7 @@ run_timed() {
   { time "${rss[@]}" "$@" >/dev/null 2>"$err"; } 2>"$out" || rc=$?
   read -r t1 s1 < <(cpu_ticks)
   local steal
-  steal=$(awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { printf "%.1f", t > 0 ? 100 * s / t : 0 }')
+  steal=$(awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { printf "%.1f", (t > 0 ? 100 * s / t : 0) }')
   [ -s "$out" ] && echo "$(tail -n1 "$out") $(tail -n1 "$out.rss" 2>/dev/null || echo NA) $steal" >"$out"
   if [ "$rc" -ne 0 ]; then
     echo "run.sh: $name failed (exit $rc): $*" >&2
