@@ -9,21 +9,19 @@ use sha2::Sha256;
 
 use super::packet::Version;
 pub use super::protection::{DecryptError, DirKeys};
-use crate::tls::keylog::label_info;
+use crate::tls::keylog::LabelInfo;
 
-/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256.
-fn expand_label(secret: &[u8], label: &str, out: &mut [u8]) {
-    let info = label_info(label, out.len());
-    // A 32-byte secret is a valid PRK and every length asked here is far
-    // below 255 * 32, so neither call can fail; fall back to zeros if one did.
-    if let Ok(hk) = Hkdf::<Sha256>::from_prk(secret) {
-        let _ = hk.expand(&info, out);
-    }
+/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256, from
+/// a PRK whose HMAC key schedule is computed once for all its labels.
+fn expand_label(prk: &Hkdf<Sha256>, label: &str, out: &mut [u8]) {
+    // Every length asked here is far below 255 * 32, so this cannot fail;
+    // zeros if it did.
+    let _ = prk.expand(LabelInfo::new(label, out.len()).as_bytes(), out);
 }
 
 /// The client and server Initial secrets for a Destination Connection ID.
 pub fn initial_secrets(version: Version, dcid: &[u8]) -> ([u8; 32], [u8; 32]) {
-    let (prk, _) = Hkdf::<Sha256>::extract(Some(version.initial_salt()), dcid);
+    let (_, prk) = Hkdf::<Sha256>::extract(Some(version.initial_salt()), dcid);
     let mut client = [0; 32];
     let mut server = [0; 32];
     expand_label(&prk, "client in", &mut client);
@@ -35,9 +33,12 @@ pub fn initial_secrets(version: Version, dcid: &[u8]) -> ([u8; 32], [u8; 32]) {
 pub fn key_iv_hp(version: Version, secret: &[u8; 32]) -> ([u8; 16], [u8; 12], [u8; 16]) {
     let [kl, il, hl] = version.labels();
     let (mut key, mut iv, mut hp) = ([0; 16], [0; 12], [0; 16]);
-    expand_label(secret, kl, &mut key);
-    expand_label(secret, il, &mut iv);
-    expand_label(secret, hl, &mut hp);
+    // A 32-byte secret is a valid PRK: this cannot fail; zeros if it did.
+    if let Ok(prk) = Hkdf::<Sha256>::from_prk(secret) {
+        expand_label(&prk, kl, &mut key);
+        expand_label(&prk, il, &mut iv);
+        expand_label(&prk, hl, &mut hp);
+    }
     (key, iv, hp)
 }
 

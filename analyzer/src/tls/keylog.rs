@@ -90,30 +90,48 @@ impl KeyLog {
     }
 }
 
-/// HKDF-Expand-Label info: length, "tls13 " + label, empty context.
-pub(crate) fn label_info(label: &str, len: usize) -> Vec<u8> {
-    let full = format!("tls13 {label}");
-    let mut info = Vec::with_capacity(4 + full.len());
-    info.extend((len as u16).to_be_bytes());
-    info.push(full.len() as u8);
-    info.extend(full.as_bytes());
-    info.push(0);
-    info
+/// HKDF-Expand-Label info (RFC 8446 §7.1): length, "tls13 " + label, empty
+/// context. Built on the stack: QUIC derives eight of them per connection.
+pub(crate) struct LabelInfo {
+    buf: [u8; 2 + 1 + 255 + 1],
+    len: usize,
+}
+
+impl LabelInfo {
+    pub(crate) fn new(label: &str, len: usize) -> Self {
+        const PREFIX: &[u8] = b"tls13 ";
+        // The full label's length is one byte; ours are a few letters.
+        let label = label.as_bytes();
+        let label = label.get(..255 - PREFIX.len()).unwrap_or(label);
+        let mut buf = [0; 2 + 1 + 255 + 1];
+        let full = PREFIX.len() + label.len();
+        buf[..2].copy_from_slice(&(len as u16).to_be_bytes());
+        buf[2] = full as u8;
+        buf[3..3 + PREFIX.len()].copy_from_slice(PREFIX);
+        buf[3 + PREFIX.len()..3 + full].copy_from_slice(label);
+        // The empty context's length byte is the zero after the label.
+        LabelInfo { buf, len: 4 + full }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256 or SHA-384.
 pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Option<Vec<u8>> {
-    let info = label_info(label, len);
+    let info = LabelInfo::new(label, len);
+    let info = info.as_bytes();
     let mut out = vec![0; len];
     if sha384 {
         Hkdf::<Sha384>::from_prk(secret)
             .ok()?
-            .expand(&info, &mut out)
+            .expand(info, &mut out)
             .ok()?;
     } else {
         Hkdf::<Sha256>::from_prk(secret)
             .ok()?
-            .expand(&info, &mut out)
+            .expand(info, &mut out)
             .ok()?;
     }
     Some(out)
@@ -217,6 +235,18 @@ pub fn alpn_in_extensions(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_info_is_rfc_8446_hkdf_label() {
+        // RFC 9001 A.1: the info of "quic key", 16 bytes.
+        let want = b"\x00\x10\x0etls13 quic key\x00";
+        assert_eq!(LabelInfo::new("quic key", 16).as_bytes(), want);
+        // A label too long for its length byte is cut, not a panic.
+        let long = "x".repeat(400);
+        let info = LabelInfo::new(&long, 32);
+        assert_eq!(info.as_bytes().len(), 2 + 1 + 255 + 1);
+        assert_eq!(info.as_bytes()[2], 255);
+    }
 
     #[test]
     fn alpn_of_encrypted_extensions() {
