@@ -823,7 +823,7 @@ impl TcpFlow {
         let status = &mut self.status;
         // Reassembly hands over in-order chunks (borrowing the segment or
         // its own buffer): each is routed right away.
-        let out = reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
+        let out = reasm[dir].push(&seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         ctx.stats.retransmitted_bytes += out.duplicate_bytes as u64;
         if out.duplicate_bytes > 0 {
             up.resent(dir, ts);
@@ -872,7 +872,7 @@ impl TcpFlow {
         }
         if replaces {
             up.probe_mut(dir).restart();
-            reasm[dir].push(seg, truncated, &mut |c| up.route(status, dir, c, ctx));
+            reasm[dir].push(&seg, truncated, &mut |c| up.route(status, dir, c, ctx));
         }
         // Identified now: from here on the delivered bytes are kept, to
         // compare retransmissions with.

@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
                 // Where the stream stood: holes skipped start there.
                 let from = expect.or(r.next_seq());
                 let mut chunks = Vec::new();
-                let out = r.push(seg, truncated, &mut |c| {
+                let out = r.push(&seg, truncated, &mut |c| {
                     chunks.push((c.seq, c.data.to_vec()))
                 });
                 let mut skipped = 0i64;
