@@ -213,7 +213,7 @@ fn main() {
                         segs.push((t.seq, p.payload.len()));
                     }
                     r.push(
-                        Segment {
+                        &Segment {
                             seq: t.seq,
                             data: p.payload,
                             ts: f.ts,
