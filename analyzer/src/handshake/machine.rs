@@ -191,6 +191,11 @@ pub struct Handshake {
     /// The HelloRetryRequest, kept only when a ServerHello replaced it
     /// (JA4S, like FoxIO's tools, fingerprints the server's first answer).
     pub(super) first_server_hello: Option<Box<ServerHello>>,
+    /// Heap bytes of the four hellos above, summed when one is stored
+    /// ([`Handshake::hellos_stored`]): they do not change once parsed, and
+    /// summing them for every packet's footprint read four boxes a packet.
+    /// (u32: fits where the struct had padding; hellos are capped far below.)
+    hellos_heap: u32,
     /// When the handshake began: the ClientHello's first record (TCP), the
     /// client's first Initial (QUIC).
     pub(super) started: Option<f64>,
@@ -263,10 +268,12 @@ impl HeapSize for Handshake {
                 + c.leaf_subject.heap_size()
                 + c.leaf_issuer.heap_size()
         });
-        self.first_client_hello.heap_size()
-            + self.client_hello.heap_size()
-            + self.server_hello.heap_size()
-            + self.first_server_hello.heap_size()
+        debug_assert_eq!(
+            self.hellos_heap as usize,
+            self.hellos_heap_now(),
+            "hellos_stored not called"
+        );
+        self.hellos_heap as usize
             + certs
             + self.failure.heap_size()
             + self.late.as_ref().map_or(0, |l| {
@@ -282,6 +289,19 @@ impl HeapSize for Handshake {
 }
 
 impl Handshake {
+    fn hellos_heap_now(&self) -> usize {
+        self.first_client_hello.heap_size()
+            + self.client_hello.heap_size()
+            + self.server_hello.heap_size()
+            + self.first_server_hello.heap_size()
+    }
+
+    /// A hello was stored: its heap bytes counted once, for every footprint
+    /// after.
+    fn hellos_stored(&mut self) {
+        self.hellos_heap = u32::try_from(self.hellos_heap_now()).unwrap_or(u32::MAX);
+    }
+
     /// A plaintext record of either side was complete at `now` (Zeek's
     /// `ts` is the first such time).
     pub fn zeek_plaintext_seen(&mut self, now: f64) {
@@ -306,6 +326,7 @@ impl Handshake {
             client_hello: None,
             server_hello: None,
             first_server_hello: None,
+            hellos_heap: 0,
             started: None,
             server_hello_end: None,
             hrr: false,
@@ -503,6 +524,7 @@ impl Handshake {
                 if let Some(ch) = self.parsed(ClientHello::parse_sslv2(body)) {
                     self.started = Some(record.ts);
                     self.client_hello = Some(Box::new(ch));
+                    self.hellos_stored();
                     self.state = S::ClientHello;
                 }
             }
@@ -944,6 +966,7 @@ impl Handshake {
         if let Some(first) = self.client_hello.replace(Box::new(ch)) {
             self.first_client_hello.get_or_insert(first);
         }
+        self.hellos_stored();
         self.state = State::ClientHello;
     }
 
@@ -972,6 +995,7 @@ impl Handshake {
         if let Some(hrr) = self.server_hello.replace(Box::new(sh)).filter(|h| h.is_hrr) {
             self.first_server_hello.get_or_insert(hrr);
         }
+        self.hellos_stored();
         directive
     }
 
