@@ -320,7 +320,8 @@ fn differences(a: &Value, b: &Value, fields: Option<&[&str]>) -> Vec<String> {
 }
 
 /// What differs between `want` and `got`, connection by connection (see
-/// [`differences`]), each line prefixed by `what`.
+/// [`differences`]), each line prefixed by `what`: `want`'s view, then
+/// `got`'s ("A vs B"), the order in which each difference prints values.
 fn record_problems(
     what: &str,
     want: &BTreeMap<Key, Value>,
@@ -1134,15 +1135,15 @@ fn live_backends_and_replay_give_the_same_records() {
     };
     // All three views at once, so that a difference between the backends
     // also says which of them the capture's replay agrees with.
-    let mut problems = record_problems("pcap vs eBPF", &e, &p, None);
+    let mut problems = record_problems("eBPF vs pcap", &e, &p, None);
     problems.extend(record_problems(
-        "eBPF vs replay of dumpcap",
+        "replay of dumpcap vs eBPF",
         &r,
         &captured(&e),
         None,
     ));
     problems.extend(record_problems(
-        "pcap vs replay of dumpcap",
+        "replay of dumpcap vs pcap",
         &r,
         &captured(&p),
         None,
@@ -1443,7 +1444,7 @@ fn tcpreplay_case(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert_same_records(
-                &format!("{}: tcpreplay (copy {}) vs replay", agent.name, n + 1),
+                &format!("{}: replay vs tcpreplay (copy {})", agent.name, n + 1),
                 &want_n,
                 got,
                 Some(&CLASSIFICATION),
