@@ -295,10 +295,10 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     key!(out, ",", "alpn_negotiated");
     opt_str(out, r.alpn_negotiated.as_deref());
     out.extend_from_slice(match r.family {
-        crate::record::Family::Ipv4 => b",\"family\":\"ipv4\",",
-        crate::record::Family::Ipv6 => b",\"family\":\"ipv6\",",
+        crate::record::Family::Ipv4 => b",\"family\":\"ipv4\"",
+        crate::record::Family::Ipv6 => b",\"family\":\"ipv6\"",
     });
-    key!(out, "", "role");
+    key!(out, ",", "role");
     opt_str(out, r.role.map(|r| r.as_str()));
     key!(out, ",", "proxied_client");
     opt_str(out, r.proxied_client.as_deref());

@@ -9,21 +9,15 @@ use sha2::Sha256;
 
 use super::packet::Version;
 pub use super::protection::{DecryptError, DirKeys};
-use crate::tls::keylog::LabelInfo;
-
-/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256, from
-/// a PRK whose HMAC key schedule is computed once for all its labels.
-fn expand_label(prk: &Hkdf<Sha256>, label: &str, out: &mut [u8]) {
-    // Every length asked here is far below 255 * 32, so this cannot fail;
-    // zeros if it did.
-    let _ = prk.expand(LabelInfo::new(label, out.len()).as_bytes(), out);
-}
+use crate::tls::keylog::expand_label;
 
 /// The client and server Initial secrets for a Destination Connection ID.
 pub fn initial_secrets(version: Version, dcid: &[u8]) -> ([u8; 32], [u8; 32]) {
     let (_, prk) = Hkdf::<Sha256>::extract(Some(version.initial_salt()), dcid);
     let mut client = [0; 32];
     let mut server = [0; 32];
+    // Every length asked here is far below 255 * 32: neither can fail
+    // (zeros if one did), nor can those of `key_iv_hp`.
     expand_label(&prk, "client in", &mut client);
     expand_label(&prk, "server in", &mut server);
     (client, server)

@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
-use hkdf::Hkdf;
+use hkdf::{Hkdf, HmacImpl};
+use sha2::digest::OutputSizeUser;
 use sha2::{Sha256, Sha384};
 
 use super::codec::Reader;
@@ -93,17 +94,21 @@ impl KeyLog {
 /// HKDF-Expand-Label info (RFC 8446 §7.1): length, "tls13 " + label, empty
 /// context. Built on the stack: QUIC derives eight of them per connection.
 pub(crate) struct LabelInfo {
-    buf: [u8; 2 + 1 + 255 + 1],
+    buf: [u8; LabelInfo::MAX],
     len: usize,
 }
 
 impl LabelInfo {
+    /// Output length (2), full label (a length byte and up to 255 bytes),
+    /// empty context (its length byte).
+    const MAX: usize = 2 + 1 + 255 + 1;
+
     pub(crate) fn new(label: &str, len: usize) -> Self {
         const PREFIX: &[u8] = b"tls13 ";
         // The full label's length is one byte; ours are a few letters.
         let label = label.as_bytes();
         let label = label.get(..255 - PREFIX.len()).unwrap_or(label);
-        let mut buf = [0; 2 + 1 + 255 + 1];
+        let mut buf = [0; Self::MAX];
         let full = PREFIX.len() + label.len();
         buf[..2].copy_from_slice(&(len as u16).to_be_bytes());
         buf[2] = full as u8;
@@ -118,23 +123,27 @@ impl LabelInfo {
     }
 }
 
+/// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, into `out`,
+/// from a PRK whose HMAC key schedule is computed once for all the labels
+/// derived from it; false if `out` is too long for the hash.
+pub(crate) fn expand_label<H, I>(prk: &Hkdf<H, I>, label: &str, out: &mut [u8]) -> bool
+where
+    H: OutputSizeUser,
+    I: HmacImpl<H>,
+{
+    prk.expand(LabelInfo::new(label, out.len()).as_bytes(), out)
+        .is_ok()
+}
+
 /// HKDF-Expand-Label (RFC 8446 §7.1) with an empty context, SHA-256 or SHA-384.
 pub(crate) fn expand(sha384: bool, secret: &[u8], label: &str, len: usize) -> Option<Vec<u8>> {
-    let info = LabelInfo::new(label, len);
-    let info = info.as_bytes();
     let mut out = vec![0; len];
-    if sha384 {
-        Hkdf::<Sha384>::from_prk(secret)
-            .ok()?
-            .expand(info, &mut out)
-            .ok()?;
+    let done = if sha384 {
+        expand_label(&Hkdf::<Sha384>::from_prk(secret).ok()?, label, &mut out)
     } else {
-        Hkdf::<Sha256>::from_prk(secret)
-            .ok()?
-            .expand(info, &mut out)
-            .ok()?;
-    }
-    Some(out)
+        expand_label(&Hkdf::<Sha256>::from_prk(secret).ok()?, label, &mut out)
+    };
+    done.then_some(out)
 }
 
 /// Key length and hash (SHA-384 or SHA-256) of a TLS 1.3 suite tlsrum can
@@ -244,7 +253,7 @@ mod tests {
         // A label too long for its length byte is cut, not a panic.
         let long = "x".repeat(400);
         let info = LabelInfo::new(&long, 32);
-        assert_eq!(info.as_bytes().len(), 2 + 1 + 255 + 1);
+        assert_eq!(info.as_bytes().len(), LabelInfo::MAX);
         assert_eq!(info.as_bytes()[2], 255);
     }
 
