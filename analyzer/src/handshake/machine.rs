@@ -17,7 +17,7 @@ use crate::tls::record::RecordInfo;
 
 /// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
 /// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).
-const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+pub(super) const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
 /// Length of an encrypted EndOfEarlyData record: 4 bytes of message, 1
 /// inner content type, the tag (16, or 8 for CCM_8).
 const EOED_LENS: [u16; 2] = [21, 13];

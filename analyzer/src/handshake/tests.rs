@@ -781,6 +781,37 @@ fn idle_before_use_from_the_finished_to_the_first_request() {
     }
 }
 
+/// A TLS 1.3 client that closes right after its Finished (gnutls-cli's
+/// first connection, a health check): its close_notify is an
+/// application_data record of an alert's length. It is no use and no
+/// request, and the server's close_notify in answer is no first data
+/// (ttfb was measured to it, or to nothing, by which of the two crossing
+/// close_notify and RST a tap saw first). The record is timed at the
+/// client's close: nothing more is to come.
+#[test]
+fn a_close_notify_is_no_request_and_its_answer_no_data() {
+    let mut hs = full13_used_after(None);
+    let [client, server] = &hs.records;
+    let (fin, ticket) = (client[client.len() - 1], server[server.len() - 1]);
+    let close = rec(0.130, ct::APPLICATION_DATA, fin.end, 19, ticket.end);
+    record(&mut hs, Dir::Client, close);
+    assert!(!hs.awaits_use() && hs.fully_timed());
+    let answer = rec(0.131, ct::APPLICATION_DATA, ticket.end, 19, close.end);
+    record(&mut hs, Dir::Server, answer);
+    let t = hs.timing(None, Vantage::default());
+    assert_eq!((t.ttfb, t.idle_before_use), (None, None));
+    assert_eq!(t.handshake, Some(80.0));
+    // After a request, an alert-sized record changes nothing.
+    let mut used = full13_used_after(Some(0.150));
+    let request = used.records[Dir::Client as usize].last().copied().unwrap();
+    let response = rec(0.240, ct::APPLICATION_DATA, ticket.end, 500, request.end);
+    record(&mut used, Dir::Server, response);
+    let close = rec(0.250, ct::APPLICATION_DATA, request.end, 19, response.end);
+    record(&mut used, Dir::Client, close);
+    let t = used.timing(None, Vantage::default());
+    assert_eq!((t.ttfb, t.idle_before_use), (Some(240.0), Some(150.0)));
+}
+
 /// 0-RTT data is use before the handshake's end: idle_before_use 0, and
 /// the record does not wait for a later request.
 #[test]

@@ -3,7 +3,7 @@
 //! definitions below give the same figure at any vantage point.
 
 use super::event::Dir;
-use super::machine::{Handshake, State};
+use super::machine::{Handshake, State, ENCRYPTED_ALERT_LENS};
 use crate::record::{EarlyData, HandshakeBytes, Timing, Transport};
 use crate::seq::Seq;
 use crate::tls::enums::content_type as ct;
@@ -62,6 +62,11 @@ fn acked(rec: &RecordInfo, seq: u32) -> bool {
 
 fn is_data(r: &&RecordInfo) -> bool {
     r.content_type == ct::APPLICATION_DATA
+}
+
+/// A TLS 1.3 application_data record of an encrypted alert's length.
+fn is_alert13(r: &RecordInfo) -> bool {
+    ENCRYPTED_ALERT_LENS.contains(&r.len)
 }
 
 impl Handshake {
@@ -149,27 +154,44 @@ impl Handshake {
         }
         let fin = self.late().completed_by?;
         let flight = self.client_flight_start.unwrap_or(fin.seq);
-        let mut after = None;
         for r in data {
             if Seq(r.seq) < Seq(flight) {
                 return Some(end);
             }
             if Seq(r.seq) >= Seq(fin.end) {
-                after = Some(r.ts.max(end));
-                break;
+                return (!is_alert13(r)).then(|| r.ts.max(end));
             }
         }
-        after
+        None
+    }
+
+    /// TLS 1.3 over TCP: the client's first application_data record after
+    /// its Finished, when it has an encrypted alert's length: the client
+    /// closed (its close_notify) without using the connection. It is no
+    /// request and no use, and what the server sends once it has it (its
+    /// own close_notify) is no answer.
+    fn client_closed_unused(&self) -> Option<&RecordInfo> {
+        if self.transport != Transport::Tcp || !self.is_tls13() {
+            return None;
+        }
+        let fin = self.late().completed_by?;
+        self.records[Dir::Client as usize]
+            .iter()
+            .filter(is_data)
+            .find(|r| Seq(r.seq) >= Seq(fin.end))
+            .filter(|r| is_alert13(r))
     }
 
     /// The handshake completed but the client has not used the connection
     /// yet (TCP): its record waits for that, or for the close, so that
-    /// `idle_before_use` is not left out while it can still come.
+    /// `idle_before_use` is not left out while it can still come. A client
+    /// that closed without using it never will.
     pub fn awaits_use(&self) -> bool {
         self.transport == Transport::Tcp
             && self.state == State::Complete
             && self.handshake_end().is_some()
             && self.first_use().is_none()
+            && self.client_closed_unused().is_none()
     }
 
     /// A server record after its Finished that the key log opened as
@@ -186,7 +208,9 @@ impl Handshake {
     /// request that followed it, if any) count; and with a key log, not
     /// those that opened as NewSessionTicket, KeyUpdate or an alert
     /// (without one, a ticket sent before the response counts as the
-    /// first data).
+    /// first data). A client that closed without a request
+    /// ([`client_closed_unused`](Self::client_closed_unused)) had no
+    /// answer: null (what the server sent is a ticket or its close_notify).
     fn first_server_data(&self) -> Option<f64> {
         if self.transport == Transport::Quic {
             return self
@@ -211,6 +235,9 @@ impl Handshake {
             if let Some(r) = self.half_rtt_data() {
                 return Some(r.ts);
             }
+        }
+        if self.client_closed_unused().is_some() {
+            return None;
         }
         let request = self.records[Dir::Client as usize]
             .iter()
@@ -239,7 +266,8 @@ impl Handshake {
         flight.find(|r| !self.post_handshake(r))
     }
 
-    /// Whether the server's first application data has been seen: nothing
+    /// Whether the server's first application data has been seen (or the
+    /// client closed without a request, so none will answer one): nothing
     /// more about the handshake remains to be learnt from this connection.
     ///
     /// # The kernel's cut-off, which must never come before this
@@ -253,8 +281,9 @@ impl Handshake {
     /// client's Finished or CCS) came earlier, and so did the client's first
     /// data and the server's first data after the request -- the TLS 1.3
     /// threshold in `first_server_data` is the end of the client's record
-    /// after its Finished (or of the Finished), TLS 1.2 takes any server
-    /// data. Where the kernel cannot tell (a record header split across
+    /// after its Finished (or of the Finished; if that record is a close
+    /// alert, the rule fired on it),
+    /// TLS 1.2 takes any server data. Where the kernel cannot tell (a record header split across
     /// segments, tracking lost, a client that never acknowledges the
     /// server's handshake) it does not cut, and the record cap
     /// ([`MAX_RECORDS_PER_DIR`](crate::caps::MAX_RECORDS_PER_DIR), which
@@ -269,7 +298,7 @@ impl Handshake {
             State::Failed => true,
             State::Complete => {
                 self.handshake_end().is_some()
-                    && self.first_server_data().is_some()
+                    && (self.first_server_data().is_some() || self.client_closed_unused().is_some())
                     && (self.is_tls13()
                         || self.abbreviated
                         || self.records[Dir::Client as usize]
