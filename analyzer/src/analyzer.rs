@@ -115,6 +115,27 @@ impl Default for Config {
 /// Leaf certificates whose names and validity are remembered.
 const CERT_CACHE: usize = 4096;
 
+/// The context a TCP flow's packets are read in, from the analyzer's
+/// parts, so that its flow table can be borrowed beside it.
+fn flow_ctx<'a>(
+    cfg: &'a Config,
+    mem: &'a mut IssuedIds,
+    stats: &'a mut Stats,
+    now: f64,
+    park: bool,
+) -> Ctx<'a> {
+    Ctx {
+        mem,
+        keylog: cfg.keylog.as_deref(),
+        stats,
+        max_flow_buffer: cfg.max_flow_buffer,
+        max_handshake_message: cfg.max_handshake_message,
+        zeek_view: cfg.zeek_view,
+        now,
+        park,
+    }
+}
+
 /// Ended TCP connections whose tombstone (tuple, ISN, where the streams
 /// ended) is remembered, so that their late segments and a repeat of one
 /// (a capture concatenated with itself, a duplicate in a merge) are
@@ -490,16 +511,7 @@ impl Analyzer {
     }
 
     fn ctx(&mut self, now: f64) -> Ctx<'_> {
-        Ctx {
-            mem: &mut self.memory,
-            keylog: self.cfg.keylog.as_deref(),
-            stats: &mut self.stats,
-            max_flow_buffer: self.cfg.max_flow_buffer,
-            max_handshake_message: self.cfg.max_handshake_message,
-            zeek_view: self.cfg.zeek_view,
-            now,
-            park: false,
-        }
+        flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, now, false)
     }
 
     fn tcp(
@@ -605,16 +617,8 @@ impl Analyzer {
                 self.insert(hash, key, TcpFlow::new(ts, from, to))
             }
         };
-        let mut ctx = Ctx {
-            mem: &mut self.memory,
-            keylog: self.cfg.keylog.as_deref(),
-            stats: &mut self.stats,
-            max_flow_buffer: self.cfg.max_flow_buffer,
-            max_handshake_message: self.cfg.max_handshake_message,
-            zeek_view: self.cfg.zeek_view,
-            now: ts,
-            park: self.flows.bytes() >= self.cfg.park_above.min(self.cfg.max_memory / 4),
-        };
+        let park = self.flows.bytes() >= self.cfg.park_above.min(self.cfg.max_memory / 4);
+        let mut ctx = flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, ts, park);
         let updated = self.flows.update(slot, |flow| {
             let was = flow.status;
             let seg = flow.segment(ts, from, h, payload, (truncated, seen_before), &mut ctx);
@@ -632,14 +636,21 @@ impl Analyzer {
                     self.bury(key, &f, true);
                 }
             }
-        } else if seg.closed || seg.timed {
+        } else if seg.closed {
             if let Some(flow) = self.flows.remove(slot) {
-                let hold = !seg.closed && self.cfg.record_at == RecordAt::Close;
-                let done = self.finish_flow(flow, Finish::Done, seg.timed, hold);
-                // Keep a tombstone so the rest of the connection is skipped cheaply.
-                if !seg.closed {
-                    self.insert(hash, key, done);
-                }
+                self.finish_flow(flow, Finish::Done, seg.timed, false);
+            }
+        } else if seg.timed {
+            // The record goes out (or waits for the close) and the flow
+            // stays, finished, so that the rest of the connection is skipped
+            // cheaply; it is buried when it leaves the table.
+            let hold = self.cfg.record_at == RecordAt::Close;
+            let mut ctx = flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, ts, false);
+            let record = self
+                .flows
+                .update(slot, |f| f.finish(Finish::Done, true, hold, &mut ctx));
+            if let Some(record) = record.flatten() {
+                self.out.push(record);
             }
         }
     }
