@@ -75,7 +75,7 @@ impl PacketWriter {
     /// Writes what a source captured.
     pub fn captured(&mut self, c: &Captured<'_>) {
         match c {
-            Captured::Frame { ts, link, data } => self.frame(*link, *ts, data),
+            Captured::Frame { ts, link, data } => self.frame(**link, *ts, data),
             Captured::Packet { ts, packet } => self.packet(*ts, packet),
         }
     }

@@ -1060,7 +1060,7 @@ impl Dispatch<'_> {
                         end: start + part.end,
                         mapped,
                     };
-                    match &wire::decode(link, data) {
+                    match &wire::decode(*link, data) {
                         Ok(p) => {
                             // A decoded packet's sweep runs in every shard.
                             if self.sweep.due(ts) {

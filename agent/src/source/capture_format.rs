@@ -230,7 +230,11 @@ impl Format {
         dlt == NFLOG && self.swapped()
     }
 
-    /// The next record in `buf` (the unread bytes).
+    /// The next record in `buf` (the unread bytes). Inlined with the pcap
+    /// reader into the caller's loop: returned through memory, the frame
+    /// was read back with wide loads right after narrow stores, a
+    /// store-forwarding stall a packet.
+    #[inline]
     pub fn next<'a>(&mut self, buf: &'a [u8]) -> Result<Step<'a>, Damage> {
         match self {
             Format::Pcap(p) => p.next(buf),
@@ -240,6 +244,7 @@ impl Format {
 }
 
 impl Pcap {
+    #[inline]
     fn next<'a>(&mut self, buf: &'a [u8]) -> Result<Step<'a>, Damage> {
         if buf.len() < 16 {
             return Ok(Step::Need(16));

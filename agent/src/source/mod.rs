@@ -24,7 +24,11 @@ use anyhow::Result;
 pub enum Captured<'a> {
     Frame {
         ts: f64,
-        link: LinkType,
+        /// Borrowed from the source, where it stays the same for many
+        /// frames: built into each frame, it was written as two 2-byte
+        /// halves that the analyzer's 4-byte read waited on, a
+        /// store-forwarding stall a packet.
+        link: &'a LinkType,
         data: &'a [u8],
     },
     Packet {
@@ -38,7 +42,7 @@ impl Captured<'_> {
     /// of captured unit is to the analyzer.
     pub fn analyze(&self, analyzer: &mut Analyzer) {
         match self {
-            Captured::Frame { ts, link, data } => analyzer.push_frame(*ts, *link, data),
+            Captured::Frame { ts, link, data } => analyzer.push_frame(*ts, **link, data),
             Captured::Packet { ts, packet } => analyzer.push_packet(*ts, packet),
         }
     }

@@ -448,6 +448,10 @@ pub struct PcapFile {
     link: LinkType,
     /// libpcap's name of the link type, for the message about an unknown one.
     link_name: String,
+    /// The latest frame's DLT and its link type, which frames borrow
+    /// ([`Captured::Frame`]): one file or interface gives many frames in a
+    /// row.
+    frame_link: (i32, LinkType),
     filter: Option<Filter>,
     /// A packet libpcap would have changed (NFLOG from a host of the other
     /// byte order) is changed here; reused, so no allocation per packet.
@@ -593,6 +597,7 @@ impl PcapFile {
             ended: false,
             link: LinkType::Unknown(0),
             link_name: String::new(),
+            frame_link: (-1, LinkType::Unknown(u16::MAX)),
             filter: filter.map(Filter::new),
             scratch: Vec::new(),
             packets: 0,
@@ -831,15 +836,15 @@ impl Source for PcapFile {
                 return Ok(Status::Ended);
             }
             self.fetch_ahead();
-            let step = match self.format.next(self.bytes.from(self.pos)) {
-                Ok(step) => step,
+            // Matched where it is returned: moved into a local first, the
+            // frame was copied with wide loads over the narrow stores that
+            // had just written it (a store-forwarding stall a packet).
+            match self.format.next(self.bytes.from(self.pos)) {
                 Err(why) => return self.corrupt(why),
-            };
-            match step {
-                Step::Need(n) if self.bytes.done() => return self.at_end(n),
-                Step::Need(n) => self.bytes.fill(&mut self.pos, n),
-                Step::Skip(n) => self.pos += n,
-                Step::Frame(n, frame) => {
+                Ok(Step::Need(n)) if self.bytes.done() => return self.at_end(n),
+                Ok(Step::Need(n)) => self.bytes.fill(&mut self.pos, n),
+                Ok(Step::Skip(n)) => self.pos += n,
+                Ok(Step::Frame(n, ref frame)) => {
                     self.pos += n;
                     let data = if self.format.needs_fixup(frame.dlt) {
                         swap_nflog(frame.data, frame.len, &mut self.scratch);
@@ -848,7 +853,7 @@ impl Source for PcapFile {
                         frame.data
                     };
                     if let Some(filter) = self.filter.as_mut() {
-                        match filter.accepts(&frame, data) {
+                        match filter.accepts(frame, data) {
                             Ok(true) => {}
                             Ok(false) => continue,
                             Err(e) => {
@@ -865,9 +870,12 @@ impl Source for PcapFile {
                         self.cut += 1;
                         self.cut_at = self.cut_at.max(frame.caplen);
                     }
+                    if self.frame_link.0 != frame.dlt {
+                        self.frame_link = (frame.dlt, LinkType::from_number(frame.dlt));
+                    }
                     f(Captured::Frame {
                         ts: frame.ts,
-                        link: LinkType::from_number(frame.dlt),
+                        link: &self.frame_link.1,
                         data,
                     });
                     if self.packets.is_multiple_of(BATCH) {

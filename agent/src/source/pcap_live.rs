@@ -143,7 +143,7 @@ impl Source for PcapLive {
                             let ts = p.header.ts.tv_sec as f64 + p.header.ts.tv_usec as f64 * 1e-6;
                             f(Captured::Frame {
                                 ts,
-                                link: iface.link,
+                                link: &iface.link,
                                 data: p.data,
                             });
                         }
