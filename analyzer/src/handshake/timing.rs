@@ -2,6 +2,8 @@
 //! side sent. All times are at the observer; DESIGN.md explains why the
 //! definitions below give the same figure at any vantage point.
 
+use smallvec::SmallVec;
+
 use super::event::Dir;
 use super::machine::{Handshake, State, ENCRYPTED_ALERT_LENS};
 use crate::record::{EarlyData, HandshakeBytes, Timing, Transport};
@@ -344,7 +346,8 @@ impl Handshake {
         // record the client had heard, so the wait for the rest went to
         // the client's think time. Its Finished is the answer.
         let tls13 = self.is_tls13();
-        let mut sent: Vec<RecordInfo> = client
+        // On the stack: a handshake's client records are a few.
+        let mut sent: SmallVec<[RecordInfo; 8]> = client
             .iter()
             .skip_while(|r| r.content_type != ct::HANDSHAKE)
             .filter(|r| !(tls13 && r.content_type == ct::CHANGE_CIPHER_SPEC))

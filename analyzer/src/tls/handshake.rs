@@ -106,6 +106,25 @@ impl HeapSize for ClientHello {
     }
 }
 
+/// Extensions in a hello's extensions block, counted by their headers
+/// alone, so that their list is allocated once at its size.
+fn count_extensions(mut r: Reader<'_>) -> usize {
+    let mut n = 0;
+    while r.u16("extension type").is_ok() && r.sub16("extension data").is_ok() {
+        n += 1;
+    }
+    n
+}
+
+/// Protocol names in an ALPN list (as [`count_extensions`]).
+fn count_alpn(mut list: Reader<'_>) -> usize {
+    let mut n = 0;
+    while list.sub8("protocol_name").is_ok() {
+        n += 1;
+    }
+    n
+}
+
 impl ClientHello {
     /// True if the client offers TLS 1.3 (or a draft of it).
     pub fn offers_tls13(&self) -> bool {
@@ -125,7 +144,6 @@ impl ClientHello {
         ch.session_id = SessionId::read(&mut r)?;
         let mut suites = r.sub16("cipher_suites")?;
         ch.cipher_suites.reserve_exact(suites.left() / 2);
-        ch.extensions.reserve_exact(24);
         while suites.any_left() {
             ch.cipher_suites.push(suites.u16("cipher_suite")?);
         }
@@ -136,7 +154,10 @@ impl ClientHello {
             // read as far as it goes, and the shortfall is flagged.
             let declared = r.u16("extensions")? as usize;
             let avail = r.left();
-            let mut exts = Reader::new(r.take(declared.min(avail), "extensions")?);
+            let block = r.take(declared.min(avail), "extensions")?;
+            ch.extensions
+                .reserve_exact(count_extensions(Reader::new(block)));
+            let mut exts = Reader::new(block);
             ch.truncated_extensions = declared > avail;
             while exts.any_left() {
                 let (Ok(typ), Ok(data)) =
@@ -160,6 +181,8 @@ impl ClientHello {
 
     /// Drops the lists' spare capacity: a hello is kept as long as its
     /// handshake is open, and a million may be open at once.
+    /// Lists whose length was not known when they were reserved (a
+    /// malformed extension stops part way) give back what they did not use.
     fn shrink(&mut self) {
         self.cipher_suites.shrink_to_fit();
         self.extensions.shrink_to_fit();
@@ -182,6 +205,7 @@ impl ClientHello {
             }
             ext::ALPN => {
                 let mut list = r.sub16("protocol_name_list")?;
+                self.alpn.reserve_exact(count_alpn(list.clone()));
                 while list.any_left() {
                     let p = list.sub8("protocol_name")?.rest();
                     let grease = matches!(p, &[a, b] if is_grease(u16::from_be_bytes([a, b])));
@@ -193,6 +217,7 @@ impl ClientHello {
             }
             ext::SUPPORTED_VERSIONS => {
                 let mut list = r.sub8("supported_versions")?;
+                self.supported_versions.reserve_exact(list.left() / 2);
                 while list.any_left() {
                     self.supported_versions.push(list.u16("version")?);
                 }
@@ -335,6 +360,7 @@ impl ServerHello {
         }
         if r.any_left() {
             let mut exts = r.sub16("extensions")?;
+            sh.extensions.reserve_exact(count_extensions(exts.clone()));
             while exts.any_left() {
                 let typ = exts.u16("extension type")?;
                 let mut data = exts.sub16("extension data")?;
