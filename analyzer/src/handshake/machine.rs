@@ -17,7 +17,12 @@ use crate::tls::record::RecordInfo;
 
 /// Length of an encrypted TLS 1.3 alert record: 2 bytes of alert, 1 inner
 /// content type, 16 bytes of AEAD tag (8 for the CCM_8 suites).
-pub(super) const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+const ENCRYPTED_ALERT_LENS: [u16; 2] = [19, 11];
+
+/// A TLS 1.3 application_data record of an encrypted alert's length.
+pub(super) fn alert_sized(rec: &RecordInfo) -> bool {
+    ENCRYPTED_ALERT_LENS.contains(&rec.len)
+}
 /// Length of an encrypted EndOfEarlyData record: 4 bytes of message, 1
 /// inner content type, the tag (16, or 8 for CCM_8).
 const EOED_LENS: [u16; 2] = [21, 13];
@@ -643,7 +648,7 @@ impl Handshake {
             (State::ServerHello13, Dir::Client, ct::APPLICATION_DATA)
                 if self.acks_server_hello(&rec) =>
             {
-                if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
+                if alert_sized(&rec) {
                     self.fail("encrypted_alert".into());
                 } else if self.client_hello.as_ref().is_some_and(|ch| ch.early_data) {
                     self.on_second_flight_record(rec);
@@ -716,7 +721,7 @@ impl Handshake {
                 }
                 self.client_shown_version = Some(ProtocolVersion::TLS1_3);
                 let early = self.client_hello.as_ref().is_some_and(|ch| ch.early_data);
-                if ENCRYPTED_ALERT_LENS.contains(&rec.len) {
+                if alert_sized(&rec) {
                     self.fail("encrypted_alert".into());
                 } else if early && EOED_LENS.contains(&rec.len) {
                     // EndOfEarlyData (no Finished is this short): the

@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::event::Dir;
-use super::machine::{Handshake, State, ENCRYPTED_ALERT_LENS};
+use super::machine::{alert_sized, Handshake, State};
 use crate::record::{EarlyData, HandshakeBytes, Timing, Transport};
 use crate::seq::Seq;
 use crate::tls::enums::content_type as ct;
@@ -64,11 +64,6 @@ fn acked(rec: &RecordInfo, seq: u32) -> bool {
 
 fn is_data(r: &&RecordInfo) -> bool {
     r.content_type == ct::APPLICATION_DATA
-}
-
-/// A TLS 1.3 application_data record of an encrypted alert's length.
-fn is_alert13(r: &RecordInfo) -> bool {
-    ENCRYPTED_ALERT_LENS.contains(&r.len)
 }
 
 impl Handshake {
@@ -161,27 +156,29 @@ impl Handshake {
                 return Some(end);
             }
             if Seq(r.seq) >= Seq(fin.end) {
-                return (!is_alert13(r)).then(|| r.ts.max(end));
+                return (!alert_sized(r)).then(|| r.ts.max(end));
             }
         }
         None
     }
 
-    /// TLS 1.3 over TCP: the client's first application_data record after
-    /// its Finished, when it has an encrypted alert's length: the client
-    /// closed (its close_notify) without using the connection. It is no
-    /// request and no use, and what the server sends once it has it (its
-    /// own close_notify) is no answer.
-    fn client_closed_unused(&self) -> Option<&RecordInfo> {
+    /// TLS 1.3 over TCP: whether the client's first application_data record
+    /// after its Finished has an encrypted alert's length, i.e. the client
+    /// closed (its close_notify) without using the connection. That record
+    /// is no request and no use, and what the server sends once it has it
+    /// (its own close_notify) is no answer.
+    fn client_closed_unused(&self) -> bool {
         if self.transport != Transport::Tcp || !self.is_tls13() {
-            return None;
+            return false;
         }
-        let fin = self.late().completed_by?;
+        let Some(fin) = self.late().completed_by else {
+            return false;
+        };
         self.records[Dir::Client as usize]
             .iter()
             .filter(is_data)
             .find(|r| Seq(r.seq) >= Seq(fin.end))
-            .filter(|r| is_alert13(r))
+            .is_some_and(alert_sized)
     }
 
     /// The handshake completed but the client has not used the connection
@@ -193,7 +190,7 @@ impl Handshake {
             && self.state == State::Complete
             && self.handshake_end().is_some()
             && self.first_use().is_none()
-            && self.client_closed_unused().is_none()
+            && !self.client_closed_unused()
     }
 
     /// A server record after its Finished that the key log opened as
@@ -238,7 +235,7 @@ impl Handshake {
                 return Some(r.ts);
             }
         }
-        if self.client_closed_unused().is_some() {
+        if self.client_closed_unused() {
             return None;
         }
         let request = self.records[Dir::Client as usize]
@@ -300,7 +297,7 @@ impl Handshake {
             State::Failed => true,
             State::Complete => {
                 self.handshake_end().is_some()
-                    && (self.first_server_data().is_some() || self.client_closed_unused().is_some())
+                    && (self.first_server_data().is_some() || self.client_closed_unused())
                     && (self.is_tls13()
                         || self.abbreviated
                         || self.records[Dir::Client as usize]
