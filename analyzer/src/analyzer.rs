@@ -460,7 +460,7 @@ impl Analyzer {
             self.stats.memory_evictions += 1;
             if older_tcp {
                 if let Some((_, flow)) = self.flows.pop_oldest() {
-                    self.finish_flow(flow, Finish::Evicted, false, false);
+                    self.finish_flow(flow, Finish::Evicted, false);
                 }
             } else {
                 self.quic.evict_oldest(&mut self.stats.quic);
@@ -492,7 +492,7 @@ impl Analyzer {
             let Some((_, flow)) = self.flows.pop_oldest() else {
                 break;
             };
-            self.finish_flow(flow, Finish::CaptureEnd, false, false);
+            self.finish_flow(flow, Finish::CaptureEnd, false);
             n += 1;
         }
         let done = n < max && self.quic.finish_some(max - n, &mut self.stats.quic);
@@ -638,7 +638,7 @@ impl Analyzer {
             }
         } else if seg.closed {
             if let Some(flow) = self.flows.remove(slot) {
-                self.finish_flow(flow, Finish::Done, seg.timed, false);
+                self.finish_flow(flow, Finish::Done, seg.timed);
             }
         } else if seg.timed {
             // The record goes out (or waits for the close) and the flow
@@ -669,7 +669,7 @@ impl Analyzer {
         let (slot, evicted) = self.flows.insert(hash, key, flow);
         if let Some((_, evicted)) = evicted {
             self.stats.flows_evicted += 1;
-            self.finish_flow(evicted, Finish::Evicted, false, false);
+            self.finish_flow(evicted, Finish::Evicted, false);
         }
         slot
     }
@@ -685,7 +685,7 @@ impl Analyzer {
                 if matches!(flow.status, Status::Tls | Status::Detecting) {
                     self.stats.flows_expired += 1;
                 }
-                self.finish_flow(flow, Finish::Expired, false, false);
+                self.finish_flow(flow, Finish::Expired, false);
             }
         }
     }
@@ -713,10 +713,10 @@ impl Analyzer {
         }
     }
 
-    /// Emits the flow's record if it is a TLS connection whose record is
-    /// not out yet (or holds it on the flow: `hold`); returns the flow as a
-    /// tombstone. A record held earlier goes out now.
-    fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool, hold: bool) -> TcpFlow {
+    /// A flow that left the table: leaves its tombstone and emits its
+    /// record if it is a TLS connection whose record is not out yet; a
+    /// record held earlier goes out now.
+    fn finish_flow(&mut self, mut flow: TcpFlow, why: Finish, timed: bool) {
         // A flow not identified yet leaves a tombstone that absorbs
         // nothing: what follows may still be its ClientHello.
         let identified = flow.status != Status::Detecting;
@@ -724,13 +724,10 @@ impl Analyzer {
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
         }
-        if let Some(record) = flow.finish(why, timed, hold, &mut self.ctx(flow.last_ts)) {
+        if let Some(record) = flow.finish(why, timed, false, &mut self.ctx(flow.last_ts)) {
             self.out.push(record);
         }
-        if !hold {
-            self.release(&mut flow, Some(why));
-        }
-        flow
+        self.release(&mut flow, Some(why));
     }
 }
 
