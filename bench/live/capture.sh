@@ -73,10 +73,11 @@ replay_summary() {
   cat "$cache"
 }
 
-# kinds < NDJSON: "N kind=count ..." sorted by kind.
+# kinds < NDJSON: "N kind=count ..." sorted by kind; a null kind (a capture
+# that shows one side of a TLS 1.3 resumption offer) is counted as "null".
 kinds() {
   python3 -c '
 import collections, json, sys
-c = collections.Counter(json.loads(l)["handshake"] for l in sys.stdin if l.strip())
+c = collections.Counter(json.loads(l)["handshake"] or "null" for l in sys.stdin if l.strip())
 print(sum(c.values()), " ".join(f"{k}={v}" for k, v in sorted(c.items())))'
 }

@@ -74,8 +74,9 @@ one_run() { # BACKEND -> result line
   awk -v b="$backend" -v a="$((a1 - a0))" -v m="$((m1 - m0))" -v bpf="$((b1 - b0))" -v hz="$HZ" \
       -v w="$(awk -v x="$t0" -v y="$t1" 'BEGIN { print y - x }')" -v s="$secs" -v n="$CONNS" -v g="$gbps" \
       -v ev="$(msum "$TMPD/m.txt" tlsrum_ringbuf_events_total)" -v rf="$(msum "$TMPD/m.txt" tlsrum_drops_total reason=ringbuf_full)" \
+      -v pd="$(msum "$TMPD/m.txt" tlsrum_drops_total reason=pcap_dropped)" -v pi="$(msum "$TMPD/m.txt" tlsrum_drops_total reason=pcap_ifdropped)" \
       -v got="$got" -v ok="$([ "$got" = "$WANT" ] && echo yes || echo NO)" \
-      'BEGIN { printf "%-5s agent_cpu_s=%.2f bpf_prog_s=%.3f machine_busy_s=%.2f window_s=%.1f  %.0f hs/s + %s Gbit/s bulk  records: %s (same as replay: %s) ringbuf_events=%s ringbuf_full=%s\n", b, a / hz, bpf / 1e9, m / hz, w, n / s, g, got, ok, ev, rf }'
+      'BEGIN { printf "%-5s agent_cpu_s=%.2f bpf_prog_s=%.3f machine_busy_s=%.2f window_s=%.1f  %.0f hs/s + %s Gbit/s bulk  records: %s (same as replay: %s) ringbuf_events=%s ringbuf_full=%s pcap_dropped=%s pcap_ifdropped=%s\n", b, a / hz, bpf / 1e9, m / hz, w, n / s, g, got, ok, ev, rf, pd, pi }'
 }
 
 : >"$TMPD/results"
