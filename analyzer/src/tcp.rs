@@ -965,12 +965,12 @@ impl TcpFlow {
             notes: act.notes,
             proxied_client: act.proxied.as_ref().and_then(|p| p[client_dir]),
         };
-        let question = act.hs.resolve_session_id(ctx.mem);
-        let rtt = view.rtt;
-        let mut record = act.hs.to_record(view, why);
-        if let Some(q) = question {
-            record.unsettled = Some(Box::new(act.hs.if_session_id_issued(q, rtt)));
-        }
+        let unsettled = act
+            .hs
+            .resolve_session_id(ctx.mem)
+            .map(|q| Box::new(act.hs.if_session_id_issued(q, view.rtt)));
+        let mut record = act.hs.take_record(view, why);
+        record.unsettled = unsettled;
         if hold {
             self.held = Some(Box::new(Held { record, app_start }));
             return None;

@@ -223,7 +223,7 @@ pub struct Handshake {
     pub(super) failure: Option<String>,
     /// What only a handshake past the hellos uses, made at its first write:
     /// a flow left waiting after its ClientHello does not carry it.
-    late: Option<Box<Late>>,
+    pub(super) late: Option<Box<Late>>,
     /// The client sent application data before the server's Finished (TLS 1.2 False Start).
     pub(super) false_start: bool,
     /// TCP: the observer's round trip to the client (SYN-ACK -> its ACK),

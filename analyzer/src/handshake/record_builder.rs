@@ -43,13 +43,13 @@ pub struct TransportView {
 
 impl Handshake {
     /// The server's ALPN choice where the wire shows it: the ServerHello
-    /// (TLS <= 1.2), else a decrypted EncryptedExtensions.
-    fn alpn_negotiated(&self) -> Option<String> {
+    /// (TLS <= 1.2), else a decrypted EncryptedExtensions; taken.
+    fn take_alpn_negotiated(&mut self) -> Option<String> {
         self.server_hello
-            .as_ref()
+            .as_mut()
             .filter(|sh| !sh.is_hrr)
-            .and_then(|sh| sh.alpn.clone())
-            .or_else(|| self.late().encrypted_alpn.clone())
+            .and_then(|sh| sh.alpn.take())
+            .or_else(|| self.late.as_deref_mut()?.encrypted_alpn.take())
     }
 
     /// The Zeek `ssl.log` facts, by Zeek's rules (main.zeek's
@@ -108,8 +108,11 @@ impl Handshake {
         }
     }
 
-    /// The connection's record. Notes are sorted and deduplicated.
-    pub fn to_record(&self, view: TransportView, why: Finish) -> ConnectionRecord {
+    /// The connection's record, its last use of the handshake: the strings
+    /// the record shows are moved into it, not copied (the server name, the
+    /// ALPN lists, the certificate's names, the failure). Notes are sorted
+    /// and deduplicated.
+    pub fn take_record(&mut self, view: TransportView, why: Finish) -> ConnectionRecord {
         let mut notes = view.notes;
         if !self.is_over() {
             match why {
@@ -154,15 +157,19 @@ impl Handshake {
             .as_deref()
             .or(self.server_hello.as_deref());
         let (ja4, ja4_stable) = first_ch.map(|c| ja4::ja4_and_stable(c, quic)).unzip();
-        ConnectionRecord {
+        let ja4s = first_sh.map(|s| ja4::ja4s(s, quic));
+        let zeek = self
+            .zeek_view
+            .then(|| Box::new(self.zeek.facts(self.zeek_facts(view.first_ts))));
+        let mut record = ConnectionRecord {
             ts: view.first_ts,
             transport: view.transport,
             client: endpoint(view.client.0, view.client.1),
             server: endpoint(view.server.0, view.server.1),
-            sni: ch.and_then(|c| c.server_name.as_deref().map(String::from)),
+            sni: None,
             version: self.version().and_then(|v| v.name()),
             cipher: self.cipher(),
-            alpn: shows_client.then(|| ch.map(|c| c.alpn.clone()).unwrap_or_default()),
+            alpn: None,
             handshake: self.kind(),
             offered: shows_client.then(|| self.offered()),
             resumption: self
@@ -173,21 +180,30 @@ impl Handshake {
             retry: self.retry,
             timing: self.timing(view.rtt, view.vantage),
             bytes: view.bytes,
-            certs: self.certs.as_deref().cloned(),
-            failure: self.failure.clone(),
+            certs: self.certs.take().map(|c| *c),
+            failure: self.failure.take(),
             notes,
             ja4,
             ja4_stable,
-            ja4s: first_sh.map(|s| ja4::ja4s(s, quic)),
-            alpn_negotiated: self.alpn_negotiated(),
+            ja4s,
+            alpn_negotiated: self.take_alpn_negotiated(),
             family: Family::of(view.client.0),
             role: None,
             proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
             capture: None,
-            zeek: self
-                .zeek_view
-                .then(|| Box::new(self.zeek.facts(self.zeek_facts(view.first_ts)))),
+            zeek,
             unsettled: None,
+        };
+        // Last: everything above may read the ClientHello.
+        let mut ch = self.client_hello.as_deref_mut();
+        if shows_client {
+            record.alpn = Some(
+                ch.as_mut()
+                    .map(|c| std::mem::take(&mut c.alpn))
+                    .unwrap_or_default(),
+            );
         }
+        record.sni = ch.and_then(|c| c.server_name.take()).map(String::from);
+        record
     }
 }

@@ -513,7 +513,7 @@ fn alpn_negotiated_from_a_tls12_server_hello() {
     let body = server_hello_with(9, 0xc02f, &[(0xff01, &[0]), (16, &alpn(b"h2"))]);
     let sh = rec(0.1, ct::HANDSHAKE, 5000, body.len() as u16 + 4, ch.end);
     message(&mut hs, Dir::Server, ht::SERVER_HELLO, &body, sh);
-    let r = hs.to_record(view("10.0.0.1"), Finish::CaptureEnd);
+    let r = hs.take_record(view("10.0.0.1"), Finish::CaptureEnd);
     assert_eq!(r.alpn_negotiated.as_deref(), Some("h2"));
     assert_eq!(r.ja4s.as_deref().map(|s| &s[..13]), Some("t1202h2_c02f_"));
     assert_eq!(r.ja4.as_deref().map(|s| &s[..10]), Some("t12i010000"));
@@ -531,7 +531,7 @@ fn alpn_negotiated_tls13_only_from_decrypted_encrypted_extensions() {
             let r = rec(0.1, ct::APPLICATION_DATA, 0, 46, 0);
             message(&mut hs, Dir::Server, ht::ENCRYPTED_EXTENSIONS, ee, r);
         }
-        hs.to_record(view("2001:db8::1"), Finish::Done)
+        hs.take_record(view("2001:db8::1"), Finish::Done)
     };
     let r = build(None);
     assert_eq!(r.alpn_negotiated, None);
@@ -578,7 +578,7 @@ fn ja4s_after_hello_retry_request_is_the_first_server_hello() {
     let sh = server_hello_with(9, 0x1302, &[(43, versions)]);
     let r2 = rec(0.3, ct::HANDSHAKE, r1.end, 100, ch2.end);
     message(&mut hs, Dir::Server, ht::SERVER_HELLO, &sh, r2);
-    let r = hs.to_record(view("10.0.0.1"), Finish::CaptureEnd);
+    let r = hs.take_record(view("10.0.0.1"), Finish::CaptureEnd);
     assert_eq!(r.ja4s.as_deref().map(|s| &s[..13]), Some("t130200_1301_"));
     assert_eq!(r.cipher.as_deref(), Some("TLS_AES_256_GCM_SHA384"));
     assert_eq!(r.alpn_negotiated, None);
@@ -608,7 +608,7 @@ fn tls13_certificate_from_decrypted_flight_fills_certs() {
             let r = rec(0.1, ct::APPLICATION_DATA, r1.end, 700, ch.end);
             message(&mut hs, Dir::Server, ht::CERTIFICATE, body, r);
         }
-        hs.to_record(view("10.0.0.1"), Finish::CaptureEnd)
+        hs.take_record(view("10.0.0.1"), Finish::CaptureEnd)
     };
     assert_eq!(build(None).certs, None);
     // Empty request context; the leaf with an (empty-bodied) extension,

@@ -1407,7 +1407,7 @@ fn build_record(
         notes: act.notes,
         proxied_client: None,
     };
-    act.hs.to_record(view, why)
+    act.hs.take_record(view, why)
 }
 
 /// Counts one long header tlsrum does not decode by its version's class,
