@@ -66,6 +66,18 @@ impl HeapSize for Box<str> {
     }
 }
 
+/// A fingerprint the record shares with the memo that made it
+/// ([`crate::tls::ja4`]): counted as if the record owned it, since the
+/// memo may drop its copy first.
+impl HeapSize for std::sync::Arc<str> {
+    fn heap_size(&self) -> usize {
+        match self.len() {
+            0 => 0,
+            n => n + ALLOC_OVERHEAD,
+        }
+    }
+}
+
 impl<T: HeapSize> HeapSize for Option<T> {
     fn heap_size(&self) -> usize {
         self.as_ref().map_or(0, HeapSize::heap_size)
@@ -108,9 +120,9 @@ impl HeapSize for crate::record::ConnectionRecord {
             + certs
             + s(&self.failure)
             + self.notes.heap_size()
-            + s(&self.ja4)
-            + s(&self.ja4_stable)
-            + s(&self.ja4s)
+            + self.ja4.heap_size()
+            + self.ja4_stable.heap_size()
+            + self.ja4s.heap_size()
             + s(&self.alpn_negotiated)
             + s(&self.proxied_client)
             + s(&self.capture)

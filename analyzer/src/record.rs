@@ -2,6 +2,7 @@
 //! contract of `tlsrum replay --format ndjson` (DESIGN.md "Classification").
 
 use serde::Serialize;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
@@ -316,14 +317,14 @@ pub struct ConnectionRecord {
     pub notes: Vec<&'static str>,
     /// FoxIO JA4 of the (first) ClientHello; None when the capture does not
     /// show it.
-    pub ja4: Option<String>,
+    pub ja4: Option<Arc<str>>,
     /// JA4 without the session-dependent extensions (padding,
     /// session_ticket, pre_shared_key, early_data): the same for a client's
     /// fresh and resuming hellos ([`ja4_stable`](crate::tls::ja4::ja4_stable)).
     /// None where `ja4` is.
-    pub ja4_stable: Option<String>,
+    pub ja4_stable: Option<Arc<str>>,
     /// FoxIO JA4S of the ServerHello answering it; None when not shown.
-    pub ja4s: Option<String>,
+    pub ja4s: Option<Arc<str>>,
     /// The protocol the server chose: its ServerHello's ALPN (TLS <= 1.2),
     /// or the decrypted EncryptedExtensions' (TLS 1.3, QUIC; a key log).
     /// None when neither is visible, never guessed from the offer.

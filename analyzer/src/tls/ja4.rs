@@ -34,6 +34,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -215,13 +216,13 @@ fn client_a_c(
 }
 
 /// JA4 of a ClientHello: `t13d1516h2_8daaf6152771_e5627efa2ab1`.
-pub fn ja4(ch: &ClientHello, quic: bool) -> String {
+pub fn ja4(ch: &ClientHello, quic: bool) -> Arc<str> {
     ja4_and_stable(ch, quic).0
 }
 
 /// JA4 without the [`SESSION_DEPENDENT`] extensions: the same value for a
 /// client's fresh and resuming ClientHellos.
-pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
+pub fn ja4_stable(ch: &ClientHello, quic: bool) -> Arc<str> {
     ja4_and_stable(ch, quic).1
 }
 
@@ -231,9 +232,9 @@ pub fn ja4_stable(ch: &ClientHello, quic: bool) -> String {
 /// of its instructions where the CPU has no SHA extensions. Emptied when
 /// full ([`MEMO_ENTRIES`]), so bounded whatever the traffic.
 struct Memo {
-    known: HashMap<Box<[u16]>, (String, String), foldhash::fast::RandomState>,
+    known: Known<(Arc<str>, Arc<str>)>,
     /// JA4S, by its inputs ([`ja4s`]).
-    known_server: HashMap<Box<[u16]>, String, foldhash::fast::RandomState>,
+    known_server: Known<Arc<str>>,
     /// Scratch for the key being looked up.
     key: Vec<u16>,
 }
@@ -241,6 +242,10 @@ struct Memo {
 /// Distinct hellos remembered per thread (~0.5 KiB each at most: the
 /// inputs and two 36-byte strings).
 const MEMO_ENTRIES: usize = 1024;
+
+/// Values by their fingerprint's exact inputs. The records share them
+/// (`Arc`): a clone is a count, not a copy.
+type Known<V> = HashMap<Box<[u16]>, V, foldhash::fast::RandomState>;
 
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo {
@@ -266,11 +271,7 @@ fn push_list(key: &mut Vec<u16>, list: &[u16]) {
 
 /// The value `known` holds for `key`, else `compute`'s, remembered
 /// (`known` is emptied first when full).
-fn recall<V: Clone>(
-    known: &mut HashMap<Box<[u16]>, V, foldhash::fast::RandomState>,
-    key: &[u16],
-    compute: impl FnOnce() -> V,
-) -> V {
+fn recall<V: Clone>(known: &mut Known<V>, key: &[u16], compute: impl FnOnce() -> V) -> V {
     if let Some(v) = known.get(key) {
         return v.clone();
     }
@@ -284,7 +285,7 @@ fn recall<V: Clone>(
 
 /// [`ja4`] and [`ja4_stable`] together: they share the suites hash, and
 /// are one value when the hello has no session-dependent extension.
-pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
+pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
     MEMO.with_borrow_mut(|memo| {
         let key = &mut memo.key;
         key.clear();
@@ -304,7 +305,7 @@ pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
 
 /// [`ja4_and_stable`] without the memo. One scratch list and one text
 /// buffer serve every part.
-fn compute_ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
+fn compute_ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
     let mut list = Vec::with_capacity(ch.cipher_suites.len().max(ch.extensions.len()));
     client_suites(ch, &mut list);
     let suites = list.len();
@@ -319,7 +320,7 @@ fn compute_ja4_and_stable(ch: &ClientHello, quic: bool) -> (String, String) {
         out.extend_from_slice(&b);
         out.push(b'_');
         out.extend_from_slice(&hash12_digits(&text));
-        ascii(out)
+        Arc::<str>::from(ascii(out))
     };
     let ja4 = hashed(&[]);
     let stable = if ch.extensions.iter().any(|e| SESSION_DEPENDENT.contains(e)) {
@@ -356,7 +357,7 @@ fn push_server_ab(out: &mut Vec<u8>, sh: &ServerHello, quic: bool) {
 
 /// JA4S of a ServerHello: `t120400_c030_4e8089b08790` (extensions hashed
 /// in the server's order). Remembered by its inputs, as [`ja4_and_stable`].
-pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
+pub fn ja4s(sh: &ServerHello, quic: bool) -> Arc<str> {
     MEMO.with_borrow_mut(|memo| {
         let key = &mut memo.key;
         key.clear();
@@ -368,14 +369,14 @@ pub fn ja4s(sh: &ServerHello, quic: bool) -> String {
 }
 
 /// [`ja4s`] without the memo.
-fn compute_ja4s(sh: &ServerHello, quic: bool) -> String {
+fn compute_ja4s(sh: &ServerHello, quic: bool) -> Arc<str> {
     let mut out = Vec::with_capacity(25);
     push_server_ab(&mut out, sh, quic);
     out.push(b'_');
     let mut c = Vec::with_capacity(5 * sh.extensions.len());
     push_hex_list(&mut c, sh.extensions.iter().copied());
     out.extend_from_slice(&hash12_digits(&c));
-    ascii(out)
+    ascii(out).into()
 }
 
 /// JA4S_r, before hashing.
@@ -415,12 +416,12 @@ mod tests {
     #[test]
     fn specification_example() {
         let ch = example();
-        assert_eq!(ja4(&ch, false), "t13d1516h2_8daaf6152771_e5627efa2ab1");
+        assert_eq!(&*ja4(&ch, false), "t13d1516h2_8daaf6152771_e5627efa2ab1");
         assert_eq!(
             ja4_r(&ch, false),
             "t13d1516h2_002f,0035,009c,009d,1301,1302,1303,c013,c014,c02b,c02c,c02f,c030,cca8,cca9_0005,000a,000b,000d,0012,0015,0017,001b,0023,002b,002d,0033,4469,ff01_0403,0804,0401,0503,0805,0501,0806,0601"
         );
-        assert_eq!(ja4(&ch, true), "q13d1516h2_8daaf6152771_e5627efa2ab1");
+        assert_eq!(&*ja4(&ch, true), "q13d1516h2_8daaf6152771_e5627efa2ab1");
     }
 
     /// `memo` answers what `compute` does for each hello, twice over, asked
@@ -493,7 +494,7 @@ mod tests {
             legacy_version: 0x0301,
             ..Default::default()
         };
-        assert_eq!(ja4(&ch, false), "t10i000000_000000000000_000000000000");
+        assert_eq!(&*ja4(&ch, false), "t10i000000_000000000000_000000000000");
     }
 
     #[test]
@@ -537,9 +538,9 @@ mod tests {
         let fresh = parse_hex(CURL_FRESH);
         let resuming = parse_hex(CURL_RESUMING);
         assert!(resuming.extensions.contains(&ext::PRE_SHARED_KEY));
-        assert_eq!(ja4(&fresh, false), "t13d0411h1_16476d049b0b_303c7117418d");
+        assert_eq!(&*ja4(&fresh, false), "t13d0411h1_16476d049b0b_303c7117418d");
         assert_eq!(
-            ja4(&resuming, false),
+            &*ja4(&resuming, false),
             "t13d0412h1_16476d049b0b_622f681f1a22"
         );
         assert_eq!(ja4_stable(&fresh, false), ja4_stable(&resuming, false));
@@ -606,7 +607,7 @@ mod tests {
             extensions: vec![0x0005, 0x0017, 0xff01, 0x0000],
             ..Default::default()
         };
-        assert_eq!(ja4s(&sh, false), "t120400_c030_4e8089b08790");
+        assert_eq!(&*ja4s(&sh, false), "t120400_c030_4e8089b08790");
         assert_eq!(ja4s_r(&sh, false), "t120400_c030_0005,0017,ff01,0000");
     }
 
