@@ -78,6 +78,16 @@ impl HeapSize for std::sync::Arc<str> {
     }
 }
 
+/// A name that is either static (no heap) or made for this value.
+impl HeapSize for std::borrow::Cow<'static, str> {
+    fn heap_size(&self) -> usize {
+        match self {
+            std::borrow::Cow::Borrowed(_) => 0,
+            std::borrow::Cow::Owned(s) => s.heap_size(),
+        }
+    }
+}
+
 impl<T: HeapSize> HeapSize for Option<T> {
     fn heap_size(&self) -> usize {
         self.as_ref().map_or(0, HeapSize::heap_size)
@@ -111,7 +121,7 @@ impl HeapSize for crate::record::ConnectionRecord {
         self.client.heap_size()
             + self.server.heap_size()
             + s(&self.sni)
-            + s(&self.cipher)
+            + self.cipher.heap_size()
             + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
             + self.offered.heap_size()
             + self.unsettled.as_ref().map_or(0, |u| {

@@ -292,7 +292,8 @@ pub struct ConnectionRecord {
     pub server: String,
     pub sni: Option<String>,
     pub version: Option<&'static str>,
-    pub cipher: Option<String>,
+    /// A static name for every suite tlsrum knows; `0x....` for others.
+    pub cipher: Option<std::borrow::Cow<'static, str>>,
     /// The client's offer; None when the capture does not show the client.
     pub alpn: Option<Vec<String>>,
     /// None: the capture shows one side only, and that side cannot tell

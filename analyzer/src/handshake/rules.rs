@@ -2,10 +2,12 @@
 //! transports: what kind of handshake it was, what was offered and
 //! accepted, what happened to early data, how many round trips it took.
 
+use std::borrow::Cow;
+
 use super::event::Dir;
 use super::machine::{Handshake, State};
 use crate::record::{EarlyData, HandshakeKind, Resumption};
-use crate::tls::enums::cipher_suite_name;
+use crate::tls::enums::cipher_label;
 
 impl Handshake {
     /// None: a one-sided capture that does not show it (the client's
@@ -171,8 +173,8 @@ impl Handshake {
     }
 
     /// IANA name of the negotiated suite, or its code point in hex.
-    pub fn cipher(&self) -> Option<String> {
+    pub fn cipher(&self) -> Option<Cow<'static, str>> {
         let id = self.cipher_suite()?;
-        Some(cipher_suite_name(id).map_or_else(|| format!("0x{id:04x}"), str::to_string))
+        Some(cipher_label(id))
     }
 }

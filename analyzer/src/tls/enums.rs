@@ -2,6 +2,12 @@
 
 include!(concat!(env!("OUT_DIR"), "/cipher_suites.rs"));
 
+/// A cipher suite as records name it: its IANA name (no copy), or
+/// `0x....` for a value that has none.
+pub fn cipher_label(id: u16) -> std::borrow::Cow<'static, str> {
+    cipher_suite_name(id).map_or_else(|| format!("0x{id:04x}").into(), Into::into)
+}
+
 /// TLS record content types (RFC 8446 §5.1).
 pub mod content_type {
     pub const CHANGE_CIPHER_SPEC: u8 = 20;

@@ -23,6 +23,7 @@
 //!   offers, early data, bytes, JA4, certificates) is null; `notes` holds
 //!   `zeek_ssl_log` so that such records are never mistaken for measured ones.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use analyzer::local_nets::LocalNets;
@@ -30,7 +31,7 @@ use analyzer::record::{
     endpoint, ConnectionRecord, Family, HandshakeBytes, HandshakeKind, Resumption, Timing,
     Transport,
 };
-use analyzer::tls::enums::{alert_name, cipher_suite_name, ProtocolVersion};
+use analyzer::tls::enums::{alert_name, cipher_label, cipher_suite_name, ProtocolVersion};
 
 /// The note every record read from a Zeek log carries.
 pub const NOTE: &str = "zeek_ssl_log";
@@ -75,14 +76,14 @@ pub fn version(v: &str) -> Option<Option<&'static str>> {
 }
 
 /// Zeek's name of a cipher suite as the analyzer's records spell it.
-pub fn cipher(c: &str) -> String {
+pub fn cipher(c: &str) -> Cow<'static, str> {
     if let Some(id) = c
         .strip_prefix("unknown-")
         .and_then(|n| n.parse::<u16>().ok())
     {
-        return cipher_suite_name(id).map_or_else(|| format!("0x{id:04x}"), str::to_string);
+        return cipher_label(id);
     }
-    iana_name(c).map_or_else(|| c.to_string(), str::to_string)
+    iana_name(c).map_or_else(|| c.to_string().into(), Cow::Borrowed)
 }
 
 /// The IANA name equal to Zeek's but for case (Zeek upper-cases `anon`).
