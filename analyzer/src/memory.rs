@@ -48,21 +48,23 @@ impl<T: Copy> HeapSize for Vec<T> {
     }
 }
 
+/// Heap bytes of an allocation of `bytes` of text (none for none).
+fn text(bytes: usize) -> usize {
+    match bytes {
+        0 => 0,
+        n => n + ALLOC_OVERHEAD,
+    }
+}
+
 impl HeapSize for String {
     fn heap_size(&self) -> usize {
-        match self.capacity() {
-            0 => 0,
-            n => n + ALLOC_OVERHEAD,
-        }
+        text(self.capacity())
     }
 }
 
 impl HeapSize for Box<str> {
     fn heap_size(&self) -> usize {
-        match self.len() {
-            0 => 0,
-            n => n + ALLOC_OVERHEAD,
-        }
+        text(self.len())
     }
 }
 
@@ -71,10 +73,7 @@ impl HeapSize for Box<str> {
 /// memo may drop its copy first.
 impl HeapSize for std::sync::Arc<str> {
     fn heap_size(&self) -> usize {
-        match self.len() {
-            0 => 0,
-            n => n + ALLOC_OVERHEAD,
-        }
+        text(self.len())
     }
 }
 
