@@ -373,28 +373,54 @@ impl Handshake {
         self
     }
 
-    /// One event. The transitions, as one table.
+    /// One event. The two that every record and every segment bring (a
+    /// record header, an acknowledgement) are taken here, in any state:
+    /// entering the table below (a kilobyte of stack, every callee-saved
+    /// register) cost more than what they do.
+    #[inline]
     pub fn on(&mut self, dir: Dir, ev: Event<'_>, mem: &mut dyn TraceMemory) -> Option<Directive> {
+        if self.zeek_view {
+            self.zeek_sees(dir, &ev, mem);
+        }
+        match ev {
+            Event::Record(rec) => self.on_record(dir, rec),
+            Event::Ack { ts, ack } => self.on_ack(dir, ts, ack),
+            ev => return self.transition(dir, ev, mem),
+        }
+        None
+    }
+
+    fn on_ack(&mut self, dir: Dir, ts: f64, ack: u32) {
+        match dir {
+            Dir::Client => self.on_client_ack(ts, ack),
+            Dir::Server => {
+                if self.server_acked.is_none_or(|a| Seq(ack) > Seq(a)) {
+                    self.server_acked = Some(ack);
+                }
+            }
+        }
+    }
+
+    /// Every other event. The transitions, as one table.
+    fn transition(
+        &mut self,
+        dir: Dir,
+        ev: Event<'_>,
+        mem: &mut dyn TraceMemory,
+    ) -> Option<Directive> {
         use Dir::{Client, Server};
         use State as S;
-        self.zeek_sees(dir, &ev, mem);
         match (self.state, dir, ev) {
             (_, _, Event::Begin { ts }) => {
                 self.started.get_or_insert(ts);
             }
-            (_, _, Event::Record(rec)) => self.on_record(dir, rec),
+            (_, _, Event::Record(_) | Event::Ack { .. }) => {} // taken by `on`
             (_, _, Event::Opened { record, inner }) => {
                 if dir == Server
                     && inner != ct::APPLICATION_DATA
                     && !self.late().server_post_handshake.contains(&record.seq)
                 {
                     self.late_mut().server_post_handshake.push(record.seq);
-                }
-            }
-            (_, Client, Event::Ack { ts, ack }) => self.on_client_ack(ts, ack),
-            (_, Server, Event::Ack { ack, .. }) => {
-                if self.server_acked.is_none_or(|a| Seq(ack) > Seq(a)) {
-                    self.server_acked = Some(ack);
                 }
             }
 
@@ -1129,9 +1155,6 @@ impl Handshake {
 
     /// Hands an event to the Zeek view with what it needs of the hellos.
     fn zeek_sees(&mut self, dir: Dir, ev: &Event<'_>, mem: &mut dyn TraceMemory) {
-        if !self.zeek_view {
-            return;
-        }
         let sh = self.server_hello.as_ref();
         let cx = super::zeek_view::Context {
             quic: self.transport == Transport::Quic,
