@@ -55,9 +55,26 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
+/// `live --buffer-size` when not given: the kernel buffer between the
+/// capture and the agent (eBPF ring buffer, or libpcap's per interface).
+/// At ~55,000 handshakes/s from two senders on 2 cores, an 8 MiB ring
+/// (~40 ms of events past its wakeup mark) overflowed while the agent
+/// waited for a core; 32 MiB did not (bench/live/README.md (b)).
+pub const CAPTURE_BUFFER_BYTES: usize = 32 << 20;
+
+/// `live --buffer-size`: a size ([`parse_size`]) from 64 KiB to 1 GiB (the
+/// eBPF ring buffer's size is a 32-bit power of two, libpcap's an `int`).
+pub fn parse_buffer_size(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    if !(64 << 10..=1 << 30).contains(&n) {
+        return Err(format!("`{s}`: the buffer must be between 64K and 1G"));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_bpf_filter, parse_size};
+    use super::{parse_bpf_filter, parse_buffer_size, parse_size};
 
     #[test]
     fn bpf_filters() {
@@ -75,5 +92,15 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("4T").is_err());
         assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn buffer_sizes() {
+        assert_eq!(parse_buffer_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_buffer_size("1G"), Ok(1 << 30));
+        let small = parse_buffer_size("4096").unwrap_err();
+        assert!(small.contains("between 64K and 1G"), "{small}");
+        assert!(parse_buffer_size("2G").is_err());
+        assert!(parse_buffer_size("many").is_err());
     }
 }

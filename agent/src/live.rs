@@ -50,7 +50,7 @@ pub struct LiveArgs {
     /// as `tail -F` (Zeek's rotation and copytruncate followed): each new
     /// row counts in the same metrics (timing ones stay empty: Zeek does
     /// not log times). Roles come from --local only.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["ifaces", "backend", "filter", "write_pcap", "all_ports", "ports", "kernel_flows", "max_payload_per_flow"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["ifaces", "backend", "filter", "write_pcap", "all_ports", "ports", "kernel_flows", "max_payload_per_flow", "buffer_size"])]
     pub zeek_log: Option<PathBuf>,
     /// With --zeek-log: also count the rows already in the file when the
     /// agent starts (by default only rows written after it).
@@ -164,6 +164,20 @@ pub struct LiveArgs {
     /// concurrent connections.
     #[arg(long, default_value_t = DEFAULT_KERNEL_FLOWS, value_parser = clap::value_parser!(u32).range(i64::from(MIN_KERNEL_FLOWS)..))]
     pub kernel_flows: u32,
+    /// Kernel memory between the capture and the agent, e.g. 64M (as
+    /// tcpdump -B): the eBPF ring buffer (rounded up to a power of two) or
+    /// libpcap's buffer on each interface. Bursts wait here while the agent
+    /// is busy or waits for a CPU; past it packets are lost, counted in
+    /// `tlsrum_drops_total` (`ringbuf_full`, `pcap_dropped`) [default: 32M].
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::parse_buffer_size)]
+    pub buffer_size: Option<usize>,
+}
+
+impl LiveArgs {
+    /// `--buffer-size`, or its default.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_size.unwrap_or(crate::cli::CAPTURE_BUFFER_BYTES)
+    }
 }
 
 fn parse_local(s: &str) -> Result<String, String> {
@@ -185,6 +199,7 @@ fn open_source(args: &LiveArgs) -> Result<Box<dyn Source>> {
             &args.ports,
             args.all_ports,
             args.filter.as_deref(),
+            args.buffer_bytes(),
         )?)),
         Backend::Ebpf => Ok(Box::new(EbpfSource::open(ebpf_options(args))?)),
     }
@@ -199,6 +214,8 @@ pub fn ebpf_options(args: &LiveArgs) -> EbpfOptions {
         quic: true,
         max_payload_per_dir: args.max_payload_per_flow,
         kernel_flows: args.kernel_flows,
+        // parse_buffer_size keeps it within 1 GiB.
+        ringbuf_bytes: u32::try_from(args.buffer_bytes()).unwrap_or(1 << 30),
         ..EbpfOptions::default()
     }
 }

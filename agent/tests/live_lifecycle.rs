@@ -2,7 +2,8 @@
 //! being deleted and created again (it re-attaches, or reopens the capture,
 //! and analyses the new traffic), and on SIGTERM it exits cleanly leaving no
 //! TC program of its own on the interface; its `/healthz` says 503 while
-//! the interface is gone, 200 before and after. Both backends.
+//! the interface is gone, 200 before and after. Both backends, each with
+//! `--buffer-size 1M`: the eBPF ring buffer the kernel holds is that size.
 //!
 //! Needs root, BPF, `ip`, `bpftool`, `openssl`, `curl`; skipped locally without
 //! them, a failure under CI=true.
@@ -85,6 +86,22 @@ fn our_tc_programs() -> String {
         .join("\n")
 }
 
+/// Sizes of the BPF ring buffers named `events` in the kernel: tlsrum's
+/// (nothing else in this test binary loads one).
+fn events_ring_sizes() -> Vec<u64> {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "map", "show"])
+        .output()
+        .unwrap();
+    let maps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    maps.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["type"] == "ringbuf" && m["name"] == "events")
+        .filter_map(|m| m["max_entries"].as_u64())
+        .collect()
+}
+
 fn lifecycle(backend: &str, tag: &str) {
     let t = Topology::new(tag);
     let (key, cert) = t.self_signed("life.test");
@@ -116,6 +133,8 @@ fn lifecycle(backend: &str, tag: &str) {
             "127.0.0.1:19871",
             "--events",
             events.to_str().unwrap(),
+            "--buffer-size",
+            "1M",
         ],
     );
     agent
@@ -129,6 +148,8 @@ fn lifecycle(backend: &str, tag: &str) {
             "no tlsrum TC program on {}",
             t.veth
         );
+        let rings = events_ring_sizes();
+        assert!(rings.contains(&(1 << 20)), "ring buffers: {rings:?}");
     }
     std::thread::sleep(Duration::from_millis(300));
     handshake(&t);

@@ -14,11 +14,13 @@
 # the agent watching; records against nginx's own request count.
 #
 #   [LIVE_BULK=0] bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
-#                            [--wrk-secs S] [--no-wrk] [--parallel]
+#                            [--wrk-secs S] [--no-wrk] [--parallel] [--agent-args "ARGS"]
 #
 # Backend "none" sends the same traffic with no agent and no TC program: the
 # rate tcpreplay itself reaches on this machine, the ceiling of every other
 # row.
+#
+# --agent-args adds arguments to every agent (e.g. "--buffer-size 8M").
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
@@ -28,6 +30,7 @@ BACKENDS="ebpf pcap"
 WRK_SECS=10
 DO_WRK=1
 PARALLEL=0
+AGENT_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --speeds) SPEEDS="$2"; shift 2 ;;
@@ -35,7 +38,8 @@ while [ $# -gt 0 ]; do
     --wrk-secs) WRK_SECS="$2"; shift 2 ;;
     --no-wrk) DO_WRK=0; shift ;;
     --parallel) PARALLEL=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --agent-args) read -r -a AGENT_ARGS <<<"$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
 done
@@ -74,7 +78,7 @@ replay_run() { # BACKEND SPEED -> one result line
   if [ "$backend" = none ]; then
     AGENT_PID=$$   # this shell: ticks read, not reported
   else
-    agent_start "$backend" 9941 --all-ports
+    agent_start "$backend" 9941 --all-ports "${AGENT_ARGS[@]}"
     sleep 1
   fi
   c0=$(cpu_ticks "$AGENT_PID")
@@ -117,7 +121,7 @@ replay_run() { # BACKEND SPEED -> one result line
 echo
 echo "replayed handshakes: ${LIVE_PARTS[*]} ($CONNS connections, $LIVE_BULK bulk records each; replay: $WANT)"
 [ "$PARALLEL" = 1 ] && echo "  two tcpreplay processes at once, one per half"
-echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports"
+echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports ${AGENT_ARGS[*]}"
 for speed in $SPEEDS; do
   for backend in $BACKENDS; do
     replay_run "$backend" "$speed"

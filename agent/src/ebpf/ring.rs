@@ -17,10 +17,12 @@ use super::event::Event;
 /// `ring_output` in bpf/tlsrum.bpf.c): a wakeup per record cost an
 /// interrupt each. Below the first, records wait for the reader's poll
 /// timeout. A quarter (2 MiB
-/// of the 8 MiB ring, ~16 ms of a 25,000 handshakes/s flood) cost the agent
+/// of an 8 MiB ring, ~16 ms of a 25,000 handshakes/s flood) cost the agent
 /// 0.92x the CPU per handshake of a sixteenth (11 pairs, 8 better), and a
-/// 128th (64 KiB) 1.08x: fewer, larger drains are cheaper. The other 6 MiB
-/// still hold ~50 ms of such a flood while the reader wakes.
+/// 128th (64 KiB) 1.08x: fewer, larger drains are cheaper. The other three
+/// quarters hold the flood while the reader waits for a CPU: 6 MiB of an
+/// 8 MiB ring was too little at 55,000 handshakes/s, hence the 32 MiB
+/// default (`live --buffer-size`).
 pub const WAKEUP_FRACTION: u32 = 4;
 
 /// The `events` ring buffer and the clock offset its timestamps need.

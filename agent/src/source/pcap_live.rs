@@ -45,12 +45,12 @@ fn drops(cap: &mut pcap::Capture<pcap::Active>) -> [u64; 2] {
 pub struct PcapLive {
     ifaces: Vec<Iface>,
     filter: String,
+    /// Kernel capture buffer per interface (`--buffer-size`): at the
+    /// default 32 MiB bursts of tens of thousands of small packets (or
+    /// about 500 GRO-merged 64 KiB ones) wait here while the analyzer
+    /// catches up.
+    buffer_bytes: i32,
 }
-
-/// Kernel capture buffer per interface: bursts of tens of thousands of
-/// small packets (or about 500 GRO-merged 64 KiB ones) wait here while the
-/// analyzer catches up.
-const PCAP_BUFFER_BYTES: i32 = 32 << 20;
 
 /// The capture filter: TCP (and UDP, for QUIC) on the server ports.
 pub fn bpf_filter(ports: &[u16], all_ports: bool) -> String {
@@ -61,7 +61,11 @@ pub fn bpf_filter(ports: &[u16], all_ports: bool) -> String {
     format!("(tcp or udp) and ({})", list.join(" or "))
 }
 
-fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, LinkType)> {
+fn open_iface(
+    name: &str,
+    filter: &str,
+    buffer_bytes: i32,
+) -> Result<(pcap::Capture<pcap::Active>, LinkType)> {
     let mut cap = pcap::Capture::from_device(name)
         .with_context(|| format!("no interface {name}"))?
         .snaplen(65535)
@@ -71,7 +75,7 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
         // packs packets into blocks and hands a block over when it is full
         // or after the timeout: records come at most that much later.
         .timeout(50)
-        .buffer_size(PCAP_BUFFER_BYTES)
+        .buffer_size(buffer_bytes)
         .open()
         .map_err(|e| match e {
             pcap::Error::PcapError(m)
@@ -99,21 +103,24 @@ fn open_iface(name: &str, filter: &str) -> Result<(pcap::Capture<pcap::Active>, 
 }
 
 impl PcapLive {
-    /// Captures on each interface; `user_filter` (`-f`, a BPF expression)
+    /// Captures on each interface with a kernel buffer of `buffer_bytes`
+    /// (at most `i32::MAX`); `user_filter` (`-f`, a BPF expression)
     /// narrows the port filter further.
     pub fn open(
         names: &[String],
         ports: &[u16],
         all_ports: bool,
         user_filter: Option<&str>,
+        buffer_bytes: usize,
     ) -> Result<Self> {
+        let buffer_bytes = i32::try_from(buffer_bytes).unwrap_or(i32::MAX);
         let filter = match user_filter {
             Some(f) => format!("({}) and ({f})", bpf_filter(ports, all_ports)),
             None => bpf_filter(ports, all_ports),
         };
         let mut ifaces = Vec::new();
         for name in names {
-            let (cap, link) = open_iface(name, &filter)?;
+            let (cap, link) = open_iface(name, &filter, buffer_bytes)?;
             ifaces.push(Iface {
                 name: name.clone(),
                 cap: Some(cap),
@@ -122,7 +129,11 @@ impl PcapLive {
                 closed_drops: [0, 0],
             });
         }
-        Ok(PcapLive { ifaces, filter })
+        Ok(PcapLive {
+            ifaces,
+            filter,
+            buffer_bytes,
+        })
     }
 }
 
@@ -208,7 +219,7 @@ impl Source for PcapLive {
         for iface in &mut self.ifaces {
             if iface.cap.is_none() && iface.last_try.elapsed() >= Duration::from_secs(1) {
                 iface.last_try = Instant::now();
-                if let Ok((cap, link)) = open_iface(&iface.name, &self.filter) {
+                if let Ok((cap, link)) = open_iface(&iface.name, &self.filter, self.buffer_bytes) {
                     eprintln!("tlsrum: capturing on {} again", iface.name);
                     iface.cap = Some(cap);
                     iface.link = link;
