@@ -55,13 +55,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// `live --buffer-size` when not given: the kernel buffer between the
-/// capture and the agent (eBPF ring buffer, or libpcap's per interface).
-/// At ~55,000 handshakes/s from two senders on 2 cores, an 8 MiB ring
-/// (~40 ms of events past its wakeup mark) overflowed while the agent
-/// waited for a core; 32 MiB did not (bench/live/README.md (b)).
-pub const CAPTURE_BUFFER_BYTES: usize = 32 << 20;
-
 /// `live --buffer-size`: a size ([`parse_size`]) from 64 KiB to 1 GiB (the
 /// eBPF ring buffer's size is a 32-bit power of two, libpcap's an `int`).
 pub fn parse_buffer_size(s: &str) -> Result<usize, String> {

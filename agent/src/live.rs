@@ -176,7 +176,8 @@ pub struct LiveArgs {
 impl LiveArgs {
     /// `--buffer-size`, or its default.
     pub fn buffer_bytes(&self) -> usize {
-        self.buffer_size.unwrap_or(crate::cli::CAPTURE_BUFFER_BYTES)
+        self.buffer_size
+            .unwrap_or(crate::source::DEFAULT_BUFFER_BYTES)
     }
 }
 

@@ -86,7 +86,7 @@ impl Default for EbpfOptions {
             all_ports: false,
             quic: false,
             max_payload_per_dir: 64 * 1024,
-            ringbuf_bytes: crate::cli::CAPTURE_BUFFER_BYTES as u32,
+            ringbuf_bytes: crate::source::DEFAULT_BUFFER_BYTES as u32,
             kernel_flows: DEFAULT_KERNEL_FLOWS,
             attach_mode: AttachMode::Auto,
         }

@@ -20,6 +20,13 @@ use analyzer::wire::{LinkType, Packet};
 use analyzer::{Analyzer, Endpoint};
 use anyhow::Result;
 
+/// The kernel buffer between a live capture and the agent when `live
+/// --buffer-size` is not given: the eBPF ring buffer, or libpcap's on each
+/// interface. At ~55,000 handshakes/s from two senders on 2 cores, an
+/// 8 MiB ring (~40 ms of events past its wakeup mark) overflowed while the
+/// agent waited for a CPU; 32 MiB did not (bench/live/README.md (b)).
+pub const DEFAULT_BUFFER_BYTES: usize = 32 << 20;
+
 /// One captured unit: a frame (pcap) or a decoded packet (eBPF).
 pub enum Captured<'a> {
     Frame {
