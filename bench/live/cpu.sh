@@ -14,7 +14,9 @@
 # eBPF only; that cost is paid in softirq by whoever sends the packets, not by
 # the agent), the whole machine's busy CPU, and the records against replay.
 #
-#   bench/live/cpu.sh [--runs N] [--speed X|top] [--bulk RATE] [--secs S]
+#   bench/live/cpu.sh [--runs N] [--speed X|top] [--bulk RATE] [--secs S] [--agent-args "ARGS"]
+#
+# --agent-args adds arguments to every agent (e.g. "--buffer-size 128M").
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
@@ -23,13 +25,15 @@ RUNS=3
 SPEED=top
 BULK=5G
 SECS=15
+AGENT_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
     --speed) SPEED="$2"; shift 2 ;;
     --bulk) BULK="$2"; shift 2 ;;
     --secs) SECS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --agent-args) read -r -a AGENT_ARGS <<<"$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
 done
@@ -55,7 +59,7 @@ esac
 
 one_run() { # BACKEND -> result line
   local backend="$1"
-  agent_start "$backend" 9951 --all-ports
+  agent_start "$backend" 9951 --all-ports "${AGENT_ARGS[@]}"
   sleep 1
   local a0 m0 b0 a1 m1 b1 t0 t1
   a0=$(cpu_ticks "$AGENT_PID"); m0=$(machine_ticks); b0=$(bpf_runtime_ns); t0=$(date +%s.%N)
@@ -94,7 +98,7 @@ e=$(awk '$1 == "ebpf" { sub("agent_cpu_s=", "", $2); print $2 }' "$TMPD/results"
 p=$(awk '$1 == "pcap" { sub("agent_cpu_s=", "", $2); print $2 }' "$TMPD/results" | median)
 echo
 echo "agent CPU, handshakes + bulk: tcpreplay ${REPLAY_OPT[*]} of $LIVE_PCAP ($CONNS connections) + iperf3 -b $BULK on port 443, ${SECS}s"
-echo "  $(nproc) cores, $(uname -r); agent: tlsrum live --all-ports; $RUNS runs per backend, alternating"
+echo "  $(nproc) cores, $(uname -r); agent: tlsrum live --all-ports ${AGENT_ARGS[*]}; $RUNS runs per backend, alternating"
 sed 's/^/  /' "$TMPD/results"
 echo "  median agent CPU: eBPF $e s, pcap $p s"
 awk -v e="$e" -v p="$p" 'BEGIN { if (e > 0) printf "  pcap/eBPF = %.1fx\n", p / e; else print "  pcap/eBPF = inf (eBPF agent used no measurable CPU)" }'
