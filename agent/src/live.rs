@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use crate::ebpf::{
-    EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
+    ring_bytes, EbpfOptions, COUNTERS as KERNEL_COUNTERS, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
 };
 use crate::host_addrs::HostAddrs;
 use crate::metrics::clients::ClientFingerprints;
@@ -253,6 +253,11 @@ pub fn metrics_for(
         Backend::Ebpf => "ebpf",
         Backend::Pcap => "pcap",
     });
+    let buffer = match args.backend {
+        Backend::Ebpf => ring_bytes(ebpf_options(args).ringbuf_bytes).map_or(0, u64::from),
+        Backend::Pcap => args.buffer_bytes() as u64,
+    };
+    metrics.set_capture_buffer(buffer);
     Arc::new(Mutex::new(metrics))
 }
 

@@ -3,7 +3,8 @@
 //! and analyses the new traffic), and on SIGTERM it exits cleanly leaving no
 //! TC program of its own on the interface; its `/healthz` says 503 while
 //! the interface is gone, 200 before and after. Both backends, each with
-//! `--buffer-size 1M`: the eBPF ring buffer the kernel holds is that size.
+//! `--buffer-size 1M`: the eBPF ring buffer the kernel holds is that size,
+//! and `tlsrum_capture_buffer_bytes` says so for both.
 //!
 //! Needs root, BPF, `ip`, `bpftool`, `openssl`, `curl`; skipped locally without
 //! them, a failure under CI=true.
@@ -38,6 +39,19 @@ fn health(t: &Topology) -> u16 {
         .trim()
         .parse()
         .unwrap_or(0)
+}
+
+/// The value of the agent's metric `name` (no labels), if it has one.
+fn metric(t: &Topology, name: &str) -> Option<f64> {
+    let out = ns_cmd(
+        &t.server_ns,
+        &["curl", "-s", "http://127.0.0.1:19871/metrics"],
+    )
+    .output()
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 fn handshake(t: &Topology) {
@@ -151,6 +165,11 @@ fn lifecycle(backend: &str, tag: &str) {
         let rings = events_ring_sizes();
         assert!(rings.contains(&(1 << 20)), "ring buffers: {rings:?}");
     }
+    assert_eq!(
+        metric(&t, "tlsrum_capture_buffer_bytes"),
+        Some(f64::from(1 << 20)),
+        "{backend}: the buffer the agent reports"
+    );
     std::thread::sleep(Duration::from_millis(300));
     handshake(&t);
     wait_records(&events, 1);

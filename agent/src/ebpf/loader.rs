@@ -72,6 +72,12 @@ pub struct EbpfOptions {
     pub attach_mode: AttachMode,
 }
 
+/// The ring buffer the kernel makes for [`EbpfOptions::ringbuf_bytes`]: a
+/// power-of-two number of pages; None past 2 GiB.
+pub fn ring_bytes(requested: u32) -> Option<u32> {
+    requested.max(4096).checked_next_power_of_two()
+}
+
 /// Smallest flow map [`EbpfOptions::kernel_flows`] takes: each CPU's LRU
 /// free list holds some entries, a smaller map would mostly be those.
 pub const MIN_KERNEL_FLOWS: u32 = 256;
@@ -231,13 +237,7 @@ impl EbpfCapture {
         let nports = opts.ports.len() as u32;
         let all_ports = u8::from(opts.all_ports);
         let quic = u8::from(opts.quic);
-        // A ring buffer is a power-of-two number of pages.
-        let page = 4096u32;
-        let ringbuf = opts
-            .ringbuf_bytes
-            .max(page)
-            .checked_next_power_of_two()
-            .context("ring buffer too large")?;
+        let ringbuf = ring_bytes(opts.ringbuf_bytes).context("ring buffer too large")?;
 
         raise_memlock();
         let mut ebpf = EbpfLoader::new()

@@ -40,7 +40,9 @@ mod test_run;
 
 pub use abi::*;
 pub use event::{Datagrams, Event};
-pub use loader::{AttachMode, EbpfCapture, EbpfOptions, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS};
+pub use loader::{
+    ring_bytes, AttachMode, EbpfCapture, EbpfOptions, DEFAULT_KERNEL_FLOWS, MIN_KERNEL_FLOWS,
+};
 pub use netlink::ifindex;
 pub use ring::WAKEUP_FRACTION;
 pub use test_run::TEST_RUN_MAX_FRAME;

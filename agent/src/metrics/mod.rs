@@ -277,6 +277,7 @@ pub struct Metrics {
     /// (server_name, transport) pairs whose zero series exist.
     precreated: HashSet<(String, String)>,
     build_info: Family<BuildLabels, Gauge>,
+    capture_buffer: Gauge,
     // agent health
     records: Counter,
     flows_active: Gauge,
@@ -446,6 +447,12 @@ impl Metrics {
             "The agent's version, the commit it was built from and the capture backend; always 1",
             Shown(build_info.clone()),
         );
+        let capture_buffer = Gauge::default();
+        registry.register(
+            "tlsrum_capture_buffer_bytes",
+            "Kernel buffer between the capture and the agent (--buffer-size): the eBPF ring buffer, or libpcap's on each interface; 0 without a capture",
+            Shown(capture_buffer.clone()),
+        );
         registry.register_collector(Box::new(process::ProcessCollector));
         let mut metrics = Metrics {
             registry,
@@ -477,6 +484,7 @@ impl Metrics {
             series: HashMap::default(),
             precreated: HashSet::new(),
             build_info,
+            capture_buffer,
         };
         metrics.set_backend("none");
         metrics
@@ -492,6 +500,12 @@ impl Metrics {
                 backend: backend.into(),
             })
             .set(1);
+    }
+
+    /// `tlsrum_capture_buffer_bytes`: the kernel buffer the capture got.
+    pub fn set_capture_buffer(&mut self, bytes: u64) {
+        self.capture_buffer
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// A name's counters of rare events (0-RTT, HelloRetryRequest,
