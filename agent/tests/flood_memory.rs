@@ -142,10 +142,7 @@ fn floods_stay_under_the_ceiling_with_default_settings() {
 
 /// The value of a metric line `name value` in a Prometheus text page.
 fn metric(page: &str, name: &str) -> f64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    common::metric_value(page, name).unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 #[test]

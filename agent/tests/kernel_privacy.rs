@@ -199,9 +199,7 @@ fn flood(iface: &str, stop: &std::sync::atomic::AtomicBool, cpu: usize, cpus: us
 
 /// A sample of the agent's /metrics, by series name (without labels).
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    common::metric_value(text, name).unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
 }
 
 #[test]

@@ -49,9 +49,7 @@ fn metric(t: &Topology, name: &str) -> Option<f64> {
     )
     .output()
     .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    common::metric_value(&String::from_utf8_lossy(&out.stdout), name)
 }
 
 fn handshake(t: &Topology) {

@@ -21,6 +21,7 @@
 //!   profile; [`delayline`]: the wide-area link's.
 //! - [`servers`]: nginx and `openssl s_server` started in a namespace.
 //! - [`scratch`]: a scratch directory kept only when the test failed.
+//! - [`metric_value`]: one series' value in an agent's `/metrics` page.
 //!
 //! Declare guards so that they drop in the right order (locals drop in
 //! reverse order): the topology first, then `InNetns`, then `Procs`, then
@@ -48,3 +49,10 @@ pub use netns::{InNetns, Netns, Topology, CLIENT_IP, CLIENT_IP6, SERVER_IP, SERV
 pub use prereq::{ci, have, missing, missing_prerequisite, not_here, skip, skip_unless, Need};
 #[allow(unused_imports)]
 pub use procs::{ns_cmd, run, wait_for, wait_for_text, Procs};
+
+/// The value of the series `name` (without labels) in a Prometheus text
+/// page, if it has one.
+pub fn metric_value(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
