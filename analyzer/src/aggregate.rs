@@ -17,24 +17,44 @@ pub const NO_SNI: &str = "(no sni)";
 /// statistic.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Histogram {
-    counts: BTreeMap<u16, u64>,
+    /// (bucket, count), ascending by bucket: a record lands in ~70
+    /// histograms of the summary, and a binary search over a few hundred
+    /// adjacent keys is cheaper than walking a tree.
+    counts: Vec<(u16, u64)>,
     n: u64,
 }
 
 const GROWTH: f64 = 1.01;
 const FLOOR_MS: f64 = 0.001;
 
-impl Histogram {
-    pub fn add(&mut self, ms: f64) {
-        let b = if ms <= FLOOR_MS {
+/// A value's histogram bucket: computed once per record value, then added
+/// to each histogram that counts it (a logarithm costs more than the add).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket(u16);
+
+impl Bucket {
+    pub fn of(ms: f64) -> Bucket {
+        Bucket(if ms <= FLOOR_MS {
             0
         } else {
             ((ms / FLOOR_MS).ln() / GROWTH.ln())
                 .ceil()
                 .min(u16::MAX as f64) as u16
-        };
-        *self.counts.entry(b).or_default() += 1;
-        self.n += 1;
+        })
+    }
+}
+
+impl Histogram {
+    pub fn add(&mut self, ms: f64) {
+        self.add_bucket(Bucket::of(ms), 1);
+    }
+
+    fn add_bucket(&mut self, Bucket(b): Bucket, count: u64) {
+        match self.counts.binary_search_by_key(&b, |&(k, _)| k) {
+            Ok(i) => self.counts[i].1 += count,
+            Err(i) => self.counts.insert(i, (b, count)),
+        }
+        self.n += count;
     }
 
     pub fn count(&self) -> u64 {
@@ -50,7 +70,7 @@ impl Histogram {
         }
         let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
         let mut seen = 0;
-        for (&b, &c) in &self.counts {
+        for &(b, c) in &self.counts {
             seen += c;
             if seen >= rank {
                 return Some(if b == 0 {
@@ -65,7 +85,7 @@ impl Histogram {
 
     /// (upper edge in ms, count) per non-empty bucket, ascending.
     pub fn buckets(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
-        self.counts.iter().map(|(&b, &c)| {
+        self.counts.iter().map(|&(b, c)| {
             (
                 if b == 0 {
                     FLOOR_MS
@@ -78,10 +98,41 @@ impl Histogram {
     }
 
     pub fn merge(&mut self, other: &Histogram) {
-        for (&b, &c) in &other.counts {
-            *self.counts.entry(b).or_default() += c;
+        for &(b, c) in &other.counts {
+            self.add_bucket(Bucket(b), c);
         }
-        self.n += other.n;
+    }
+}
+
+/// A record's timing values as buckets, each computed once however many
+/// aggregates the record is added to.
+#[derive(Debug, Clone, Copy)]
+pub struct Buckets {
+    handshake: Option<Bucket>,
+    ttfb: Option<Bucket>,
+    tcp_rtt: Option<Bucket>,
+    client_hello_delay: Option<Bucket>,
+    server_think: Option<Bucket>,
+    client_think: Option<Bucket>,
+    network: Option<Bucket>,
+    idle_before_use: Option<Bucket>,
+    lifetime: Option<Bucket>,
+}
+
+impl Buckets {
+    pub fn of(t: &crate::record::Timing) -> Buckets {
+        let b = |v: Option<f64>| v.map(Bucket::of);
+        Buckets {
+            handshake: b(t.handshake),
+            ttfb: b(t.ttfb),
+            tcp_rtt: b(t.tcp_rtt),
+            client_hello_delay: b(t.client_hello_delay),
+            server_think: b(t.server_think),
+            client_think: b(t.client_think),
+            network: b(t.network()),
+            idle_before_use: b(t.idle_before_use),
+            lifetime: b(t.lifetime),
+        }
     }
 }
 
@@ -96,11 +147,11 @@ pub struct Split {
 }
 
 impl Split {
-    fn add(&mut self, t: &crate::record::Timing) {
-        if let (Some(n), Some(s), Some(c)) = (t.network(), t.server_think, t.client_think) {
-            self.network_ms.add(n);
-            self.server_ms.add(s);
-            self.client_ms.add(c);
+    fn add(&mut self, b: &Buckets) {
+        if let (Some(n), Some(s), Some(c)) = (b.network, b.server_think, b.client_think) {
+            self.network_ms.add_bucket(n, 1);
+            self.server_ms.add_bucket(s, 1);
+            self.client_ms.add_bucket(c, 1);
         }
     }
 
@@ -175,6 +226,11 @@ pub const ON_DEMAND_MS: f64 = 10.0;
 
 impl Aggregate {
     pub fn add(&mut self, r: &ConnectionRecord) {
+        self.add_bucketed(r, &Buckets::of(&r.timing));
+    }
+
+    /// [`Aggregate::add`] with the record's buckets already computed.
+    pub fn add_bucketed(&mut self, r: &ConnectionRecord, b: &Buckets) {
         self.connections += 1;
         match (r.handshake, r.resumption) {
             (Some(HandshakeKind::Full), _) => self.full += 1,
@@ -200,49 +256,48 @@ impl Aggregate {
             Some(EarlyData::None) | None => {}
         }
         self.hrr += r.hrr as u64;
-        if let Some(ms) = r.timing.handshake {
+        if let Some(x) = b.handshake {
             match r.handshake {
-                Some(HandshakeKind::Full) => self.handshake_full_ms.add(ms),
-                Some(HandshakeKind::Resumed) => self.handshake_resumed_ms.add(ms),
+                Some(HandshakeKind::Full) => self.handshake_full_ms.add_bucket(x, 1),
+                Some(HandshakeKind::Resumed) => self.handshake_resumed_ms.add_bucket(x, 1),
                 _ => {}
             }
         }
-        if let Some(ms) = r.timing.ttfb {
-            self.ttfb_ms.add(ms);
+        if let Some(x) = b.ttfb {
+            self.ttfb_ms.add_bucket(x, 1);
             match r.handshake {
-                Some(HandshakeKind::Full) => self.ttfb_full_ms.add(ms),
-                Some(HandshakeKind::Resumed) => self.ttfb_resumed_ms.add(ms),
+                Some(HandshakeKind::Full) => self.ttfb_full_ms.add_bucket(x, 1),
+                Some(HandshakeKind::Resumed) => self.ttfb_resumed_ms.add_bucket(x, 1),
                 _ => {}
             }
         }
-        if let Some(ms) = r.timing.tcp_rtt {
-            self.tcp_rtt_ms.add(ms);
+        if let Some(x) = b.tcp_rtt {
+            self.tcp_rtt_ms.add_bucket(x, 1);
         }
         if let Some(n) = r.timing.round_trips {
             self.round_trips[(n as usize).min(4)] += 1;
         }
         self.avoidable_ms += r.timing.avoidable.unwrap_or(0.0);
-        let t = &r.timing;
         for (h, v) in [
-            (&mut self.client_hello_delay_ms, t.client_hello_delay),
-            (&mut self.server_think_ms, t.server_think),
-            (&mut self.client_think_ms, t.client_think),
+            (&mut self.client_hello_delay_ms, b.client_hello_delay),
+            (&mut self.server_think_ms, b.server_think),
+            (&mut self.client_think_ms, b.client_think),
         ] {
-            if let Some(ms) = v {
-                h.add(ms);
+            if let Some(x) = v {
+                h.add_bucket(x, 1);
             }
         }
         match r.handshake {
-            Some(HandshakeKind::Full) => self.split_full.add(t),
-            Some(HandshakeKind::Resumed) => self.split_resumed.add(t),
+            Some(HandshakeKind::Full) => self.split_full.add(b),
+            Some(HandshakeKind::Resumed) => self.split_resumed.add(b),
             _ => {}
         }
-        if let Some(idle) = t.idle_before_use {
-            self.idle_before_use_ms.add(idle);
+        if let (Some(x), Some(idle)) = (b.idle_before_use, r.timing.idle_before_use) {
+            self.idle_before_use_ms.add_bucket(x, 1);
             self.used_on_demand += u64::from(idle <= ON_DEMAND_MS);
         }
-        if let Some(life) = t.lifetime {
-            self.lifetime_ms.add(life);
+        if let Some(x) = b.lifetime {
+            self.lifetime_ms.add_bucket(x, 1);
         }
     }
 
@@ -329,38 +384,20 @@ pub struct Summary {
 
 impl Summary {
     pub fn add(&mut self, r: &ConnectionRecord) {
-        self.total.add(r);
+        let b = Buckets::of(&r.timing);
+        let name = r.sni.as_deref().unwrap_or(NO_SNI);
+        self.total.add_bucketed(r, &b);
         self.clients.add(r);
-        self.by_transport.entry(r.transport).or_default().add(r);
+        self.by_transport
+            .entry(r.transport)
+            .or_default()
+            .add_bucketed(r, &b);
         if let Some(role) = r.role {
-            self.by_role.entry(role).or_default().add(r);
-            let names = self.by_role_name.entry(role).or_default();
-            let name = r.sni.as_deref().unwrap_or(NO_SNI);
-            if let Some(a) = names.get_mut(name) {
-                a.add(r);
-            } else {
-                let key = if names.len() < MAX_NAMES { name } else { OTHER };
-                names.entry(key.to_string()).or_default().add(r);
-            }
+            self.by_role.entry(role).or_default().add_bucketed(r, &b);
+            named(self.by_role_name.entry(role).or_default(), name).add_bucketed(r, &b);
         }
-        let name = r.sni.as_deref().unwrap_or(NO_SNI);
-        let names = self.by_transport_name.entry(r.transport).or_default();
-        if let Some(a) = names.get_mut(name) {
-            a.add(r);
-        } else {
-            let key = if names.len() < MAX_NAMES { name } else { OTHER };
-            names.entry(key.to_string()).or_default().add(r);
-        }
-        let name = r.sni.as_deref().unwrap_or(NO_SNI);
-        if let Some(a) = self.by_name.get_mut(name) {
-            return a.add(r);
-        }
-        let key = if self.by_name.len() < MAX_NAMES {
-            name
-        } else {
-            OTHER
-        };
-        self.by_name.entry(key.to_string()).or_default().add(r);
+        named(self.by_transport_name.entry(r.transport).or_default(), name).add_bucketed(r, &b);
+        named(&mut self.by_name, name).add_bucketed(r, &b);
     }
 
     /// The `n` (name, transport) pairs with most connections, then the rest folded.
@@ -452,6 +489,16 @@ impl Summary {
         });
         rows
     }
+}
+
+/// `name`'s aggregate in `names`, or [`OTHER`]'s once [`MAX_NAMES`] are kept.
+fn named<'a>(names: &'a mut BTreeMap<String, Aggregate>, name: &str) -> &'a mut Aggregate {
+    // Looked up by `&str` first: the key is allocated only for a new name.
+    if names.contains_key(name) {
+        return names.get_mut(name).expect("just found");
+    }
+    let key = if names.len() < MAX_NAMES { name } else { OTHER };
+    names.entry(key.to_string()).or_default()
 }
 
 /// The busiest names with their aggregates, and the rest folded into one.
