@@ -66,15 +66,9 @@ fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
         };
         out.extend_from_slice(&bytes[start..i]);
         if esc.is_empty() {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 0xf) as usize],
-            ]);
+            let mut escape = *b"\\u0000";
+            hex::encode_to_slice([b], &mut escape[4..]).expect("2 digits for a byte");
+            out.extend_from_slice(&escape);
         } else {
             out.extend_from_slice(esc);
         }

@@ -219,10 +219,6 @@ fn alert_name(desc: u8) -> String {
     }
 }
 
-fn hex(fp: &[u8; 32]) -> String {
-    fp.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn endpoint(s: &str) -> Option<SocketAddr> {
     s.parse().ok()
 }
@@ -302,10 +298,10 @@ pub fn row(r: &ConnectionRecord) -> Vec<Value> {
         Value::Bool(z.is_some_and(|z| z.established)),
         Value::Str(z.map(|z| z.history.clone()).unwrap_or_default()),
         opt(z.and_then(|z| z.cert_chain_fps.as_ref()), |l| {
-            Value::List(l.iter().map(hex).collect())
+            Value::List(l.iter().map(hex::encode).collect())
         }),
         opt(z.and_then(|z| z.client_cert_chain_fps.as_ref()), |l| {
-            Value::List(l.iter().map(hex).collect())
+            Value::List(l.iter().map(hex::encode).collect())
         }),
         opt(z.and_then(|z| z.sni_matches_cert), Value::Bool),
         opt(client.zip(server), |(c, sv)| {

@@ -1542,7 +1542,7 @@ mod tests {
     #[test]
     fn key_log_reads_encrypted_extensions() {
         let ch = client_hello_offering_early_data();
-        let random: String = ch[6..38].iter().map(|b| format!("{b:02x}")).collect();
+        let random: String = hex::encode(&ch[6..38]);
         let secret = [0x5e; 32];
         let hs_keys = DirKeys::from_traffic_secret(Version::V1, 0x1301, &secret).unwrap();
         let traffic = |accept: bool| {
@@ -1589,7 +1589,7 @@ mod tests {
             ]
         };
         let log = |secret: &[u8]| {
-            let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            let hex: String = hex::encode(secret);
             Some(Arc::new(KeyLog::parse(&format!(
                 "SERVER_HANDSHAKE_TRAFFIC_SECRET {random} {hex}\n"
             ))))

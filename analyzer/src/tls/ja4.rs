@@ -44,8 +44,6 @@ use super::handshake::{ClientHello, ServerHello};
 /// "No ALPN": no extension, no value, or an empty first value.
 pub const NO_ALPN: [u8; 2] = *b"00";
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
 /// The two ALPN characters of JA4/JA4S from the first ALPN value's raw
 /// bytes: its first and last byte when both are ASCII alphanumerics (one
 /// byte counts as both), else the first and last hex digit of the value
@@ -57,7 +55,9 @@ pub fn alpn_chars(value: &[u8]) -> [u8; 2] {
     if first.is_ascii_alphanumeric() && last.is_ascii_alphanumeric() {
         [first, last]
     } else {
-        [HEX[usize::from(first >> 4)], HEX[usize::from(last & 0x0f)]]
+        let mut digits = [0; 4];
+        hex::encode_to_slice([first, last], &mut digits).expect("4 digits for 2 bytes");
+        [digits[0], digits[3]]
     }
 }
 
@@ -72,23 +72,17 @@ fn hash12_digits(s: &[u8]) -> [u8; 12] {
     let mut out = [b'0'; 12];
     if !s.is_empty() {
         let digest = Sha256::digest(s);
-        for (pair, &b) in out.chunks_exact_mut(2).zip(&digest[..6]) {
-            pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0f)]]);
-        }
+        hex::encode_to_slice(&digest[..6], &mut out).expect("12 digits for 6 bytes");
     }
     out
 }
 
-/// Appends `v` as 4 lower-case hex digits. A table, not `write!`: core::fmt
-/// made JA4 strings ~12% of a replay's time.
+/// Appends `v` as 4 lower-case hex digits. Not `write!`: core::fmt made
+/// JA4 strings ~12% of a replay's time.
 fn push_hex4(out: &mut Vec<u8>, v: u16) {
-    let [hi, lo] = v.to_be_bytes();
-    out.extend_from_slice(&[
-        HEX[usize::from(hi >> 4)],
-        HEX[usize::from(hi & 0x0f)],
-        HEX[usize::from(lo >> 4)],
-        HEX[usize::from(lo & 0x0f)],
-    ]);
+    let mut digits = [0; 4];
+    hex::encode_to_slice(v.to_be_bytes(), &mut digits).expect("4 digits for 2 bytes");
+    out.extend_from_slice(&digits);
 }
 
 /// Appends `values` as comma-separated 4-digit lower-case hex.
