@@ -422,6 +422,27 @@ const health = [
     12,
   ],
   [
+    timeseries(
+      'Agent CPU',
+      'CPU the tlsrum process uses, in cores (1 = one core busy all the time): its user and system time. The eBPF programs\' own time is not in it: the kernel runs them in the softirqs of the packets they see.',
+      [target(`sum by (instance) (rate(process_cpu_seconds_total{instance=~"$instance"}[${RI}]))`, 'cores {{instance}}')],
+    ),
+    12,
+  ],
+  [
+    timeseries(
+      'Agent memory',
+      'Resident memory of the tlsrum process; the analyzer\'s flow state, part of it and bounded by --max-memory; and the kernel buffer between the capture and the agent (--buffer-size: the eBPF ring buffer, or libpcap\'s on each interface), which a container\'s memory limit counts too. Drops in bursts while the agent has CPU to spare call for a larger buffer.',
+      [
+        target(`sum by (instance) (process_resident_memory_bytes{instance=~"$instance"})`, 'resident {{instance}}'),
+        target(`sum by (instance) (tlsrum_flow_memory_bytes{instance=~"$instance"})`, 'flow state {{instance}}'),
+        target(`sum by (instance) (tlsrum_capture_buffer_bytes{instance=~"$instance"})`, 'capture buffer {{instance}}'),
+      ],
+      { unit: 'bytes' },
+    ),
+    12,
+  ],
+  [
     timeseries('Flows tracked', 'Flows in the agent\'s flow table now.', [
       target(`sum by (instance) (tlsrum_flows_active{instance=~"$instance"})`, 'active {{instance}}'),
     ]),

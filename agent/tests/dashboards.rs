@@ -171,6 +171,10 @@ fn ja4_names() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ja4-names.csv")
 }
 
+/// `--buffer-size` of the agent under test: not the default, so that the
+/// "Agent memory" panel shows the buffer asked for.
+const CAPTURE_BUFFER_BYTES: u64 = 16 << 20;
+
 fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
     let mut cmd = ns_cmd(&t.server_ns, &[env!("CARGO_BIN_EXE_tlsrum")]);
     cmd.args([
@@ -189,6 +193,7 @@ fn start_agent(t: &Topology, procs: &mut Procs, backend: &str) {
     }
     cmd.arg("--events").arg(t.dir.join("events.ndjson"));
     cmd.arg("--ja4-names").arg(ja4_names());
+    cmd.args(["--buffer-size", &CAPTURE_BUFFER_BYTES.to_string()]);
     procs.spawn_logged("tlsrum", cmd, &t.dir.join("tlsrum.log"));
     wait_for("the agent's /metrics", Duration::from_secs(20), || {
         get(t, &format!("http://{AGENT}/metrics"), &[]).is_ok()
@@ -1167,6 +1172,18 @@ fn check_result(file: &str, p: &Value, expr: &str, rows: &Rows, all_names: bool,
             assert_eq!(labels("server_name"), set(&[ORIGIN]), "{}", ctx());
             assert!(rows.iter().all(|(_, v)| *v == 0.0), "{}", ctx());
         }
+        // The agent analysed the test's traffic: it used CPU in the window.
+        "Agent CPU" => assert!(rows.iter().all(|(_, v)| *v > 0.0), "{}", ctx()),
+        // The buffer the agent was started with ([`start_agent`]), as the
+        // kernel made it (one interface, a power of two).
+        "Agent memory" if expr.contains("tlsrum_capture_buffer_bytes") => assert!(
+            rows.iter().all(|(_, v)| *v == CAPTURE_BUFFER_BYTES as f64),
+            "{}",
+            ctx()
+        ),
+        "Agent memory" if expr.contains("process_resident_memory_bytes") => {
+            assert!(rows.iter().all(|(_, v)| *v > (1 << 20) as f64), "{}", ctx())
+        }
         _ => {}
     }
     if title.contains("by kind") {
@@ -1593,9 +1610,11 @@ fn live_run(backend: &str, tag: &str, dashboards: &[(String, Value)]) {
         .filter(|n| !exposed.contains(*n) && !of_absent_field(n))
         .collect();
     assert!(missing.is_empty(), "{backend}: metrics the dashboards use but the agent does not expose: {missing:?}\nexposed: {exposed:?}");
+    // The agent's own families, or the standard `process_*` ones it
+    // exposes itself (metrics/process.rs; in `exposed`, checked above).
     for n in &used {
         assert!(
-            n.starts_with("tls_") || n.starts_with("tlsrum_"),
+            n.starts_with("tls_") || n.starts_with("tlsrum_") || n.starts_with("process_"),
             "{n}: not one of the agent's metrics"
         );
     }
