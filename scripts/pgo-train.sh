@@ -3,7 +3,7 @@
 #   scripts/pgo-train.sh TLSRUM CAPTURE
 # TLSRUM (an instrumented build) replays every bundled capture (pcaps/) in
 # each output format, then CAPTURE (a large one, multiplied from pcaps/ by
-# bench/mkcapture) in three formats and with two threads. Any failing run
+# bench/mkcapture) in four formats and with two threads. Any failing run
 # fails the training. agent/tests/bench_smoke.rs runs it with the test build.
 set -euo pipefail
 bin=$1
@@ -14,7 +14,9 @@ for f in "$root"/pcaps/*.pcapng; do
     "$bin" replay --quiet --format "$format" "$f" >/dev/null
   done
 done
-for format in ndjson zeek-json table; do
+# Every format a user may run on a large capture: CSV, left out here, lost
+# its gain from the profile once the other formats' code changed.
+for format in ndjson zeek-json csv table; do
   "$bin" replay --quiet --format "$format" "$capture" >/dev/null
 done
 "$bin" replay --quiet --threads 2 --format ndjson "$capture" >/dev/null
