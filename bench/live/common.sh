@@ -121,6 +121,12 @@ cpu_ticks() {
   awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 
+# sys_ticks PID: the system part of cpu_ticks (system calls such as the
+# --events file's writes, page faults).
+sys_ticks() {
+  awk '{ sub(/.*\) /, ""); print $13 }' "/proc/$1/stat"
+}
+
 # machine_ticks: busy (non-idle, non-iowait) clock ticks of all CPUs so far.
 machine_ticks() {
   awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat

@@ -74,7 +74,7 @@ replay_run() { # BACKEND SPEED -> one result line
     top) opt=(--topspeed) ;;
     *) opt=(--multiplier="$speed") ;;
   esac
-  local c0 c1
+  local c0 c1 s0 s1
   if [ "$backend" = none ]; then
     AGENT_PID=$$   # this shell: ticks read, not reported
   else
@@ -82,6 +82,7 @@ replay_run() { # BACKEND SPEED -> one result line
     sleep 1
   fi
   c0=$(cpu_ticks "$AGENT_PID")
+  s0=$(sys_ticks "$AGENT_PID")
   local rx0
   rx0=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
   local k pids=()
@@ -102,6 +103,7 @@ replay_run() { # BACKEND SPEED -> one result line
   fi
   sleep 2.5   # ring buffer drained, counters exported (1 s ticks)
   c1=$(cpu_ticks "$AGENT_PID")
+  s1=$(sys_ticks "$AGENT_PID")
   scrape "$AGENT_METRICS" >"$TMPD/m.txt"
   local rxd
   rxd=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
@@ -114,8 +116,8 @@ replay_run() { # BACKEND SPEED -> one result line
   [ "$got" = "$WANT" ] || ok=NO
   awk -v b="$backend" -v sp="$speed" -v s="$secs" -v n="$CONNS" -v f="$failed" \
       -v ev="$(msum "$TMPD/m.txt" tlsrum_ringbuf_events_total)" -v got="$got" -v drops="$drops" \
-      -v ok="$ok" -v vd="$((rxd - rx0))" -v cpu="$((c1 - c0))" -v hz="$HZ" \
-      'BEGIN { printf "%-5s %-5s %7.2f s %8.0f hs/s  records: %s  same as replay: %s  agent CPU %.2f s = %.1f us/handshake (%.0f%% of one core)  events=%s%s veth_rx_dropped=%s tcpreplay_failed=%s\n", b, sp, s, n / s, got, ok, cpu / hz, cpu / hz / n * 1e6, cpu / hz / s * 100, ev, drops, vd, f }'
+      -v ok="$ok" -v vd="$((rxd - rx0))" -v cpu="$((c1 - c0))" -v sys="$((s1 - s0))" -v hz="$HZ" \
+      'BEGIN { printf "%-5s %-5s %7.2f s %8.0f hs/s  records: %s  same as replay: %s  agent CPU %.2f s = %.1f us/handshake (%.0f%% of one core; system %.1f us)  events=%s%s veth_rx_dropped=%s tcpreplay_failed=%s\n", b, sp, s, n / s, got, ok, cpu / hz, cpu / hz / n * 1e6, cpu / hz / s * 100, sys / hz / n * 1e6, ev, drops, vd, f }'
 }
 
 echo
