@@ -30,10 +30,10 @@ const FLOOR_MS: f64 = 0.001;
 /// A value's histogram bucket: computed once per record value, then added
 /// to each histogram that counts it (a logarithm costs more than the add).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bucket(u16);
+struct Bucket(u16);
 
 impl Bucket {
-    pub fn of(ms: f64) -> Bucket {
+    fn of(ms: f64) -> Bucket {
         Bucket(if ms <= FLOOR_MS {
             0
         } else {
@@ -107,7 +107,7 @@ impl Histogram {
 /// A record's timing values as buckets, each computed once however many
 /// aggregates the record is added to.
 #[derive(Debug, Clone, Copy)]
-pub struct Buckets {
+struct Buckets {
     handshake: Option<Bucket>,
     ttfb: Option<Bucket>,
     tcp_rtt: Option<Bucket>,
@@ -120,7 +120,7 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    pub fn of(t: &crate::record::Timing) -> Buckets {
+    fn of(t: &crate::record::Timing) -> Buckets {
         let b = |v: Option<f64>| v.map(Bucket::of);
         Buckets {
             handshake: b(t.handshake),
@@ -230,7 +230,7 @@ impl Aggregate {
     }
 
     /// [`Aggregate::add`] with the record's buckets already computed.
-    pub fn add_bucketed(&mut self, r: &ConnectionRecord, b: &Buckets) {
+    fn add_bucketed(&mut self, r: &ConnectionRecord, b: &Buckets) {
         self.connections += 1;
         match (r.handshake, r.resumption) {
             (Some(HandshakeKind::Full), _) => self.full += 1,
@@ -394,10 +394,12 @@ impl Summary {
             .add_bucketed(r, &b);
         if let Some(role) = r.role {
             self.by_role.entry(role).or_default().add_bucketed(r, &b);
-            named(self.by_role_name.entry(role).or_default(), name).add_bucketed(r, &b);
+            let names = self.by_role_name.entry(role).or_default();
+            add_named(names, name, |a| a.add_bucketed(r, &b));
         }
-        named(self.by_transport_name.entry(r.transport).or_default(), name).add_bucketed(r, &b);
-        named(&mut self.by_name, name).add_bucketed(r, &b);
+        let names = self.by_transport_name.entry(r.transport).or_default();
+        add_named(names, name, |a| a.add_bucketed(r, &b));
+        add_named(&mut self.by_name, name, |a| a.add_bucketed(r, &b));
     }
 
     /// The `n` (name, transport) pairs with most connections, then the rest folded.
@@ -491,14 +493,20 @@ impl Summary {
     }
 }
 
-/// `name`'s aggregate in `names`, or [`OTHER`]'s once [`MAX_NAMES`] are kept.
-fn named<'a>(names: &'a mut BTreeMap<String, Aggregate>, name: &str) -> &'a mut Aggregate {
-    // Looked up by `&str` first: the key is allocated only for a new name.
-    if names.contains_key(name) {
-        return names.get_mut(name).expect("just found");
+/// Lets `add` change `name`'s entry in `names`, or [`OTHER`]'s once
+/// [`MAX_NAMES`] are kept: the one bound of every table by name (server
+/// names, client fingerprints, the live top view). Looked up by `&str`
+/// first: a key is allocated only for a new name.
+pub fn add_named<V: Default>(
+    names: &mut BTreeMap<String, V>,
+    name: &str,
+    add: impl FnOnce(&mut V),
+) {
+    if let Some(a) = names.get_mut(name) {
+        return add(a);
     }
     let key = if names.len() < MAX_NAMES { name } else { OTHER };
-    names.entry(key.to_string()).or_default()
+    add(names.entry(key.to_string()).or_default());
 }
 
 /// The busiest names with their aggregates, and the rest folded into one.

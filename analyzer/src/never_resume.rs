@@ -1,7 +1,8 @@
 //! "Which clients never resume": per client fingerprint, the full
 //! handshakes that offered nothing and those whose offer was declined,
 //! against the resumed ones, and the avoidable latency they cost. Bounded
-//! like the server names ([`MAX_NAMES`], the rest folded into `(other)`).
+//! like the server names ([`add_named`](crate::aggregate::add_named): the
+//! rest folded into `(other)`).
 //!
 //! The fingerprint is `ja4_stable`, not `ja4`: a TLS 1.3 client's resuming
 //! hello carries pre_shared_key and its fresh one does not, so by raw JA4
@@ -9,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::aggregate::{MAX_NAMES, OTHER};
+use crate::aggregate::add_named;
 use crate::record::{ConnectionRecord, HandshakeKind};
 
 /// Fingerprints the never-resume table lists, at most.
@@ -77,18 +78,7 @@ impl ByClient {
             Some(HandshakeKind::Resumed) => one.resumed = 1,
             _ => {}
         }
-        if let Some(c) = self.by_client.get_mut(fp) {
-            return c.merge(&one);
-        }
-        let key = if self.by_client.len() < MAX_NAMES {
-            fp
-        } else {
-            OTHER
-        };
-        self.by_client
-            .entry(key.to_string())
-            .or_default()
-            .merge(&one);
+        add_named(&mut self.by_client, fp, |c| c.merge(&one));
     }
 
     /// Up to [`NEVER_RESUME_ROWS`] fingerprints with the most missed

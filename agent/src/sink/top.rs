@@ -4,17 +4,16 @@
 //! records of the last interval from a [`Window`] that [`TopSink`] fills.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
+use analyzer::aggregate::{add_named, NO_SNI};
 use analyzer::record::{ConnectionRecord, EarlyData, HandshakeKind};
 use anyhow::Result;
 
 use super::{RecordSink, RunEnd};
 
-/// Names one interval keeps apart; the rest are summed as `(other)`.
-const MAX_NAMES: usize = 10_000;
 /// Handshake durations kept per name and interval for the percentiles;
 /// past it, further ones count but are not sampled.
 const MAX_SAMPLES: usize = 4096;
@@ -88,7 +87,8 @@ impl Tally {
 /// The records of the current interval, by server name.
 #[derive(Default)]
 pub struct Window {
-    by_name: HashMap<String, Tally>,
+    /// Bounded as the summary's names are ([`add_named`]).
+    by_name: BTreeMap<String, Tally>,
 }
 
 impl Window {
@@ -110,14 +110,8 @@ pub struct TopSink(pub Rc<RefCell<Window>>);
 
 impl RecordSink for TopSink {
     fn record(&mut self, r: &ConnectionRecord) -> Result<()> {
-        let mut w = self.0.borrow_mut();
-        let name = r.sni.as_deref().unwrap_or("(no SNI)");
-        let key = if w.by_name.contains_key(name) || w.by_name.len() < MAX_NAMES {
-            name
-        } else {
-            "(other)"
-        };
-        w.by_name.entry(key.to_string()).or_default().add(r);
+        let name = r.sni.as_deref().unwrap_or(NO_SNI);
+        add_named(&mut self.0.borrow_mut().by_name, name, |t| t.add(r));
         Ok(())
     }
 
