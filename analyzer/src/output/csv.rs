@@ -1,4 +1,5 @@
 //! Records flattened to CSV, one row per connection (RFC 4180 quoting via the `csv` crate).
+use std::fmt::Display;
 use std::io::Write;
 
 use crate::record::{ConnectionRecord, TimingValue};
@@ -60,10 +61,9 @@ pub struct CsvWriter<W: Write> {
     w: csv::Writer<W>,
     /// A last `capture` column (several captures, or `--with-filename`).
     with_capture: bool,
-}
-
-fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map(|v| v.to_string()).unwrap_or_default()
+    /// One field's text, reused: a row is written field by field, with
+    /// no string allocated per field.
+    buf: Vec<u8>,
 }
 
 impl<W: Write> CsvWriter<W> {
@@ -76,66 +76,139 @@ impl<W: Write> CsvWriter<W> {
             h.push("capture".into());
         }
         w.write_record(h)?;
-        Ok(CsvWriter { w, with_capture })
+        Ok(CsvWriter {
+            w,
+            with_capture,
+            buf: Vec::new(),
+        })
+    }
+
+    /// A field as `Display` writes it.
+    fn shown(&mut self, v: impl Display) -> csv::Result<()> {
+        self.buf.clear();
+        write!(self.buf, "{v}")?;
+        self.w.write_field(&self.buf)
+    }
+
+    /// Milliseconds as `Display` writes them (the shortest decimal that
+    /// reads back), through NDJSON's path for values to the microsecond
+    /// where it applies: the same digits, but for the ".0" it gives a
+    /// whole number.
+    fn ms(&mut self, v: Option<f64>) -> csv::Result<()> {
+        let Some(v) = v else {
+            return self.w.write_field("");
+        };
+        self.buf.clear();
+        if !super::ndjson::micros(&mut self.buf, v) {
+            return self.shown(v);
+        }
+        if self.buf.ends_with(b".0") {
+            self.buf.truncate(self.buf.len() - 2);
+        }
+        self.w.write_field(&self.buf)
+    }
+
+    /// A field that may be absent: empty then.
+    fn opt(&mut self, v: Option<impl Display>) -> csv::Result<()> {
+        match v {
+            Some(v) => self.shown(v),
+            None => self.w.write_field(""),
+        }
+    }
+
+    /// A list field, its items joined by `;`.
+    fn joined<'a>(&mut self, items: impl IntoIterator<Item = &'a str>) -> csv::Result<()> {
+        self.buf.clear();
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b';');
+            }
+            self.buf.extend_from_slice(item.as_bytes());
+        }
+        self.w.write_field(&self.buf)
     }
 
     pub fn write(&mut self, r: &ConnectionRecord) -> csv::Result<()> {
         let certs = r.certs.as_ref();
-        let mut row = vec![
-            format!("{:.6}", r.ts),
-            format!("{:?}", r.transport).to_lowercase(),
-            r.client.clone(),
-            r.server.clone(),
-            opt(&r.sni),
-            opt(&r.version),
-            opt(&r.cipher),
-            r.alpn.as_ref().map(|l| l.join(";")).unwrap_or_default(),
-            opt(&r.handshake.map(|k| k.as_str())),
-            r.offered
-                .iter()
-                .flatten()
-                .map(|m| m.as_str())
-                .collect::<Vec<_>>()
-                .join(";"),
-            opt(&r.resumption.map(|m| m.as_str())),
-            opt(&r.early_data.map(|e| e.as_str())),
-            r.hrr.to_string(),
-            r.retry.to_string(),
-        ];
+        self.shown(format_args!("{:.6}", r.ts))?;
+        self.w.write_field(r.transport.as_str())?;
+        self.w.write_field(&r.client)?;
+        self.w.write_field(&r.server)?;
+        self.opt(r.sni.as_deref())?;
+        self.opt(r.version.as_ref())?;
+        self.opt(r.cipher.as_ref())?;
+        self.joined(r.alpn.iter().flatten().map(String::as_str))?;
+        self.opt(r.handshake.map(|k| k.as_str()))?;
+        self.joined(r.offered.iter().flatten().map(|m| m.as_str()))?;
+        self.opt(r.resumption.map(|m| m.as_str()))?;
+        self.opt(r.early_data.map(|e| e.as_str()))?;
+        self.shown(r.hrr)?;
+        self.shown(r.retry)?;
+        let mut timing = Ok(());
         r.timing.each(|_, v| {
-            row.push(match v {
-                TimingValue::Ms(ms) => opt(&ms),
-                TimingValue::Count(n) => opt(&n),
-            })
+            if timing.is_ok() {
+                timing = match v {
+                    TimingValue::Ms(ms) => self.ms(ms),
+                    TimingValue::Count(n) => self.opt(n),
+                };
+            }
         });
-        row.extend([
-            opt(&r.bytes.client_handshake),
-            opt(&r.bytes.server_handshake),
-            opt(&r.bytes.client_app),
-            opt(&r.bytes.server_app),
-            opt(&certs.map(|c| c.count)),
-            opt(&certs.map(|c| c.bytes)),
-            opt(&certs.and_then(|c| c.leaf_subject.clone())),
-            opt(&certs.and_then(|c| c.leaf_issuer.clone())),
-            opt(&certs.and_then(|c| c.not_before)),
-            opt(&certs.and_then(|c| c.not_after)),
-            opt(&r.failure),
-            r.notes.join(";"),
-            opt(&r.ja4),
-            opt(&r.ja4_stable),
-            opt(&r.ja4s),
-            opt(&r.alpn_negotiated),
-            r.family.as_str().to_string(),
-            opt(&r.role.map(|r| r.as_str())),
-            opt(&r.proxied_client),
-        ]);
+        timing?;
+        self.opt(r.bytes.client_handshake)?;
+        self.opt(r.bytes.server_handshake)?;
+        self.opt(r.bytes.client_app)?;
+        self.opt(r.bytes.server_app)?;
+        self.opt(certs.map(|c| c.count))?;
+        self.opt(certs.map(|c| c.bytes))?;
+        self.opt(certs.and_then(|c| c.leaf_subject.as_deref()))?;
+        self.opt(certs.and_then(|c| c.leaf_issuer.as_deref()))?;
+        self.opt(certs.and_then(|c| c.not_before))?;
+        self.opt(certs.and_then(|c| c.not_after))?;
+        self.opt(r.failure.as_ref())?;
+        self.joined(r.notes.iter().copied())?;
+        self.opt(r.ja4.as_deref())?;
+        self.opt(r.ja4_stable.as_deref())?;
+        self.opt(r.ja4s.as_deref())?;
+        self.opt(r.alpn_negotiated.as_deref())?;
+        self.w.write_field(r.family.as_str())?;
+        self.opt(r.role.map(|r| r.as_str()))?;
+        self.opt(r.proxied_client.as_deref())?;
         if self.with_capture {
-            row.push(opt(&r.capture));
+            self.opt(r.capture.as_deref())?;
         }
-        self.w.write_record(row)
+        // The record ends here (an empty record appended to its fields).
+        self.w.write_record(None::<&[u8]>)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CsvWriter;
+
+    /// Milliseconds are written as `Display` writes them, the form CSV
+    /// has always had, on NDJSON's spread of doubles.
+    #[test]
+    fn milliseconds_as_display_writes_them() {
+        // One field a row, no header.
+        let mut w = CsvWriter {
+            w: csv::WriterBuilder::new()
+                .flexible(true)
+                .from_writer(Vec::new()),
+            with_capture: false,
+            buf: Vec::new(),
+        };
+        let mut start = 0;
+        for v in crate::output::ndjson::tests::number_spread() {
+            w.ms(Some(v)).unwrap();
+            w.w.write_record(None::<&[u8]>).unwrap();
+            w.flush().unwrap();
+            let out = &w.w.get_ref()[start..];
+            start += out.len();
+            assert_eq!(std::str::from_utf8(out).unwrap(), format!("{v}\n"), "{v:e}");
+        }
     }
 }

@@ -92,7 +92,7 @@ fn f64_(out: &mut Vec<u8>, v: f64) {
 /// half the spacing of doubles below 2^32 (under 5e-7), so none of them
 /// reads back as `v`; ryu writes it plainly (no exponent), with ".0" for a
 /// whole number. Zero and negative numbers are left to ryu.
-fn micros(out: &mut Vec<u8>, v: f64) -> bool {
+pub(super) fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     if !(1e-5..4_294_967_296.0).contains(&v) {
         return false;
     }
@@ -318,7 +318,7 @@ pub fn write_record(w: &mut impl Write, r: &ConnectionRecord) -> io::Result<()> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::record::*;
 
@@ -418,6 +418,17 @@ mod tests {
     #[test]
     fn numbers_as_ryu_writes_them() {
         let ryu = |v: f64| ryu::Buffer::new().format_finite(v).to_string();
+        for v in number_spread() {
+            let mut mine = Vec::new();
+            f64_(&mut mine, v);
+            assert_eq!(String::from_utf8(mine).unwrap(), ryu(v), "{v:e}");
+        }
+    }
+
+    /// Finite doubles to check a number writer on (the CSV writer's too):
+    /// whole millionths and thousandths across the range, their neighbours
+    /// a few doubles away, special values and arbitrary doubles.
+    pub(in crate::output) fn number_spread() -> Vec<f64> {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             // xorshift64*: reproducible, no dependency.
@@ -459,11 +470,8 @@ mod tests {
             }
             values.push(f64::from_bits(next()));
         }
-        for v in values.into_iter().filter(|v| v.is_finite()) {
-            let mut mine = Vec::new();
-            f64_(&mut mine, v);
-            assert_eq!(String::from_utf8(mine).unwrap(), ryu(v), "{v:e}");
-        }
+        values.retain(|v| v.is_finite());
+        values
     }
 
     /// Every byte that needs an escape, and one that does not, at every
