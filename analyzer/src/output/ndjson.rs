@@ -25,7 +25,7 @@ fn may_need_escape(w: u64) -> bool {
     below_space | zero_byte(w ^ (ONES * b'"' as u64)) | zero_byte(w ^ (ONES * b'\\' as u64)) != 0
 }
 
-fn str_(out: &mut Vec<u8>, s: &str) {
+pub(super) fn str_(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
     // Most strings (names, hex, fingerprints, endpoints) need no escape:
@@ -77,7 +77,7 @@ fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&bytes[start..]);
 }
 
-fn f64_(out: &mut Vec<u8>, v: f64) {
+pub(super) fn f64_(out: &mut Vec<u8>, v: f64) {
     if !v.is_finite() {
         out.extend_from_slice(b"null");
     } else if !micros(out, v) {
@@ -125,7 +125,7 @@ pub(super) fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     true
 }
 
-fn u64_(out: &mut Vec<u8>, v: u64) {
+pub(super) fn u64_(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 

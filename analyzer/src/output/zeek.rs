@@ -414,30 +414,47 @@ pub fn encode_tsv(out: &mut Vec<u8>, r: &ConnectionRecord) {
 /// omits unset fields, writes times and intervals as numbers of seconds,
 /// booleans as `true`/`false`, containers as arrays.
 pub fn encode_json(out: &mut Vec<u8>, r: &ConnectionRecord) {
-    // Keys in the log's column order, as Zeek writes them.
+    use super::ndjson::{f64_, micros, str_, u64_};
+    // Keys in the log's column order, as Zeek writes them; values as
+    // serde_json writes them (NDJSON's writers, which match it).
     out.push(b'{');
     let mut first = true;
     for ((name, _), v) in COLUMNS.iter().zip(row(r)) {
-        let j = match v {
-            Value::Unset => continue,
-            Value::Time(t) | Value::Interval(t) => {
-                // Six decimals, as Zeek; serde_json prints the shortest form.
-                let t: f64 = format!("{t:.6}").parse().unwrap_or(t);
-                serde_json::json!(t)
-            }
-            Value::Str(s) => serde_json::Value::String(s),
-            Value::Addr(a) => serde_json::Value::String(a.to_string()),
-            Value::Port(p) => serde_json::json!(p),
-            Value::Bool(b) => serde_json::Value::Bool(b),
-            Value::Count(n) => serde_json::json!(n),
-            Value::List(l) => serde_json::json!(l),
-        };
+        if matches!(v, Value::Unset) {
+            continue;
+        }
         if !first {
             out.push(b',');
         }
         first = false;
-        let _ = write!(out, "\"{name}\":");
-        let _ = serde_json::to_writer(&mut *out, &j);
+        str_(out, name);
+        out.push(b':');
+        match v {
+            Value::Unset => {}
+            Value::Time(t) | Value::Interval(t) => {
+                // Six decimals, as Zeek, in the shortest form that reads
+                // back. A value to the microsecond already is one (NDJSON's
+                // path for them writes it); others are rounded first.
+                if !micros(out, t) {
+                    f64_(out, format!("{t:.6}").parse().unwrap_or(t));
+                }
+            }
+            Value::Str(s) => str_(out, &s),
+            Value::Addr(a) => str_(out, &a.to_string()),
+            Value::Port(p) => u64_(out, p.into()),
+            Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
+            Value::Count(n) => u64_(out, n),
+            Value::List(l) => {
+                out.push(b'[');
+                for (i, s) in l.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    str_(out, s);
+                }
+                out.push(b']');
+            }
+        }
     }
     out.extend_from_slice(b"}\n");
 }
