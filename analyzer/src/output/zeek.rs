@@ -3,6 +3,7 @@
 //! value conventions, then the Community ID and tlsrum's own findings
 //! (`tlsrum_*`) as extension columns. `docs/zeek.md` lists each column's
 //! rule and where Zeek's rules differ from the record's.
+use std::borrow::Cow;
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 
@@ -47,10 +48,12 @@ pub const COLUMNS: &[(&str, &str)] = &[
 
 /// One column's value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub enum Value<'a> {
     Unset,
     Time(f64),
-    Str(String),
+    /// Borrowed from the record or static where it can be: a row is
+    /// built per record.
+    Str(Cow<'a, str>),
     Addr(IpAddr),
     Port(u16),
     Bool(bool),
@@ -58,16 +61,16 @@ pub enum Value {
     /// Seconds.
     Interval(f64),
     /// A vector or set of strings.
-    List(Vec<String>),
+    List(Vec<Cow<'a, str>>),
 }
 
-fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
+fn opt<'a, T>(v: Option<T>, f: impl FnOnce(T) -> Value<'a>) -> Value<'a> {
     v.map_or(Value::Unset, f)
 }
 
 /// Zeek's `SSL::version_strings`, with its defaults for TLS 1.3 drafts
 /// and unknown numbers.
-pub fn version_name(v: u16) -> String {
+pub fn version_name(v: u16) -> Cow<'static, str> {
     match v {
         0x0002 => "SSLv2".into(),
         0x0300 => "SSLv3".into(),
@@ -78,8 +81,8 @@ pub fn version_name(v: u16) -> String {
         0xfeff => "DTLSv10".into(),
         0xfefd => "DTLSv12".into(),
         0xfefc => "DTLSv13".into(),
-        v if v / 0xff == 0x7f => format!("TLSv13-draft{}", v % 0x7f),
-        v => format!("unknown-{v}"),
+        v if v / 0xff == 0x7f => format!("TLSv13-draft{}", v % 0x7f).into(),
+        v => format!("unknown-{v}").into(),
     }
 }
 
@@ -87,11 +90,11 @@ pub fn version_name(v: u16) -> String {
 /// are its constants' names: IANA's upper-cased (`TLS_DH_ANON_…`,
 /// `TLS_ECDH_ANON_…`), plus suites IANA does not list or names otherwise,
 /// and `unknown-N` for the rest (0x002C–0x002E among them).
-pub fn cipher_name(id: u16) -> String {
+pub fn cipher_name(id: u16) -> Cow<'static, str> {
     let zeek_only = match id {
         0x001c => "SSL_FORTEZZA_KEA_WITH_NULL_SHA",
         0x001d => "SSL_FORTEZZA_KEA_WITH_FORTEZZA_CBC_SHA",
-        0x002c..=0x002e => return format!("unknown-{id}"),
+        0x002c..=0x002e => return format!("unknown-{id}").into(),
         0x0072 => "TLS_DHE_DSS_WITH_3DES_EDE_CBC_RMD",
         0x0073 => "TLS_DHE_DSS_WITH_AES_128_CBC_RMD",
         0x0074 => "TLS_DHE_DSS_WITH_AES_256_CBC_RMD",
@@ -129,17 +132,21 @@ pub fn cipher_name(id: u16) -> String {
         0xff81 => "SSL_RSA_WITH_IDEA_CBC_MD5",
         0xff82 => "SSL_RSA_WITH_DES_CBC_MD5",
         0xff83 => "SSL_RSA_WITH_3DES_EDE_CBC_MD5",
-        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}"),
+        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}").into(),
         _ => {
-            return crate::tls::enums::cipher_suite_name(id)
-                .map_or_else(|| format!("unknown-{id}"), str::to_ascii_uppercase)
+            return match crate::tls::enums::cipher_suite_name(id) {
+                // Most IANA names are upper case already: borrowed as they are.
+                Some(name) if !name.bytes().any(|b| b.is_ascii_lowercase()) => name.into(),
+                Some(name) => name.to_ascii_uppercase().into(),
+                None => format!("unknown-{id}").into(),
+            };
         }
     };
     zeek_only.into()
 }
 
 /// Zeek's `SSL::ec_curves`.
-pub fn curve_name(id: u16) -> String {
+pub fn curve_name(id: u16) -> Cow<'static, str> {
     let name = match id {
         1 => "sect163k1",
         2 => "sect163r1",
@@ -199,21 +206,21 @@ pub fn curve_name(id: u16) -> String {
         25498 => "SecP256r1Kyber768Draft00",
         0xff01 => "arbitrary_explicit_prime_curves",
         0xff02 => "arbitrary_explicit_char2_curves",
-        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}"),
-        g => return format!("unknown-{g}"),
+        g if crate::tls::enums::is_grease(g) => return format!("grease_0x{g:04X}").into(),
+        g => return format!("unknown-{g}").into(),
     };
     name.into()
 }
 
 /// Zeek's `SSL::alert_descriptions`.
-fn alert_name(desc: u8) -> String {
+fn alert_name(desc: u8) -> Cow<'static, str> {
     match desc {
         // missing_extension (RFC 8446) is not in Zeek's table.
         109 => "unknown-109".into(),
         117 => "general_error".into(),
         121 => "ech_required".into(),
         d => match crate::tls::enums::alert_name(d) {
-            "unknown" => format!("unknown-{d}"),
+            "unknown" => format!("unknown-{d}").into(),
             name => name.into(),
         },
     }
@@ -272,18 +279,18 @@ pub fn uid(r: &ConnectionRecord) -> String {
 }
 
 /// The row's values, in [`COLUMNS`]' order.
-pub fn row(r: &ConnectionRecord) -> Vec<Value> {
+pub fn row(r: &ConnectionRecord) -> Vec<Value<'_>> {
     let z = r.zeek.as_deref();
     let (client, server) = (endpoint(&r.client), endpoint(&r.server));
     let proto = match r.transport {
         Transport::Tcp => 6,
         Transport::Quic => 17,
     };
-    let s = |v: &str| Value::Str(v.to_string());
+    let s = |v| Value::Str(Cow::Borrowed(v));
     let ms = |v: Option<f64>| opt(v, |ms| Value::Interval(ms / 1000.0));
     vec![
         Value::Time(z.map_or(r.ts, |z| z.ts)),
-        Value::Str(uid(r)),
+        Value::Str(uid(r).into()),
         opt(client, |c| Value::Addr(c.ip())),
         opt(client, |c| Value::Port(c.port())),
         opt(server, |c| Value::Addr(c.ip())),
@@ -296,21 +303,21 @@ pub fn row(r: &ConnectionRecord) -> Vec<Value> {
         opt(z.and_then(|z| z.last_alert), |a| Value::Str(alert_name(a))),
         opt(z.and_then(|z| z.next_protocol.as_deref()), s),
         Value::Bool(z.is_some_and(|z| z.established)),
-        Value::Str(z.map(|z| z.history.clone()).unwrap_or_default()),
+        Value::Str(z.map_or(Cow::Borrowed(""), |z| Cow::Borrowed(z.history.as_str()))),
         opt(z.and_then(|z| z.cert_chain_fps.as_ref()), |l| {
-            Value::List(l.iter().map(hex::encode).collect())
+            Value::List(l.iter().map(|fp| hex::encode(fp).into()).collect())
         }),
         opt(z.and_then(|z| z.client_cert_chain_fps.as_ref()), |l| {
-            Value::List(l.iter().map(hex::encode).collect())
+            Value::List(l.iter().map(|fp| hex::encode(fp).into()).collect())
         }),
         opt(z.and_then(|z| z.sni_matches_cert), Value::Bool),
         opt(client.zip(server), |(c, sv)| {
-            Value::Str(community_id(c, sv, proto, 0))
+            Value::Str(community_id(c, sv, proto, 0).into())
         }),
         opt(r.handshake.map(HandshakeKind::as_str), s),
         opt(r.resumption.map(|m| m.as_str()), s),
         opt(r.offered.as_ref(), |o| {
-            Value::List(o.iter().map(|m| m.as_str().to_string()).collect())
+            Value::List(o.iter().map(|m| m.as_str().into()).collect())
         }),
         opt(r.early_data.map(|e| e.as_str()), s),
         Value::Bool(r.hrr),
@@ -346,7 +353,7 @@ fn secs(out: &mut Vec<u8>, v: f64) {
     let _ = write!(out, "{v:.6}");
 }
 
-fn tsv_value(out: &mut Vec<u8>, v: &Value) {
+fn tsv_value(out: &mut Vec<u8>, v: &Value<'_>) {
     match v {
         Value::Unset => out.push(b'-'),
         Value::Time(t) | Value::Interval(t) => secs(out, *t),
