@@ -16,7 +16,7 @@ Builds bench/mkcapture and tlsrum (release), creates bench-data/big.pcap from th
 (CAPTURE arguments, else pcaps/*.pcapng) and times, alternating, RUNS times each:
   cat         cat FILE > /dev/null (reading the file out of the page cache)
   pcapcount   bare libpcap read loop (the floor of a libpcap reader)
-  tlsrum      target/release/tlsrum replay --format ndjson FILE > /dev/null
+  tlsrum      target/release/tlsrum replay --format FORMAT FILE > /dev/null
   ndpiReader  ndpiReader -q -i FILE (nDPI: protocol detection, TLS SNI/JA3 per flow)
   tshark      tshark -r FILE -Y tls.handshake -T fields ... > /dev/null
 
@@ -35,6 +35,8 @@ options:
   --compare BIN         also time BIN (another tlsrum binary, e.g. one built from main
                         into another directory) as "baseline", alternating with tlsrum,
                         and report baseline/tlsrum
+  --format F            tlsrum's output (default ndjson): table is what a plain
+                        `tlsrum replay FILE` writes; csv, zeek and zeek-json cost more
   --threads N           also time tlsrum with --threads N (tool tlsrum-N), alternating
                         with tlsrum on one thread (--threads 1), and report the ratio
   --regen               rebuild bench-data/big.pcap even if it is up to date
@@ -57,6 +59,7 @@ DO_TLSRUM=1
 REGEN=0
 COMPARE=""
 THREADS=""
+FORMAT=ndjson
 TLSRUM_BIN=""
 DATA_DIR=""
 INPUTS=()
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --regen) REGEN=1; shift ;;
     --compare) COMPARE="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
+    --format) FORMAT="$2"; shift 2 ;;
     --tlsrum) TLSRUM_BIN="$2"; shift 2 ;;
     --data) DATA_DIR="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -277,9 +281,9 @@ for ((run = 1; run <= RUNS; run++)); do
       cat) run_timed cat cat "$BIG" ;;
       pcapcount) run_timed pcapcount "$PCAPCOUNT" "$BIG" ;;
       ndpiReader) run_timed ndpiReader ndpiReader -q -i "$BIG" ;;
-      tlsrum) run_timed tlsrum "$TLSRUM" replay --threads 1 --format ndjson "$BIG" ;;
-      baseline) run_timed baseline "$COMPARE" replay --format ndjson "$BIG" ;;
-      tlsrum-*) run_timed "$tool" "$TLSRUM" replay --threads "$THREADS" --format ndjson "$BIG" ;;
+      tlsrum) run_timed tlsrum "$TLSRUM" replay --threads 1 --format "$FORMAT" "$BIG" ;;
+      baseline) run_timed baseline "$COMPARE" replay --format "$FORMAT" "$BIG" ;;
+      tlsrum-*) run_timed "$tool" "$TLSRUM" replay --threads "$THREADS" --format "$FORMAT" "$BIG" ;;
       tshark) run_timed tshark tshark -r "$TSHARK_FILE" -Y tls.handshake -T fields \
                 -e frame.time_epoch -e tcp.stream -e tls.handshake.type ;;
     esac
@@ -293,6 +297,7 @@ REPORT="$DATA/results-$(date +%Y%m%d-%H%M%S).txt"
   echo
   echo "replay throughput on $BIG"
   echo "  $PKTS packets, $FILE_BYTES bytes; $CONNECTIONS connections, bulk ratio $BULK_RATIO; inputs: $INPUT_DESC"
+  echo "  tlsrum's output: --format $FORMAT"
   echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (ratios need an otherwise idle machine)"
   echo "  $(nproc) cores, $(uname -r); seconds and packets/s: median of $RUNS runs; best p/s: fastest run;"
   echo "  the file was read back into the page cache before $REWARMED of the runs (some of it had"

@@ -89,6 +89,9 @@ fn the_replay_benchmark_runs_end_to_end() {
         "1",
         "--threads",
         "2",
+        // Not the default (ndjson): the option reaches every tlsrum run.
+        "--format",
+        "table",
         "--tlsrum",
         BIN,
         "--data",
@@ -126,6 +129,10 @@ fn the_replay_benchmark_runs_end_to_end() {
             );
         }
     }
+    assert!(
+        out.contains("tlsrum's output: --format table"),
+        "the report does not name the format timed:\n{out}"
+    );
     for ratio in [
         "cat/tlsrum",
         "pcapcount/tlsrum",
