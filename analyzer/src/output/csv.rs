@@ -108,6 +108,11 @@ impl<W: Write> CsvWriter<W> {
         self.w.write_field(&self.buf)
     }
 
+    /// A text field that may be absent, as it is (empty then).
+    fn text(&mut self, v: Option<&str>) -> csv::Result<()> {
+        self.w.write_field(v.unwrap_or(""))
+    }
+
     /// A field that may be absent: empty then.
     fn opt(&mut self, v: Option<impl Display>) -> csv::Result<()> {
         match v {
@@ -134,14 +139,14 @@ impl<W: Write> CsvWriter<W> {
         self.w.write_field(r.transport.as_str())?;
         self.w.write_field(&r.client)?;
         self.w.write_field(&r.server)?;
-        self.opt(r.sni.as_deref())?;
-        self.opt(r.version.as_ref())?;
-        self.opt(r.cipher.as_ref())?;
+        self.text(r.sni.as_deref())?;
+        self.text(r.version)?;
+        self.text(r.cipher.as_deref())?;
         self.joined(r.alpn.iter().flatten().map(String::as_str))?;
-        self.opt(r.handshake.map(|k| k.as_str()))?;
+        self.text(r.handshake.map(|k| k.as_str()))?;
         self.joined(r.offered.iter().flatten().map(|m| m.as_str()))?;
-        self.opt(r.resumption.map(|m| m.as_str()))?;
-        self.opt(r.early_data.map(|e| e.as_str()))?;
+        self.text(r.resumption.map(|m| m.as_str()))?;
+        self.text(r.early_data.map(|e| e.as_str()))?;
         self.shown(r.hrr)?;
         self.shown(r.retry)?;
         let mut timing = Ok(());
@@ -160,21 +165,21 @@ impl<W: Write> CsvWriter<W> {
         self.opt(r.bytes.server_app)?;
         self.opt(certs.map(|c| c.count))?;
         self.opt(certs.map(|c| c.bytes))?;
-        self.opt(certs.and_then(|c| c.leaf_subject.as_deref()))?;
-        self.opt(certs.and_then(|c| c.leaf_issuer.as_deref()))?;
+        self.text(certs.and_then(|c| c.leaf_subject.as_deref()))?;
+        self.text(certs.and_then(|c| c.leaf_issuer.as_deref()))?;
         self.opt(certs.and_then(|c| c.not_before))?;
         self.opt(certs.and_then(|c| c.not_after))?;
-        self.opt(r.failure.as_ref())?;
+        self.text(r.failure.as_deref())?;
         self.joined(r.notes.iter().copied())?;
-        self.opt(r.ja4.as_deref())?;
-        self.opt(r.ja4_stable.as_deref())?;
-        self.opt(r.ja4s.as_deref())?;
-        self.opt(r.alpn_negotiated.as_deref())?;
+        self.text(r.ja4.as_deref())?;
+        self.text(r.ja4_stable.as_deref())?;
+        self.text(r.ja4s.as_deref())?;
+        self.text(r.alpn_negotiated.as_deref())?;
         self.w.write_field(r.family.as_str())?;
-        self.opt(r.role.map(|r| r.as_str()))?;
-        self.opt(r.proxied_client.as_deref())?;
+        self.text(r.role.map(|r| r.as_str()))?;
+        self.text(r.proxied_client.as_deref())?;
         if self.with_capture {
-            self.opt(r.capture.as_deref())?;
+            self.text(r.capture.as_deref())?;
         }
         // The record ends here (an empty record appended to its fields).
         self.w.write_record(None::<&[u8]>)

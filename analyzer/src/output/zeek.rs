@@ -447,7 +447,10 @@ pub fn encode_json(out: &mut Vec<u8>, r: &ConnectionRecord) {
                 }
             }
             Value::Str(s) => str_(out, &s),
-            Value::Addr(a) => str_(out, &a.to_string()),
+            // An address needs no escape.
+            Value::Addr(a) => {
+                let _ = write!(out, "\"{a}\"");
+            }
             Value::Port(p) => u64_(out, p.into()),
             Value::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
             Value::Count(n) => u64_(out, n),
