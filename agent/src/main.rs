@@ -8,11 +8,16 @@ use tlsrum::exit::{Exit, TABLE as EXIT_TABLE};
 use tlsrum::{generate, live, replay};
 
 // Per-connection state is many small allocations; mimalloc makes them cheap.
-// Its heap keeps the transparent huge pages mimalloc asks for: without them
-// (its `no_thp` feature) a replay's peak was a quarter lower and two threads
-// 3-7 % faster, but one thread, the default, 5-7 % slower; and a process-wide
-// prctl(PR_SET_THP_DISABLE) also kept the capture's page cache from being
-// mapped 2 MiB at a time (bench/README.md, "Open handshakes", 30 Nov).
+// Its heap is in 4 KiB pages (its `no_thp` feature: no `MADV_HUGEPAGE`).
+// With transparent huge pages the first touch of any 2 MiB of heap zeroes
+// all of it, and where the host takes back free guest memory (virtio-balloon
+// free page reporting, as on this project's VM) that first touch is several
+// times slower per byte than with small pages. Side by side (1 Dec,
+// profile-guided): two threads 1.18-1.32x faster, one thread 1.01-1.07x,
+// peak RSS 30-50 % lower, a million open handshakes 936 B each instead of
+// 1,022 and 1.6x faster (bench/README.md, "the heap in 4 KiB pages"). The
+// capture's mapping still gets the kernel's large folios: only the heap is
+// affected.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
