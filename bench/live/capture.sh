@@ -81,3 +81,18 @@ import collections, json, sys
 c = collections.Counter(json.loads(l)["handshake"] or "null" for l in sys.stdin if l.strip())
 print(sum(c.values()), " ".join(f"{k}={v}" for k, v in sorted(c.items())))'
 }
+
+# metric_kinds < /metrics text: the same summary from the agent's
+# tls_handshakes_total (one count per record, by its kind), for an agent
+# that writes no --events file.
+metric_kinds() {
+  python3 -c '
+import collections, re, sys
+c = collections.Counter()
+for l in sys.stdin:
+    m = re.match(r"tls_handshakes_total\{(.*)\} (\S+)$", l)
+    if m:
+        kind = re.search(r"kind=\"([^\"]*)\"", m.group(1))
+        c[kind.group(1) if kind else "null"] += int(float(m.group(2)))
+print(sum(c.values()), " ".join(f"{k}={v}" for k, v in sorted(c.items()) if v))'
+}

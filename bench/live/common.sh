@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # TLSRUM=PATH runs that binary instead of building one (an older build,
 # to compare against side by side).
 TLSRUM="${TLSRUM:-$ROOT/target/release/tlsrum}"
-DATA="$ROOT/bench-data"
+# BENCH_DATA=DIR keeps the generated captures there (the smoke test uses a scratch one).
+DATA="${BENCH_DATA:-$ROOT/bench-data}"
 SNS="tlsrum-bench-s"      # server namespace: the agent's veth end
 CNS="tlsrum-bench-c"      # client namespace
 SDEV="tbs0"
@@ -99,8 +100,11 @@ agent_start() {
   # would count the first run's records too.
   rm -f "$AGENT_EVENTS"
   AGENT_METRICS="http://127.0.0.1:$mport/metrics"
+  # AGENT_NO_EVENTS=1: metrics only, as an agent in production runs.
+  local events=(--events "$AGENT_EVENTS")
+  [ "${AGENT_NO_EVENTS:-0}" = 1 ] && events=()
   bg "agent-$backend-$mport" ip netns exec "$SNS" "$TLSRUM" live --iface "$SDEV" \
-    --backend "$backend" --metrics "127.0.0.1:$mport" --events "$AGENT_EVENTS" "$@"
+    --backend "$backend" --metrics "127.0.0.1:$mport" "${events[@]}" "$@"
   AGENT_PID=$BG_PID
   AGENT_LOG="$TMPD/agent-$backend-$mport.log"
   for _ in $(seq 200); do

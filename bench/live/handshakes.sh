@@ -15,12 +15,16 @@
 #
 #   [LIVE_BULK=0] bench/live/handshakes.sh [--speeds "0.5 1 2 top"] [--backends "ebpf pcap"]
 #                            [--wrk-secs S] [--no-wrk] [--parallel] [--agent-args "ARGS"]
+#                            [--no-events]
 #
 # Backend "none" sends the same traffic with no agent and no TC program: the
 # rate tcpreplay itself reaches on this machine, the ceiling of every other
 # row.
 #
 # --agent-args adds arguments to every agent (e.g. "--buffer-size 8M").
+# --no-events runs the agent as in production, serving /metrics only: no
+# --events file, whose writes are part of the agent's CPU otherwise; its
+# records are then compared by kind from tls_handshakes_total.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
@@ -39,7 +43,8 @@ while [ $# -gt 0 ]; do
     --no-wrk) DO_WRK=0; shift ;;
     --parallel) PARALLEL=1; shift ;;
     --agent-args) read -r -a AGENT_ARGS <<<"$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --no-events) export AGENT_NO_EVENTS=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac
 done
@@ -67,6 +72,16 @@ sysctl -qw net.core.netdev_max_backlog=100000
 trap 'sysctl -qw net.core.netdev_max_backlog='"$OLD_BACKLOG"'; cleanup' EXIT
 
 DROPS="ringbuf_full payload_truncated flow_map_error load_error pcap_dropped pcap_ifdropped reassembly_gap record_limit"
+
+# agent_kinds: the records of the agent just stopped, by kind (kinds), from
+# its --events file, or from the /metrics scraped into $TMPD/m.txt.
+agent_kinds() {
+  if [ "${AGENT_NO_EVENTS:-0}" = 1 ]; then
+    metric_kinds <"$TMPD/m.txt"
+  else
+    kinds <"$AGENT_EVENTS"
+  fi
+}
 
 replay_run() { # BACKEND SPEED -> one result line
   local backend="$1" speed="$2" opt
@@ -109,7 +124,7 @@ replay_run() { # BACKEND SPEED -> one result line
   rxd=$(ip -n "$SNS" -s -j link show "$SDEV" | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["rx"]; print(s["dropped"])')
   agent_stop   # SIGINT: flows still open are reported as they stand
   local got drops="" d
-  got=$(kinds <"$AGENT_EVENTS")
+  got=$(agent_kinds)
   for d in $DROPS; do drops+=" $d=$(msum "$TMPD/m.txt" tlsrum_drops_total "reason=$d")"; done
   drops+=" kernel_bytes_lost=$(msum "$TMPD/m.txt" tlsrum_kernel_bytes_lost_total)"
   local ok=yes
@@ -123,7 +138,7 @@ replay_run() { # BACKEND SPEED -> one result line
 echo
 echo "replayed handshakes: ${LIVE_PARTS[*]} ($CONNS connections, $LIVE_BULK bulk records each; replay: $WANT)"
 [ "$PARALLEL" = 1 ] && echo "  two tcpreplay processes at once, one per half"
-echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports ${AGENT_ARGS[*]}"
+echo "  $(nproc) cores, $(uname -r); tcpreplay -K -i VETH --multiplier=SPEED (or --topspeed); agent: tlsrum live --all-ports ${AGENT_ARGS[*]}$([ "${AGENT_NO_EVENTS:-0}" = 1 ] && echo " (no --events: records compared from /metrics)")"
 for speed in $SPEEDS; do
   for backend in $BACKENDS; do
     replay_run "$backend" "$speed"
@@ -180,7 +195,7 @@ for backend in $BACKENDS; do
   stop "$NGINX_PID" TERM
   reqs=$(wc -l <"$W/access.log")
   rps=$(sed -nE 's/^Requests\/sec: +([0-9.]+).*/\1/p' "$TMPD/wrk.out")
-  got=$(kinds <"$AGENT_EVENTS")
+  got=$(agent_kinds)
   drops=""
   for d in $DROPS; do drops+=" $d=$(msum "$TMPD/m.txt" tlsrum_drops_total "reason=$d")"; done
   drops+=" kernel_bytes_lost=$(msum "$TMPD/m.txt" tlsrum_kernel_bytes_lost_total)"
