@@ -134,13 +134,15 @@ printf '  %-5s %-8s %s\n' '#' window "Gbit/s (agent CPU s)"
 awk '$2 != "timed" { if ($2 == "with") printf "  %-5s %-8s %s  (%s s)\n", $1, $2, $3, $4; else printf "  %-5s %-8s %s\n", $1, $2, $3 }' "$TMPD/results"
 echo "  median without: $without Gbit/s"
 echo "  median with:    $with Gbit/s"
-awk -v a="$without" -v b="$with" 'BEGIN { printf "  with/without, medians:            %.4f (%.2f%% lower with the agent)\n", b / a, (1 - b / a) * 100 }'
-awk -v r="$paired" 'BEGIN { printf "  with/neighbours without, median:  %.4f (%.2f%% lower with the agent)\n", r, (1 - r) * 100 }'
+# change R: a ratio with/without in words ("1.20% lower", "0.50% higher").
+CHANGE='function change(r) { return r <= 1 ? sprintf("%.2f%% lower", (1 - r) * 100) : sprintf("%.2f%% higher", (r - 1) * 100) }'
+awk -v a="$without" -v b="$with" "$CHANGE"' BEGIN { printf "  with/without, medians:            %.4f (%s with the agent)\n", b / a, change(b / a) }'
+awk -v r="$paired" "$CHANGE"' BEGIN { printf "  with/neighbours without, median:  %.4f (%s with the agent)\n", r, change(r) }'
 awk '{ v[NR] = $1 } END { q = int(NR / 4) + 1; printf "  those ratios: min %.3f, quartiles %.3f-%.3f, max %.3f\n", v[1], v[q], v[NR + 1 - q], v[NR] }' "$TMPD/ratios"
 # A 95% interval for the median of the ratios that assumes nothing
 # of their distribution (order statistics; one outlier pair cannot move it).
-awk '{ v[NR] = $1 } END {
+awk "$CHANGE"' { v[NR] = $1 } END {
   n = NR; k = int((n - 1.96 * sqrt(n)) / 2); if (k < 1) k = 1
-  printf "  95%% interval of that median: %.4f-%.4f (at most %.2f%% lower with the agent)\n", v[k], v[n + 1 - k], (1 - v[k]) * 100
+  printf "  95%% interval of that median: %.4f-%.4f (at worst %s with the agent)\n", v[k], v[n + 1 - k], change(v[k])
 }' "$TMPD/ratios"
 awk -v secs="$SECS" '$2 == "timed" { printf "  TC programs (stats on): %s Gbit/s, %d runs, %.1f ms = %.0f ns/run, %.2f%% of one CPU; %s ring-buffer events\n", $3, $7, $6 / 1e6, $7 ? $6 / $7 : 0, $6 / (secs * 1e9) * 100, $5 }' "$TMPD/results"
