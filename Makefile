@@ -39,6 +39,9 @@ test: deps
 	$(CARGO) clippy --profile ci --locked --workspace --all-targets -- -D warnings
 	cd fuzz && $(CARGO) clippy --locked --all-targets -- -D warnings
 	cd fuzz/seeds && $(CARGO) clippy --locked --all-targets -- -D warnings
+	# Every intra-doc link resolves (private items documented, so links
+	# between them count).
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --locked --no-deps --workspace --document-private-items
 	bash fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECS)
 
 # libFuzzer on stable Rust (fuzz/README.md): every target FUZZ_SECS seconds.

@@ -73,6 +73,8 @@ pub struct LiveArgs {
     pub local: Vec<String>,
     /// Where to serve /metrics, /healthz and /: HOST:PORT, [IPV6]:PORT,
     /// localhost:PORT, or :PORT (or PORT) for every address of the host.
+    // The doc comment is --help's text, where "[IPV6]" is no link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9853", value_parser = metrics::http::parse_listen)]
     pub metrics: metrics::http::Listen,
     /// Append connection records as NDJSON to FILE (or - for stdout);

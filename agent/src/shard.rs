@@ -420,7 +420,7 @@ impl SessionIds for SharedIds {
 
     /// Known when the ID was issued before `q`, or when every other shard
     /// is past `q`; otherwise the record carries the question and the
-    /// reading thread settles it ([`write`]): no shard waits for another.
+    /// reading thread settles it ([`write()`]): no shard waits for another.
     fn answer(&self, hash: u64, q: u64) -> Option<bool> {
         if self.issued_before(hash, q) {
             return Some(true);

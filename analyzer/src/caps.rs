@@ -1,5 +1,5 @@
 //! Caps that more than one part of tlsrum must agree on, stated once.
-//! Hitting any of them is counted (see [`crate::counters`]).
+//! Hitting any of them is counted (see [`mod@crate::counters`]).
 
 /// TLS records kept per direction of a connection for timing and byte
 /// counts; a handshake needs a handful, so hitting this means the

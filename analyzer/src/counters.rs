@@ -1,4 +1,4 @@
-//! Counters, each defined once: the [`counters!`](crate::counters) macro
+//! Counters, each defined once: the [`counters!`](macro@crate::counters) macro
 //! turns one list of documented fields into the struct, its `merge`, its
 //! `--stats` JSON (serde) and the walk that exporters (Prometheus) use, so
 //! a new counter cannot be forgotten on one of those ways out.

@@ -1,7 +1,7 @@
 //! "Which clients never resume": per client fingerprint, the full
 //! handshakes that offered nothing and those whose offer was declined,
 //! against the resumed ones, and the avoidable latency they cost. Bounded
-//! like the server names ([`add_named`](crate::aggregate::add_named): the
+//! like the server names ([`add_named`]: the
 //! rest folded into `(other)`).
 //!
 //! The fingerprint is `ja4_stable`, not `ja4`: a TLS 1.3 client's resuming

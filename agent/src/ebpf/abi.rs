@@ -247,7 +247,7 @@ impl EventHeader {
                 >= self.payload_len
     }
 
-    /// The flow this event belongs to, as [`EbpfCapture::mark_done`] takes it.
+    /// The flow this event belongs to, as [`crate::ebpf::loader::EbpfCapture::mark_done`] takes it.
     pub fn flow(&self) -> FlowTuple {
         FlowTuple {
             src: self.src(),

@@ -1,7 +1,7 @@
 //! The aggregate outputs of `--by` / `--window` ([`crate::slice`]): a table,
 //! NDJSON (one object per group, per window), CSV (the same flattened).
 //! The schema is README's "Slicing"; the three are written from the same
-//! [`Cells`] of each row, so they cannot disagree.
+//! [`cells`] of each row, so they cannot disagree.
 
 use std::io::{self, Write};
 

@@ -230,7 +230,7 @@ fn endpoint(s: &str) -> Option<SocketAddr> {
     s.parse().ok()
 }
 
-/// Community ID v1 (https://github.com/corelight/community-id-spec) of a
+/// Community ID v1 (<https://github.com/corelight/community-id-spec>) of a
 /// TCP or UDP flow, seed `seed`: `1:` + base64 of SHA-1 over the seed,
 /// both endpoints ordered (lower address first, then lower port), the
 /// protocol and a zero pad byte.

@@ -7,7 +7,7 @@
 //! name. Columns are read by name, so Bro's and older Zeek's logs (fewer or
 //! other columns) read as well; only `ts` and the `id.*` four are required.
 //!
-//! A row becomes one [`ConnectionRecord`] with what Zeek knows (see
+//! A row becomes one [`analyzer::record::ConnectionRecord`] with what Zeek knows (see
 //! [`row`] for the mapping); what it does not (timing, offers, bytes,
 //! JA4) is null. A damaged line is an error naming its line number; every
 //! other row is kept.
