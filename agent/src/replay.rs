@@ -203,7 +203,7 @@ fn inputs(read: &[PathBuf], paths: &[PathBuf]) -> Result<Vec<Input>> {
 /// `--threads` unless given: one. On a quiet 2-core machine 2 threads are
 /// 1.4-1.7x as fast (bench/README.md "Threads"), and the replay tests
 /// pass with two as the default (21 test files, tried 29 Nov). But each
-/// thread adds its own memory (57 -> 115 MiB peak at two: a default of
+/// thread adds its own memory (34 -> 59 MiB peak at two on big.pcap: a default of
 /// all cores would be gigabytes on a large host), records finished at the
 /// same moment (the end of the capture) come shard by shard rather than
 /// oldest first, and a binding `--max-flows`/`--max-memory` can evict
