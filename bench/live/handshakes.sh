@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --no-wrk) DO_WRK=0; shift ;;
     --parallel) PARALLEL=1; shift ;;
     --agent-args) read -r -a AGENT_ARGS <<<"$2"; shift 2 ;;
-    --no-events) export AGENT_NO_EVENTS=1; shift ;;
+    --no-events) AGENT_NO_EVENTS=1; shift ;;
     -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) log "unknown option $1"; exit 2 ;;
   esac

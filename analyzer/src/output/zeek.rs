@@ -303,7 +303,7 @@ pub fn row(r: &ConnectionRecord) -> Vec<Value<'_>> {
         opt(z.and_then(|z| z.last_alert), |a| Value::Str(alert_name(a))),
         opt(z.and_then(|z| z.next_protocol.as_deref()), s),
         Value::Bool(z.is_some_and(|z| z.established)),
-        Value::Str(z.map_or(Cow::Borrowed(""), |z| Cow::Borrowed(z.history.as_str()))),
+        s(z.map_or("", |z| z.history.as_str())),
         opt(z.and_then(|z| z.cert_chain_fps.as_ref()), |l| {
             Value::List(l.iter().map(|fp| hex::encode(fp).into()).collect())
         }),
