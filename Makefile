@@ -7,7 +7,7 @@ TLSRUM := target/release/tlsrum
 FUZZ_SECS ?= 600
 FUZZ_SMOKE_SECS ?= 10
 
-.PHONY: deps build deb image k8s-manifest demo test baselines pcaps bench clean experiment experiment-ats fuzz fuzz-smoke docs-charts
+.PHONY: deps build deb image k8s-manifest demo test baselines pcaps bench bench-instructions clean experiment experiment-ats fuzz fuzz-smoke docs-charts
 
 deps:
 	@bash scripts/install-deps.sh
@@ -77,6 +77,11 @@ pcaps: deps
 # Throughput benchmark on a large synthetic-from-real capture (see bench/README.md).
 bench: build
 	bash bench/run.sh
+
+# Exact instruction and allocation counts per packet and per connection
+# (callgrind); BASELINE=path/to/an/older/tlsrum compares with it first.
+bench-instructions: build
+	bash bench/instructions.sh $(BASELINE) $(TLSRUM)
 
 clean:
 	$(CARGO) clean

@@ -32,6 +32,8 @@ APT_PACKAGES=(
   iputils-ping
   # GNU time: peak memory in the benchmarks (bench/run.sh, bench/open_handshakes.sh)
   time
+  # exact instruction and allocation counts (bench/instructions.sh)
+  valgrind
   # nDPI's ndpiReader: the other passive analyzer bench/run.sh compares with
   libndpi-bin
   # shipping it: the container image (buildah from scratch, run by podman:

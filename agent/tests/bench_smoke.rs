@@ -214,3 +214,65 @@ fn fails_on_a_full_disk(capture: &Path, threads: &str) {
         "--threads {threads} writing to /dev/full: {status}, stderr: {err}"
     );
 }
+
+/// `bench/instructions.sh` (exact instruction and allocation counts under
+/// callgrind) on a small generated capture, this build named twice: the
+/// report has a row for each, its per-packet and per-connection figures
+/// are the totals divided, and the same binary counts the same to within
+/// a thousandth (only the per-process hash keys differ between runs).
+#[test]
+fn the_instruction_count_benchmark_runs_end_to_end() {
+    if common::skip_unless(
+        "the_instruction_count_benchmark_runs_end_to_end",
+        &[Need::Tools(&["valgrind"])],
+    ) {
+        return;
+    }
+    let data = std::env::temp_dir().join(format!("tlsrum-instr-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let out = common::run(&[
+        "bash",
+        root().join("bench/instructions.sh").to_str().unwrap(),
+        "--connections",
+        "200",
+        "--bulk-ratio",
+        "2",
+        "--data",
+        data.to_str().unwrap(),
+        BIN,
+        BIN,
+    ]);
+    let packets: f64 = out
+        .split_once(" packets, 200 connections")
+        .and_then(|(head, _)| head.rsplit_once('(')?.1.parse().ok())
+        .unwrap_or_else(|| panic!("no packet count in the report:\n{out}"));
+    let rows: Vec<Vec<f64>> = out
+        .lines()
+        .filter(|l| l.starts_with(BIN))
+        .map(|l| {
+            l[BIN.len()..]
+                .split_whitespace()
+                .map(|w| w.parse().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "a row per binary:\n{out}");
+    for row in &rows {
+        let [total, per_packet, per_conn, allocs, _ratio] = row[..] else {
+            panic!("five figures a row:\n{out}");
+        };
+        assert!(
+            total > 1e6,
+            "{total} instructions for 200 connections:\n{out}"
+        );
+        assert!((per_packet - total / packets).abs() <= 1.0, "{out}");
+        assert!((per_conn - total / 200.0).abs() <= 1.0, "{out}");
+        assert!(allocs > 1.0, "{allocs} allocations a connection:\n{out}");
+    }
+    let ratio = rows[1][4];
+    assert!(
+        (0.999..=1.001).contains(&ratio),
+        "the same binary counted {ratio} of itself:\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}
