@@ -642,12 +642,15 @@ impl Handshake {
     fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
         let log = &mut self.records[dir as usize];
         if log.len() < MAX_RECORDS_PER_DIR {
-            // A handshake left waiting holds one record a side: room for
-            // one (a first push reserves four). One that goes on holds
-            // ~5-12: room for eight next, not four and then eight.
-            match log.len() {
-                0 => log.reserve_exact(1),
-                1 => log.reserve_exact(7),
+            // A handshake left waiting (a flood of hellos) holds its
+            // client's first record alone: room for one (a first push
+            // reserves four). One that goes on holds ~5-12 a side: room for
+            // eight next, not four and then eight; a server's records come
+            // only once it answered, so its side gets the eight at once.
+            match (log.len(), dir) {
+                (0, Dir::Client) => log.reserve_exact(1),
+                (0, Dir::Server) => log.reserve_exact(8),
+                (1, _) => log.reserve_exact(7),
                 _ => {}
             }
             log.push(rec);

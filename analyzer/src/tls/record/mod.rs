@@ -216,40 +216,61 @@ impl RecordStream {
             if self.current.is_none() {
                 self.current = Some((chunk.ts, seq, chunk.ack));
             }
-            // Gather the 5-byte header (or 2 bytes of an SSLv2 header).
-            let need_header = 5usize.saturating_sub(self.buf.len());
-            if need_header > 0 {
-                let n = need_header.min(data.len());
-                self.buf.extend_from_slice(&data[..n]);
-                data = &data[n..];
-                seq = seq.wrapping_add(n as u32);
-                if self.buf.len() < 5 {
-                    continue;
-                }
-            }
             let (ts, start, ack) = self.current.unwrap_or((chunk.ts, seq, chunk.ack));
-            if (!self.started || self.sslv2) && self.buf[0] & 0x80 != 0 {
-                // SSLv2 record header (a direction that began in SSLv2 may
-                // go on in it): 2 bytes of length, then the message.
-                let used = self.sslv2_record(data, ts, start, ack, sink);
-                data = &data[used..];
-                seq = seq.wrapping_add(used as u32);
-                continue;
-            }
+            let sslv2_possible = !self.started || self.sslv2;
+            let sslv2_start = |b: u8| sslv2_possible && b & 0x80 != 0;
+            // The 5-byte header: read where it lies when this chunk holds
+            // all of it (the usual case: no buffer, nothing copied), else
+            // gathered (or 2 bytes of an SSLv2 header).
+            let h: [u8; 5] = match data {
+                [a, b, c, d, e, rest @ ..] if self.buf.is_empty() && !sslv2_start(*a) => {
+                    data = rest;
+                    seq = seq.wrapping_add(5);
+                    [*a, *b, *c, *d, *e]
+                }
+                _ => {
+                    let need_header = 5usize.saturating_sub(self.buf.len());
+                    if need_header > 0 {
+                        let n = need_header.min(data.len());
+                        self.buf.extend_from_slice(&data[..n]);
+                        data = &data[n..];
+                        seq = seq.wrapping_add(n as u32);
+                        if self.buf.len() < 5 {
+                            continue;
+                        }
+                    }
+                    if sslv2_start(self.buf[0]) {
+                        // SSLv2 record header (a direction that began in
+                        // SSLv2 may go on in it): 2 bytes of length, then
+                        // the message.
+                        let used = self.sslv2_record(data, ts, start, ack, sink);
+                        data = &data[used..];
+                        seq = seq.wrapping_add(used as u32);
+                        continue;
+                    }
+                    [
+                        self.buf[0],
+                        self.buf[1],
+                        self.buf[2],
+                        self.buf[3],
+                        self.buf[4],
+                    ]
+                }
+            };
             self.started = true;
-            let ctype = self.buf[0];
-            let len = u16::from_be_bytes([self.buf[3], self.buf[4]]) as usize;
+            let ctype = h[0];
+            let len = u16::from_be_bytes([h[3], h[4]]) as usize;
             if let Some((_, version)) = self.unconfirmed.filter(|&(at, _)| at != start) {
                 // The header after a resynchronised record: if it is not
                 // one, that record was a chance match.
-                if !header_fits(&self.buf, Some(version)) {
+                if !header_fits(&h, Some(version)) {
                     self.hunt();
                     return Ok(());
                 }
                 self.unconfirmed = None;
             }
             if !(content_type::CHANGE_CIPHER_SPEC..=content_type::HEARTBEAT).contains(&ctype)
-                || self.buf[1] != 3
+                || h[1] != 3
             {
                 return self.fail(StreamError::BadRecordHeader);
             }
@@ -257,13 +278,13 @@ impl RecordStream {
                 return self.fail(StreamError::RecordTooLong);
             }
             if !self.announced {
-                self.version = Some([self.buf[1], self.buf[2]]);
+                self.version = Some([h[1], h[2]]);
                 self.records = self.records.saturating_add(1);
             }
             let record = RecordInfo {
                 ts,
                 content_type: ctype,
-                minor: self.buf[2],
+                minor: h[2],
                 len: len as u16,
                 seq: start,
                 end: start.wrapping_add(5 + len as u32),
@@ -288,17 +309,13 @@ impl RecordStream {
                     continue;
                 }
             }
-            let have = self.buf.len() - 5;
+            // Payload bytes gathered from earlier chunks (the header is
+            // in `buf` too then).
+            let have = self.buf.len().saturating_sub(5);
             if have == 0 && data.len() >= len {
                 // The whole payload is in this chunk (the usual case): read
                 // in place, nothing copied or kept.
-                let header = [
-                    self.buf[0],
-                    self.buf[1],
-                    self.buf[2],
-                    self.buf[3],
-                    self.buf[4],
-                ];
+                let header = h;
                 let (payload, rest) = data.split_at(len);
                 data = rest;
                 seq = seq.wrapping_add(len as u32);
@@ -318,9 +335,12 @@ impl RecordStream {
                 continue;
             }
             // Gather the payload of a record split across chunks (one
-            // allocation, not doublings).
+            // allocation, not doublings), behind its header.
             self.buf
                 .reserve_exact((5 + len).saturating_sub(self.buf.len()));
+            if self.buf.is_empty() {
+                self.buf.extend_from_slice(&h);
+            }
             let n = (len - have).min(data.len());
             self.buf.extend_from_slice(&data[..n]);
             data = &data[n..];
