@@ -162,6 +162,11 @@ impl<V: Footprint> FlowTable<V> {
         (hash, found.map(|&i| Slot(i)))
     }
 
+    /// The flow in `slot`, not promoted.
+    pub fn get(&self, slot: Slot) -> Option<&V> {
+        self.entry(slot.0).value.as_ref()
+    }
+
     /// The flow in `slot`, neither promoted nor measured again: the caller
     /// must not grow it (finished flows, whose packets should cost as
     /// little as possible).

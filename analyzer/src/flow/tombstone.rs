@@ -4,10 +4,7 @@
 //! of the whole connection later in a merged capture) is recognised as
 //! that connection's and skipped, instead of opening a second flow.
 
-use lru::LruCache;
-
-use crate::flow::table::FlowKey;
-use crate::memory::ENTRY_OVERHEAD;
+use crate::flow::table::{FlowKey, FlowTable, Footprint, SLOT_OVERHEAD};
 use crate::seq::Seq;
 
 /// How far from where a direction's stream was known to end a late
@@ -31,20 +28,36 @@ struct Tombstone {
     absorbs: bool,
 }
 
-/// Ended connections, bounded, the least recently ended forgotten first.
-pub struct Tombstones {
-    map: LruCache<FlowKey, Tombstone>,
+/// Its size is counted in [`TOMBSTONE_BYTES`], not measured.
+impl Footprint for Tombstone {
+    fn footprint(&self) -> usize {
+        0
+    }
 }
 
-/// What one tombstone costs in memory: key, value and the LRU's entry.
+/// Ended connections, bounded, the least recently ended forgotten first.
+/// They sit in a table like the flows' (slots in chunks, linked by age):
+/// one connection in two ends with a tombstone, and a map that boxed each
+/// entry cost an allocation apiece.
+pub struct Tombstones {
+    map: FlowTable<Tombstone>,
+}
+
+/// What one tombstone costs in memory: key, value and the table's slot.
 pub const TOMBSTONE_BYTES: usize =
-    std::mem::size_of::<FlowKey>() + std::mem::size_of::<Tombstone>() + ENTRY_OVERHEAD;
+    std::mem::size_of::<FlowKey>() + std::mem::size_of::<Tombstone>() + SLOT_OVERHEAD;
 
 impl Tombstones {
     pub fn new(capacity: usize) -> Self {
         Tombstones {
-            map: crate::memory::lru(capacity),
+            map: FlowTable::new(capacity),
         }
+    }
+
+    /// The tombstone of `key`'s tuple, not made more recent.
+    fn peek_mut(&mut self, key: &FlowKey) -> Option<&mut Tombstone> {
+        let slot = self.map.find(key).1?;
+        self.map.get_mut(slot)
     }
 
     pub fn len(&self) -> usize {
@@ -77,25 +90,28 @@ impl Tombstones {
             absorbs,
         };
         // One lookup: most tuples have no tombstone yet.
-        match self.map.push(key, t) {
-            Some((k, old)) if k == key => {
+        match self.map.find(&key) {
+            (_, Some(slot)) => {
                 // A later flow on the tuple without a SYN does not forget
                 // the ISN of the connection before it.
-                if isn.is_none() {
-                    if let Some(now) = self.map.peek_mut(&key) {
-                        now.isn = old.isn;
+                self.map.update(slot, |old| {
+                    *old = Tombstone {
+                        isn: t.isn.or(old.isn),
+                        ..t
                     }
-                }
+                });
                 false
             }
-            evicted => evicted.is_some(),
+            (hash, None) => self.map.insert(hash, key, t).1.is_some(),
         }
     }
 
     /// A SYN with the ISN of a connection that ended on this tuple: a copy
     /// of that connection.
     pub fn is_repeat(&self, key: &FlowKey, isn: u32) -> bool {
-        self.map.peek(key).is_some_and(|t| t.isn == Some(isn))
+        let slot = self.map.find(key).1;
+        slot.and_then(|slot| self.map.get(slot))
+            .is_some_and(|t| t.isn == Some(isn))
     }
 
     /// A segment (not a SYN) from `side` starting at `seq` at `ts`: whether
@@ -103,7 +119,7 @@ impl Tombstones {
     /// `idle` seconds before, near where its sender's stream ended. If so
     /// the tombstone lives on as long as its connection's packets come.
     pub fn absorbs(&mut self, key: &FlowKey, side: usize, seq: u32, ts: f64, idle: f64) -> bool {
-        let Some(t) = self.map.peek_mut(key) else {
+        let Some(t) = self.peek_mut(key) else {
             return false;
         };
         let near = t.ends[side].is_none_or(|end| Seq(seq).diff(Seq(end)).abs() < LATE_WINDOW);
@@ -116,7 +132,7 @@ impl Tombstones {
 
     /// Forgets the least recently ended connection.
     pub fn pop_oldest(&mut self) -> bool {
-        self.map.pop_lru().is_some()
+        self.map.pop_oldest().is_some()
     }
 }
 
