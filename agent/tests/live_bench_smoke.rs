@@ -81,6 +81,10 @@ fn the_live_benchmarks_run_end_to_end() {
                 row.contains("records: 1000 ") && row.contains("same as replay: yes"),
                 "{backend}'s records differ from replay's:\n{out}"
             );
+            assert!(
+                busy_secs(row) > 0.0,
+                "no machine busy time in {backend}'s row:\n{out}"
+            );
         }
     }
 
@@ -125,4 +129,11 @@ fn the_live_benchmarks_run_end_to_end() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no run count in {timed:?}"));
     assert!(runs > 0, "{timed}");
+}
+
+/// The seconds of "machine busy S s" in a report row; 0 without one.
+fn busy_secs(row: &str) -> f64 {
+    row.split_once("machine busy ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
