@@ -315,7 +315,6 @@ impl RecordStream {
             if have == 0 && data.len() >= len {
                 // The whole payload is in this chunk (the usual case): read
                 // in place, nothing copied or kept.
-                let header = h;
                 let (payload, rest) = data.split_at(len);
                 data = rest;
                 seq = seq.wrapping_add(len as u32);
@@ -325,7 +324,7 @@ impl RecordStream {
                 if capture {
                     self.capture_encrypted -= 1;
                     sink(StreamEvent::Encrypted {
-                        header,
+                        header: h,
                         payload,
                         record,
                     });
@@ -353,9 +352,8 @@ impl RecordStream {
             self.announced = false;
             if capture {
                 self.capture_encrypted -= 1;
-                let header = [payload[0], payload[1], payload[2], payload[3], payload[4]];
                 sink(StreamEvent::Encrypted {
-                    header,
+                    header: h,
                     payload: &payload[5..],
                     record,
                 });
