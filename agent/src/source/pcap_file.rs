@@ -738,11 +738,9 @@ impl PcapFile {
     /// time).
     fn fetch_ahead(&mut self) {
         const AHEAD: usize = 8 << 10;
-        let Bytes::Map(map) = &self.bytes else {
-            return;
-        };
-        let to = (self.pos + AHEAD).min(map.len());
-        populate_next(map, &self.populated, to + POPULATE_CHUNK);
+        if let Bytes::Map(map) = &self.bytes {
+            populate_next(map, &self.populated, self.pos + AHEAD + POPULATE_CHUNK);
+        }
     }
 
     /// Asks the cache for the next record's first [`NEXT_RECORD_LINES`]

@@ -55,6 +55,11 @@ impl Tombstones {
     }
 
     /// The tombstone of `key`'s tuple, not made more recent.
+    fn peek(&self, key: &FlowKey) -> Option<&Tombstone> {
+        self.map.get(self.map.find(key).1?)
+    }
+
+    /// The same, to change.
     fn peek_mut(&mut self, key: &FlowKey) -> Option<&mut Tombstone> {
         let slot = self.map.find(key).1?;
         self.map.get_mut(slot)
@@ -109,9 +114,7 @@ impl Tombstones {
     /// A SYN with the ISN of a connection that ended on this tuple: a copy
     /// of that connection.
     pub fn is_repeat(&self, key: &FlowKey, isn: u32) -> bool {
-        let slot = self.map.find(key).1;
-        slot.and_then(|slot| self.map.get(slot))
-            .is_some_and(|t| t.isn == Some(isn))
+        self.peek(key).is_some_and(|t| t.isn == Some(isn))
     }
 
     /// A segment (not a SYN) from `side` starting at `seq` at `ts`: whether
