@@ -423,7 +423,7 @@ impl TcpFlow {
                 up: Upper {
                     client_stream: RecordStream::new(ctx.max_handshake_message),
                     server_stream: None,
-                    probe: Some(Box::default()),
+                    probe: None,
                     client: None,
                     hs: Handshake::new(Transport::Tcp).zeek_view(ctx.zeek_view),
                     notes: Vec::new(),
@@ -1041,19 +1041,24 @@ impl Upper {
         }
     }
 
-    /// A direction's probe (made anew if it was dropped, which only
-    /// identification does, after which nothing probes).
+    /// A direction's probe, made at the first chunk that does not show a
+    /// whole hello header at once (most do: [`Upper::route`]); dropped at
+    /// identification, after which nothing probes.
     fn probe_mut(&mut self, dir: usize) -> &mut Probe {
         &mut self.probe.get_or_insert_with(Box::default)[dir]
+    }
+
+    /// Nothing was probed yet in this direction (no probe is a fresh one).
+    fn probe_fresh(&self, dir: usize) -> bool {
+        self.probe
+            .as_ref()
+            .is_none_or(|p| p[dir].tries == 0 && p[dir].start.is_none())
     }
 
     /// Routes in-order bytes of one direction: to the ClientHello detector
     /// until TLS is recognised, then to that direction's record layer.
     fn route(&mut self, status: &mut Status, dir: usize, c: Chunk<'_>, ctx: &mut Ctx<'_>) {
-        if *status == Status::Detecting
-            && self.probe_mut(dir).tries == 0
-            && self.probe_mut(dir).start.is_none()
-        {
+        if *status == Status::Detecting && self.probe_fresh(dir) {
             // The first bytes of the direction: a load balancer's PROXY
             // header names the original client, then the hello follows.
             if let proxy_protocol::Header::Read { len, client } = proxy_protocol::parse(c.data) {
@@ -1071,6 +1076,23 @@ impl Upper {
                 return;
             }
         }
+        // The usual first chunk: a whole record header and message type,
+        // told at once, as a fresh probe would, without making one (an
+        // allocation a connection).
+        if *status == Status::Detecting && self.probe.is_none() && c.data.len() >= 6 {
+            let head = &c.data[..6];
+            let found = if looks_like_client_hello(head) {
+                Some(ProbeResult::Hello)
+            } else if looks_like_server_hello(head) {
+                Some(ProbeResult::ServerHello)
+            } else {
+                None
+            };
+            if let Some(found) = found {
+                self.identified(status, dir, found, &Probe::default(), c, ctx);
+                return;
+            }
+        }
         if *status == Status::Detecting {
             match self.probe_mut(dir).feed(&c) {
                 ProbeResult::NeedMore => return,
@@ -1081,30 +1103,8 @@ impl Upper {
                     return;
                 }
                 found @ (ProbeResult::Hello | ProbeResult::ServerHello) => {
-                    *status = Status::Tls;
-                    self.client = Some(match found {
-                        ProbeResult::ServerHello => 1 - dir,
-                        _ => dir,
-                    });
                     let p = std::mem::take(self.probe_mut(dir));
-                    // Identified: neither direction is probed again.
-                    self.probe = None;
-                    let (seq, ts, ack) = p.start.unwrap_or((c.seq, c.ts, c.ack));
-                    // Bytes of the hello that came in earlier chunks.
-                    let already =
-                        (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(p.gathered().len());
-                    // Replay the probed bytes, then the rest of this chunk.
-                    self.feed_stream(
-                        dir,
-                        Chunk {
-                            data: &p.gathered()[..already],
-                            seq,
-                            ts,
-                            ack,
-                        },
-                        ctx,
-                    );
-                    self.feed_stream(dir, c, ctx);
+                    self.identified(status, dir, found, &p, c, ctx);
                     return;
                 }
             }
@@ -1112,6 +1112,42 @@ impl Upper {
         if *status == Status::Tls {
             self.feed_stream(dir, c, ctx);
         }
+    }
+
+    /// `dir` starts a handshake (`found`: with its client's hello or its
+    /// server's answer): the flow is TLS, and the bytes `probe` gathered
+    /// from earlier chunks, then this chunk, go to the record layer.
+    fn identified(
+        &mut self,
+        status: &mut Status,
+        dir: usize,
+        found: ProbeResult,
+        probe: &Probe,
+        c: Chunk<'_>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        *status = Status::Tls;
+        self.client = Some(match found {
+            ProbeResult::ServerHello => 1 - dir,
+            _ => dir,
+        });
+        // Identified: neither direction is probed again.
+        self.probe = None;
+        let (seq, ts, ack) = probe.start.unwrap_or((c.seq, c.ts, c.ack));
+        // Bytes of the hello that came in earlier chunks.
+        let already = (Seq(c.seq).diff(Seq(seq)).max(0) as usize).min(probe.gathered().len());
+        // Replay the probed bytes, then the rest of this chunk.
+        self.feed_stream(
+            dir,
+            Chunk {
+                data: &probe.gathered()[..already],
+                seq,
+                ts,
+                ack,
+            },
+            ctx,
+        );
+        self.feed_stream(dir, c, ctx);
     }
 
     /// One direction's record layer: its events go to the state machine,
