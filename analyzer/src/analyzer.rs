@@ -182,7 +182,7 @@ impl SessionIds for RecentIds {
 /// IDs servers issued, and the names of leaf certificates already parsed.
 struct IssuedIds {
     ids: Box<dyn SessionIds>,
-    certs: LruCache<u64, Leaf>,
+    certs: LruCache<u64, Arc<Leaf>>,
 }
 
 /// What stands for a session ID or a certificate in the trace memory: a
@@ -208,13 +208,13 @@ impl TraceMemory for IssuedIds {
     fn answer_issued(&self, hash: u64, at: u64) -> Option<bool> {
         self.ids.answer(hash, at)
     }
-    fn leaf_names(&mut self, der: &[u8]) -> Leaf {
+    fn leaf_names(&mut self, der: &[u8]) -> Arc<Leaf> {
         let h = hash(der);
         if let Some(names) = self.certs.get(&h) {
-            return names.clone();
+            return Arc::clone(names);
         }
-        let names = leaf_names(der);
-        self.certs.put(h, names.clone());
+        let names = Arc::new(leaf_names(der));
+        self.certs.put(h, Arc::clone(&names));
         names
     }
 }

@@ -4,6 +4,8 @@
 //! learns only from [`Event`]s and answers with [`Directive`]s; nothing
 //! outside the `handshake` module writes its fields.
 
+use std::sync::Arc;
+
 use super::event::{Close, Dir, Directive, Event, Space};
 use crate::caps::MAX_RECORDS_PER_DIR;
 use crate::memory::HeapSize;
@@ -79,9 +81,9 @@ pub trait TraceMemory {
     fn issued(&mut self, id: &[u8]);
     /// Subject, issuer and validity of a leaf certificate (servers send
     /// the same one to every client, so implementations cache by the DER's
-    /// hash).
-    fn leaf_names(&mut self, der: &[u8]) -> Leaf {
-        leaf_names(der)
+    /// hash, and hand out the cached one: callers copy what they keep).
+    fn leaf_names(&mut self, der: &[u8]) -> Arc<Leaf> {
+        Arc::new(leaf_names(der))
     }
 }
 
@@ -642,16 +644,15 @@ impl Handshake {
     fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
         let log = &mut self.records[dir as usize];
         if log.len() < MAX_RECORDS_PER_DIR {
-            // A handshake left waiting (a flood of hellos) holds its
-            // client's first record alone: room for one (a first push
-            // reserves four). One that goes on holds ~5-12 a side: room for
-            // eight next, not four and then eight; a server's records come
-            // only once it answered, so its side gets the eight at once.
-            match (log.len(), dir) {
-                (0, Dir::Client) => log.reserve_exact(1),
-                (0, Dir::Server) => log.reserve_exact(8),
-                (1, _) => log.reserve_exact(7),
-                _ => {}
+            // A handshake holds ~5-12 records a side: room for eight at
+            // the first (a first push reserves four, then eight). Hellos
+            // left waiting in numbers do not get here: past
+            // `Config::park_above` a flow that has shown only its hello is
+            // parked without a handshake (`tcp::Parked`), so a client's
+            // side is given its eight at once too, as a server's is: one
+            // allocation a connection less than room for one, then eight.
+            if log.is_empty() {
+                log.reserve_exact(8);
             }
             log.push(rec);
         } else {
@@ -1044,17 +1045,15 @@ impl Handshake {
         self.certs = Some(Box::new(match body {
             Some(b) => match parse(b) {
                 Ok(list) => {
-                    let leaf = list
-                        .first()
-                        .map(|der| mem.leaf_names(der))
-                        .unwrap_or_default();
+                    let leaf = list.first().map(|der| mem.leaf_names(der));
+                    let leaf = leaf.as_deref();
                     Certs {
                         count: list.len(),
                         bytes: list.iter().map(|c| c.len()).sum(),
-                        leaf_subject: leaf.subject,
-                        leaf_issuer: leaf.issuer,
-                        not_before: leaf.not_before,
-                        not_after: leaf.not_after,
+                        leaf_subject: leaf.and_then(|l| l.subject.clone()),
+                        leaf_issuer: leaf.and_then(|l| l.issuer.clone()),
+                        not_before: leaf.and_then(|l| l.not_before),
+                        not_after: leaf.and_then(|l| l.not_after),
                     }
                 }
                 Err(_) => {
