@@ -48,6 +48,20 @@ impl<T: Copy> HeapSize for Vec<T> {
     }
 }
 
+/// A list kept inline until it outgrows its room: heap only then.
+impl<A: smallvec::Array> HeapSize for smallvec::SmallVec<A>
+where
+    A::Item: Copy,
+{
+    fn heap_size(&self) -> usize {
+        if self.spilled() {
+            self.capacity() * size_of::<A::Item>() + ALLOC_OVERHEAD
+        } else {
+            0
+        }
+    }
+}
+
 /// Heap bytes of an allocation of `bytes` of text (none for none).
 fn text(bytes: usize) -> usize {
     match bytes {

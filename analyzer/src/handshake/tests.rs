@@ -234,7 +234,7 @@ fn tls13_client_ccs_on_server_hello_is_no_answer() {
     let ch = rec(0.0, ct::HANDSHAKE, 1000, 278, 5000);
     record(&mut hs, c, ch);
     hs.client_hello = Some(Box::new(ClientHello {
-        supported_versions: vec![0x0304],
+        supported_versions: [0x0304].into_iter().collect(),
         ..Default::default()
     }));
     hs.state = State::ClientHello;
@@ -289,7 +289,7 @@ fn resumed13_early(client_tail: &[(u16, bool)]) -> Handshake {
     let ch = rec(0.0, ct::HANDSHAKE, 1000, 578, 5000);
     record(&mut hs, c, ch);
     hs.client_hello = Some(Box::new(ClientHello {
-        supported_versions: vec![0x0304],
+        supported_versions: [0x0304].into_iter().collect(),
         psk: Some(PskOffer {
             identities: 1,
             first_identity_len: 192,
@@ -666,7 +666,7 @@ fn ttfb_was_the_ticket_before_the_response() {
     let ch = rec(0.0, ct::HANDSHAKE, 1000, 278, 5000);
     record(&mut hs, c, ch);
     hs.client_hello = Some(Box::new(ClientHello {
-        supported_versions: vec![0x0304],
+        supported_versions: [0x0304].into_iter().collect(),
         ..Default::default()
     }));
     hs.state = State::ClientHello;
@@ -733,7 +733,7 @@ fn full13_used_after(idle: Option<f64>) -> Handshake {
     let ch = rec(0.0, ct::HANDSHAKE, 1000, 278, 5000);
     record(&mut hs, c, ch);
     hs.client_hello = Some(Box::new(ClientHello {
-        supported_versions: vec![0x0304],
+        supported_versions: [0x0304].into_iter().collect(),
         ..Default::default()
     }));
     hs.state = State::ClientHello;

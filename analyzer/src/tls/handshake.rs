@@ -5,6 +5,7 @@
 use super::codec::{InvalidMessage, Reader};
 use super::enums::{extension_type as ext, is_grease, ProtocolVersion, HRR_RANDOM};
 use crate::memory::HeapSize;
+use smallvec::SmallVec;
 
 /// A legacy session ID (at most 32 bytes, RFC 5246 §7.4.1.2).
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -78,7 +79,8 @@ pub struct ClientHello {
     /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
     /// raw bytes ([`alpn_chars`](super::ja4::alpn_chars)); None without one.
     pub ja4_alpn: Option<[u8; 2]>,
-    pub supported_versions: Vec<u16>,
+    /// Inline up to eight (a client offers a few; no allocation for them).
+    pub supported_versions: SmallVec<[u16; 8]>,
     /// Length of the SessionTicket extension's ticket (Some(0) = empty, asks for one).
     pub session_ticket_len: Option<u16>,
     pub psk: Option<PskOffer>,
@@ -313,7 +315,9 @@ pub struct ServerHello {
     pub is_hrr: bool,
     pub session_id: SessionId,
     pub cipher_suite: u16,
-    pub extensions: Vec<u16>,
+    /// Inline up to eight (a server answers with a handful; no allocation
+    /// a connection for them).
+    pub extensions: SmallVec<[u16; 8]>,
     /// From supported_versions (TLS 1.3).
     pub selected_version: Option<u16>,
     /// From pre_shared_key: the index of the client's identity the server chose.

@@ -286,7 +286,7 @@ pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
         key.extend([u16::from(quic), ch.legacy_version]);
         push_alpn(key, ch.ja4_alpn);
         for list in [
-            &ch.cipher_suites,
+            &ch.cipher_suites[..],
             &ch.extensions,
             &ch.supported_versions,
             &ch.signature_algorithms,
@@ -398,7 +398,7 @@ mod tests {
                 0x2a2a, 0x001b, 0x0000, 0x0033, 0x0010, 0x4469, 0x0017, 0x002d, 0x000d, 0x0005,
                 0x0023, 0x0012, 0x002b, 0xff01, 0x000b, 0x000a, 0x0015, 0x3a3a,
             ],
-            supported_versions: vec![0x7a7a, 0x0304, 0x0303],
+            supported_versions: [0x7a7a, 0x0304, 0x0303].into_iter().collect(),
             signature_algorithms: vec![
                 0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501, 0x0806, 0x0601,
             ],
@@ -463,7 +463,7 @@ mod tests {
         v.extensions.push(0x0029);
         hellos.push(v);
         let mut v = base.clone();
-        v.supported_versions = vec![0x0303];
+        v.supported_versions = [0x0303].into_iter().collect();
         hellos.push(v);
         let mut v = base.clone();
         let last = v.cipher_suites.pop().unwrap();
@@ -598,7 +598,7 @@ mod tests {
         let sh = ServerHello {
             legacy_version: 0x0303,
             cipher_suite: 0xc030,
-            extensions: vec![0x0005, 0x0017, 0xff01, 0x0000],
+            extensions: [0x0005, 0x0017, 0xff01, 0x0000].into_iter().collect(),
             ..Default::default()
         };
         assert_eq!(&*ja4s(&sh, false), "t120400_c030_4e8089b08790");
@@ -611,7 +611,7 @@ mod tests {
         let base = ServerHello {
             legacy_version: 0x0303,
             cipher_suite: 0xc030,
-            extensions: vec![0x0005, 0x0017, 0xff01, 0x0000],
+            extensions: [0x0005, 0x0017, 0xff01, 0x0000].into_iter().collect(),
             ..Default::default()
         };
         let mut hellos = vec![base.clone()];
