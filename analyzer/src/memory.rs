@@ -129,7 +129,9 @@ impl HeapSize for crate::record::ConnectionRecord {
     fn heap_size(&self) -> usize {
         let s = |o: &Option<String>| o.heap_size();
         let certs = self.certs.as_ref().map_or(0, |c| {
-            size_of::<crate::record::Certs>() + s(&c.leaf_subject) + s(&c.leaf_issuer)
+            size_of::<crate::record::Certs>()
+                + c.leaf_subject.heap_size()
+                + c.leaf_issuer.heap_size()
         });
         self.client.heap_size()
             + self.server.heap_size()

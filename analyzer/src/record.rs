@@ -230,8 +230,10 @@ impl Serialize for UtcTime {
 pub struct Certs {
     pub count: usize,
     pub bytes: usize,
-    pub leaf_subject: Option<String>,
-    pub leaf_issuer: Option<String>,
+    /// Shared with the leaf-certificate cache (a server sends the same
+    /// certificate to every client: no copy a connection).
+    pub leaf_subject: Option<Arc<str>>,
+    pub leaf_issuer: Option<Arc<str>>,
     /// The leaf's validity (RFC 5280 §4.1.2.5), UTC.
     pub not_before: Option<UtcTime>,
     pub not_after: Option<UtcTime>,

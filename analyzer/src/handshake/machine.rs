@@ -98,14 +98,18 @@ impl TraceMemory for NoMemory {
 }
 
 /// A Certificate message's parser: the TLS <= 1.2 form or the TLS 1.3 one.
-type CertificateParser = fn(&[u8]) -> Result<Vec<&[u8]>, crate::tls::codec::InvalidMessage>;
+type CertificateParser =
+    fn(
+        &[u8],
+    )
+        -> Result<crate::tls::handshake::CertificateList<'_>, crate::tls::codec::InvalidMessage>;
 
 /// What the record shows of a leaf certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Leaf {
     /// RFC 4514 strings.
-    pub subject: Option<String>,
-    pub issuer: Option<String>,
+    pub subject: Option<Arc<str>>,
+    pub issuer: Option<Arc<str>>,
     pub not_before: Option<UtcTime>,
     pub not_after: Option<UtcTime>,
     /// Its subjectAltName DNS names, or its subject common names when it
@@ -120,8 +124,8 @@ pub fn leaf_names(der: &[u8]) -> Leaf {
         Ok((_, c)) => {
             let v = c.validity();
             Leaf {
-                subject: Some(c.subject().to_string()),
-                issuer: Some(c.issuer().to_string()),
+                subject: Some(c.subject().to_string().into()),
+                issuer: Some(c.issuer().to_string().into()),
                 not_before: Some(UtcTime(v.not_before.timestamp())),
                 not_after: Some(UtcTime(v.not_after.timestamp())),
                 host_names: super::zeek_view::host_names(&c),

@@ -377,7 +377,7 @@ pub(super) mod tests {
             certs: (n.is_multiple_of(2)).then(|| Certs {
                 count: n as usize,
                 bytes: 1234,
-                leaf_subject: Some(format!("CN={text}")),
+                leaf_subject: Some(format!("CN={text}").into()),
                 leaf_issuer: None,
                 not_before: (n % 4 != 2).then_some(UtcTime(1_769_903_999 - n as i64)),
                 not_after: (n % 3 != 2).then_some(UtcTime(1_800_000_000)),

@@ -394,12 +394,17 @@ impl ServerHello {
     }
 }
 
+/// A Certificate message's certificates, in order: held inline up to four
+/// (a server's chain is two or three; the list is read once and dropped,
+/// so no allocation a handshake for it).
+pub type CertificateList<'a> = SmallVec<[&'a [u8]; 4]>;
+
 /// A TLS 1.2-and-earlier Certificate message (RFC 5246 §7.4.2): DER certs.
-pub fn parse_certificate_list(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage> {
+pub fn parse_certificate_list(body: &[u8]) -> Result<CertificateList<'_>, InvalidMessage> {
     let mut r = Reader::new(body);
     let mut list = r.sub24("certificate_list")?;
     r.expect_empty("Certificate")?;
-    let mut certs = Vec::new();
+    let mut certs = CertificateList::new();
     while list.any_left() {
         certs.push(list.sub24("ASN.1Cert")?.rest());
     }
@@ -409,12 +414,12 @@ pub fn parse_certificate_list(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage>
 /// A TLS 1.3 Certificate message (RFC 8446 §4.4.2): a request context,
 /// then entries of a DER certificate (X.509 type; RFC 7250 raw public keys
 /// come out as what they are) and per-entry extensions.
-pub fn parse_certificate_list13(body: &[u8]) -> Result<Vec<&[u8]>, InvalidMessage> {
+pub fn parse_certificate_list13(body: &[u8]) -> Result<CertificateList<'_>, InvalidMessage> {
     let mut r = Reader::new(body);
     r.sub8("certificate_request_context")?;
     let mut list = r.sub24("certificate_list")?;
     r.expect_empty("Certificate")?;
-    let mut certs = Vec::new();
+    let mut certs = CertificateList::new();
     while list.any_left() {
         certs.push(list.sub24("cert_data")?.rest());
         list.sub16("CertificateEntry extensions")?;
