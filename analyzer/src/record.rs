@@ -408,9 +408,29 @@ pub struct ZeekFacts {
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port`, as std's
 /// `SocketAddr` does (RFC 5952: lowercase hex, the first longest run of two
 /// or more zero groups as `::`, IPv4-mapped as `::ffff:a.b.c.d`). Written
-/// digit by digit: std's formatting machinery costs more than the rest of
-/// a record (1,700 instructions an IPv6 endpoint).
+/// into a buffer by hand: std's formatting machinery costs more than the
+/// rest of a record (1,700 instructions an IPv6 endpoint).
 pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
+    /// Each octet's decimal text and a dot, padded to four bytes, with
+    /// its length without the dot.
+    const OCTETS: [(u8, [u8; 4]); 256] = {
+        let mut t = [(0u8, [0u8; 4]); 256];
+        let mut n = 0;
+        while n < 256 {
+            let d = [
+                b'0' + (n / 100) as u8,
+                b'0' + (n / 10 % 10) as u8,
+                b'0' + (n % 10) as u8,
+            ];
+            t[n] = match n {
+                0..=9 => (1, [d[2], b'.', 0, 0]),
+                10..=99 => (2, [d[1], d[2], b'.', 0]),
+                _ => (3, [d[0], d[1], d[2], b'.']),
+            };
+            n += 1;
+        }
+        t
+    };
     /// The text is built in place: `[` + 39 (the longest IPv6 text) + `]:` + 5.
     struct Text {
         buf: [u8; 47],
@@ -426,26 +446,20 @@ pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
             self.len += s.len();
         }
         fn digits(&mut self, n: u16) {
-            let mut tmp = [0u8; 5];
-            let mut i = tmp.len();
-            let mut n = n;
-            loop {
-                i -= 1;
-                tmp[i] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            self.push_all(&tmp[i..]);
+            // itoa writes two digits at a time from its table.
+            self.push_all(itoa::Buffer::new().format(n).as_bytes());
         }
         fn dotted(&mut self, v4: std::net::Ipv4Addr) {
-            for (i, o) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    self.push(b'.');
-                }
-                self.digits(u16::from(o));
+            // Each octet's text from a table, its dot after it, the last
+            // dot taken back: a fifth of the instructions of formatting
+            // each octet's digits.
+            for o in v4.octets() {
+                let (len, text) = OCTETS[usize::from(o)];
+                let at = self.len;
+                self.buf[at..at + 4].copy_from_slice(&text);
+                self.len += usize::from(len) + 1;
             }
+            self.len -= 1;
         }
         fn hex_groups(&mut self, groups: &[u16]) {
             const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -599,6 +613,16 @@ mod tests {
                 endpoint(ip, port),
                 std::net::SocketAddr::new(ip, port).to_string()
             );
+        }
+        // Every octet value in every place (one to three digits, each
+        // octet's text from a table), plain and IPv4-mapped.
+        for o in 0..=255u8 {
+            let v4 = std::net::Ipv4Addr::new(o, o.wrapping_add(7), 255 - o, o / 2);
+            for ip in [std::net::IpAddr::V4(v4), v4.to_ipv6_mapped().into()] {
+                let port = u16::from(o) * 257;
+                let want = std::net::SocketAddr::new(ip, port).to_string();
+                assert_eq!(endpoint(ip, port), want);
+            }
         }
         // Every pattern of zero and non-zero groups, with groups of one to
         // four hex digits, and IPv4-mapped and -compatible addresses.
