@@ -11,9 +11,10 @@ use crate::caps::MAX_RECORDS_PER_DIR;
 use crate::memory::HeapSize;
 use crate::record::{Certs, Transport, UtcTime};
 use crate::seq::Seq;
+use crate::tls::codec::InvalidMessage;
 use crate::tls::enums::{content_type as ct, handshake_type as ht, ProtocolVersion};
 use crate::tls::handshake::{
-    parse_certificate_list, parse_certificate_list13, ClientHello, ServerHello,
+    parse_certificate_list, parse_certificate_list13, CertificateList, ClientHello, ServerHello,
 };
 use crate::tls::record::RecordInfo;
 
@@ -98,11 +99,7 @@ impl TraceMemory for NoMemory {
 }
 
 /// A Certificate message's parser: the TLS <= 1.2 form or the TLS 1.3 one.
-type CertificateParser =
-    fn(
-        &[u8],
-    )
-        -> Result<crate::tls::handshake::CertificateList<'_>, crate::tls::codec::InvalidMessage>;
+type CertificateParser = fn(&[u8]) -> Result<CertificateList<'_>, InvalidMessage>;
 
 /// What the record shows of a leaf certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -1103,7 +1100,7 @@ impl Handshake {
         self.state = State::Failed;
     }
 
-    fn parsed<T>(&mut self, r: Result<T, crate::tls::codec::InvalidMessage>) -> Option<T> {
+    fn parsed<T>(&mut self, r: Result<T, InvalidMessage>) -> Option<T> {
         r.map_err(|_| self.parse_errors += 1).ok()
     }
 
