@@ -169,15 +169,24 @@ impl Probe {
         if self.len < 6 {
             return ProbeResult::NeedMore;
         }
-        if looks_like_client_hello(&self.bytes) {
-            ProbeResult::Hello
-        } else if looks_like_server_hello(&self.bytes) {
-            ProbeResult::ServerHello
-        } else {
+        let found = classify(&self.bytes);
+        if matches!(found, ProbeResult::NotHello) {
             self.len = 0;
             self.start = None;
-            ProbeResult::NotHello
         }
+        found
+    }
+}
+
+/// What a direction's first six bytes (a record header and a message
+/// type) start: a client's hello, a server's answer, or neither.
+fn classify(head: &[u8]) -> ProbeResult {
+    if looks_like_client_hello(head) {
+        ProbeResult::Hello
+    } else if looks_like_server_hello(head) {
+        ProbeResult::ServerHello
+    } else {
+        ProbeResult::NotHello
     }
 }
 
@@ -1080,15 +1089,8 @@ impl Upper {
         // told at once, as a fresh probe would, without making one (an
         // allocation a connection).
         if *status == Status::Detecting && self.probe.is_none() && c.data.len() >= 6 {
-            let head = &c.data[..6];
-            let found = if looks_like_client_hello(head) {
-                Some(ProbeResult::Hello)
-            } else if looks_like_server_hello(head) {
-                Some(ProbeResult::ServerHello)
-            } else {
-                None
-            };
-            if let Some(found) = found {
+            let found = classify(&c.data[..6]);
+            if !matches!(found, ProbeResult::NotHello) {
                 self.identified(status, dir, found, &Probe::default(), c, ctx);
                 return;
             }

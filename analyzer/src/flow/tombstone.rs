@@ -61,8 +61,7 @@ impl Tombstones {
 
     /// The same, to change.
     fn peek_mut(&mut self, key: &FlowKey) -> Option<&mut Tombstone> {
-        let slot = self.map.find(key).1?;
-        self.map.get_mut(slot)
+        self.map.get_mut(self.map.find(key).1?)
     }
 
     pub fn len(&self) -> usize {
