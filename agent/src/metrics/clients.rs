@@ -34,7 +34,11 @@ pub const MIN_ADMIT: u64 = 2;
 /// `other` and `none`.
 pub struct ClientFingerprints {
     top: usize,
-    admitted: HashSet<String, foldhash::fast::RandomState>,
+    /// Handed out shared: a record costs no copy of its label value.
+    admitted: HashSet<Arc<str>, foldhash::fast::RandomState>,
+    /// The shared `none` and `other` values.
+    none: Arc<str>,
+    other: Arc<str>,
     sketch: SpaceSaving,
     /// `--ja4-names`: the `client` label beside an admitted `ja4_stable` (one
     /// name per fingerprint, so it adds no series).
@@ -46,6 +50,8 @@ impl ClientFingerprints {
         ClientFingerprints {
             top,
             admitted: HashSet::default(),
+            none: Arc::from("none"),
+            other: Arc::from("other"),
             sketch: SpaceSaving::new(top * SKETCH_PER_LABEL),
             names: None,
         }
@@ -66,30 +72,27 @@ impl ClientFingerprints {
     }
 
     /// The label value for a record's fingerprint.
-    pub fn label(&mut self, ja4: Option<&str>) -> String {
+    pub fn label(&mut self, ja4: Option<&str>) -> Arc<str> {
         let Some(ja4) = ja4 else {
-            return "none".into();
+            return Arc::clone(&self.none);
         };
         if self.admitted.len() >= self.top {
             // Every slot is taken for good: the sketch has nothing to decide.
-            return if self.admitted.contains(ja4) {
-                ja4.to_string()
-            } else {
-                "other".into()
-            };
+            return Arc::clone(self.admitted.get(ja4).unwrap_or(&self.other));
         }
         // The sketch sees the admitted too: ranks and shares are of all
         // handshakes with a fingerprint.
         let certain = self.sketch.count(ja4).unwrap_or(0);
-        if self.admitted.contains(ja4) {
-            return ja4.to_string();
+        if let Some(value) = self.admitted.get(ja4) {
+            return Arc::clone(value);
         }
         if self.sketch.is_heavy(certain, MIN_ADMIT) && self.sketch.ranked_above(certain) < self.top
         {
-            self.admitted.insert(ja4.to_string());
-            return ja4.to_string();
+            let value: Arc<str> = Arc::from(ja4);
+            self.admitted.insert(Arc::clone(&value));
+            return value;
         }
-        "other".into()
+        Arc::clone(&self.other)
     }
 }
 
@@ -100,17 +103,17 @@ mod tests {
     #[test]
     fn a_fingerprint_needs_two_handshakes_and_stays() {
         let mut c = ClientFingerprints::new(2);
-        assert_eq!(c.label(None), "none");
-        assert_eq!(c.label(Some("a")), "other");
-        assert_eq!(c.label(Some("a")), "a");
-        assert_eq!(c.label(Some("b")), "other");
-        assert_eq!(c.label(Some("b")), "b");
+        assert_eq!(&*c.label(None), "none");
+        assert_eq!(&*c.label(Some("a")), "other");
+        assert_eq!(&*c.label(Some("a")), "a");
+        assert_eq!(&*c.label(Some("b")), "other");
+        assert_eq!(&*c.label(Some("b")), "b");
         // Both slots are taken: c never gets in, a and b stay.
         for _ in 0..10 {
-            assert_eq!(c.label(Some("c")), "other");
+            assert_eq!(&*c.label(Some("c")), "other");
         }
-        assert_eq!(c.label(Some("a")), "a");
-        assert_eq!(ClientFingerprints::new(0).label(Some("a")), "other");
+        assert_eq!(&*c.label(Some("a")), "a");
+        assert_eq!(&*ClientFingerprints::new(0).label(Some("a")), "other");
     }
 
     /// Once the sketch is full, a returning fingerprint's certain count
@@ -119,7 +122,7 @@ mod tests {
     fn one_offs_never_qualify_once_the_sketch_is_full() {
         let mut c = ClientFingerprints::new(1);
         for i in 0..1000 {
-            assert_eq!(c.label(Some(&format!("x{i}"))), "other");
+            assert_eq!(&*c.label(Some(&format!("x{i}"))), "other");
         }
         assert!(c.sketch.all_certain().iter().all(|&n| n == 1));
         assert!(c.admitted.is_empty());

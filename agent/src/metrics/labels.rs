@@ -2,8 +2,9 @@
 //! ([`ServerNames`]): the names of an allow-list and the N busiest others
 //! (the rest `other`), optionally replaced by a salted hash.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
@@ -179,8 +180,13 @@ pub struct ServerNames {
     /// `--server-names-file`, lower-case (names are case-insensitive).
     allowed: HashSet<String, foldhash::fast::RandomState>,
     sketch: super::heavy::SpaceSaving,
-    /// Names (before hashing) with their own label value, besides `allowed`.
-    admitted: HashSet<String, foldhash::fast::RandomState>,
+    /// Names (before hashing) with their own label value, besides
+    /// `allowed`, and that value: made once at admission, handed out
+    /// shared, so that a record costs no copy (nor, salted, a SHA-256).
+    admitted: HashMap<String, Arc<str>, foldhash::fast::RandomState>,
+    /// The shared `none` and `other` values.
+    none: Arc<str>,
+    other: Arc<str>,
     /// Label values of names displaced since the last scrape.
     retired: Vec<String>,
 }
@@ -192,7 +198,9 @@ impl ServerNames {
             salt,
             allowed: HashSet::default(),
             sketch: super::heavy::SpaceSaving::new(top * SKETCH_PER_NAME),
-            admitted: HashSet::default(),
+            admitted: HashMap::default(),
+            none: Arc::from("none"),
+            other: Arc::from("other"),
             retired: Vec::new(),
         }
     }
@@ -215,61 +223,57 @@ impl ServerNames {
     }
 
     /// The label value of a name: itself, or its salted hash.
-    fn value(&self, name: &str) -> String {
+    fn value(&self, name: &str) -> Arc<str> {
         match &self.salt {
             Some(salt) => {
                 let digest = Sha256::new()
                     .chain_update(salt.as_bytes())
                     .chain_update(name.as_bytes())
                     .finalize();
-                hex::encode(&digest[..8])
+                hex::encode(&digest[..8]).into()
             }
-            None => name.to_string(),
+            None => name.into(),
         }
     }
 
     /// The label value for a record's server name.
-    pub fn label(&mut self, sni: Option<&str>) -> String {
+    pub fn label(&mut self, sni: Option<&str>) -> Arc<str> {
         let Some(name) = sni else {
-            return "none".into();
+            return Arc::clone(&self.none);
         };
         // Most hosts have no list: no lower-case copy for them.
         if !self.allowed.is_empty() && self.allowed.contains(&name.to_ascii_lowercase()) {
             return self.value(name);
         }
         let Some(certain) = self.sketch.count(name) else {
-            return "other".into(); // --top-server-names 0
+            return Arc::clone(&self.other); // --top-server-names 0
         };
-        if self.admitted.contains(name) {
-            return self.value(name);
+        if let Some(value) = self.admitted.get(name) {
+            return Arc::clone(value);
         }
-        if self.admitted.len() < self.top {
-            self.admitted.insert(name.to_string());
-            let value = self.value(name);
-            self.retired.retain(|r| *r != value);
-            return value;
-        }
-        if !self.sketch.is_heavy(certain, MIN_ADMIT)
-            || self.sketch.ranked_above(certain) >= self.top
-        {
-            return "other".into();
-        }
-        let weakest = self
-            .admitted
-            .iter()
-            .map(|a| (self.sketch.estimate(a), a.to_string()))
-            .min();
-        match weakest {
-            Some((may, a)) if certain >= may.saturating_mul(DISPLACE_FACTOR).max(1) => {
-                self.admitted.remove(&a);
-                let value = self.value(&a);
-                self.retired.push(value);
+        if self.admitted.len() >= self.top {
+            if !self.sketch.is_heavy(certain, MIN_ADMIT)
+                || self.sketch.ranked_above(certain) >= self.top
+            {
+                return Arc::clone(&self.other);
             }
-            _ => return "other".into(),
+            let weakest = self
+                .admitted
+                .keys()
+                .map(|a| (self.sketch.estimate(a), a.to_string()))
+                .min();
+            match weakest {
+                Some((may, a)) if certain >= may.saturating_mul(DISPLACE_FACTOR).max(1) => {
+                    if let Some(value) = self.admitted.remove(&a) {
+                        self.retired.push(value.to_string());
+                    }
+                }
+                _ => return Arc::clone(&self.other),
+            }
         }
-        self.admitted.insert(name.to_string());
         let value = self.value(name);
-        self.retired.retain(|r| *r != value);
+        self.admitted.insert(name.to_string(), Arc::clone(&value));
+        self.retired.retain(|r| **r != *value);
         value
     }
 
@@ -289,20 +293,20 @@ mod tests {
         let mut n = ServerNames::new(2, None);
         // Free slots: a name has its own at its first handshake.
         for _ in 0..5 {
-            assert_eq!(n.label(Some("a")), "a");
-            assert_eq!(n.label(Some("b")), "b");
+            assert_eq!(&*n.label(Some("a")), "a");
+            assert_eq!(&*n.label(Some("b")), "b");
         }
         // Taken: c is not busier than a and b.
         for _ in 0..5 {
-            assert_eq!(n.label(Some("c")), "other");
+            assert_eq!(&*n.label(Some("c")), "other");
         }
-        assert_eq!(n.label(Some("a")), "a");
-        assert_eq!(n.label(None), "none");
+        assert_eq!(&*n.label(Some("a")), "a");
+        assert_eq!(&*n.label(None), "none");
         assert!(n.take_retired().is_empty());
         let x = ServerNames::new(5, Some("pepper".into())).label(Some("example.com"));
         // The first 8 bytes of SHA-256("pepper" "example.com"), from Python's hashlib:
         // stable across versions, so that dashboards keep their series.
-        assert_eq!(x, "a8ec411923b1bbf0");
+        assert_eq!(&*x, "a8ec411923b1bbf0");
         assert_ne!(
             x,
             ServerNames::new(5, Some("salt".into())).label(Some("example.com"))
@@ -321,30 +325,30 @@ mod tests {
             n.label(Some("big-early"));
         }
         for _ in 0..5 {
-            assert_eq!(n.label(Some("light-1")), "light-1");
-            assert_eq!(n.label(Some("light-2")), "light-2");
+            assert_eq!(&*n.label(Some("light-1")), "light-1");
+            assert_eq!(&*n.label(Some("light-2")), "light-2");
         }
         let mut late = Vec::new();
         for i in 0..200 {
             late.push(n.label(Some("late-heavy")));
             n.label(Some(&format!("oneoff-{i}")));
         }
-        assert_eq!(late[0], "other");
-        assert_eq!(late.last().unwrap(), "late-heavy");
-        assert_eq!(n.label(Some("big-early")), "big-early");
+        assert_eq!(&*late[0], "other");
+        assert_eq!(&**late.last().unwrap(), "late-heavy");
+        assert_eq!(&*n.label(Some("big-early")), "big-early");
         let retired = n.take_retired();
         assert_eq!(retired.len(), 1, "{retired:?}");
         assert!(retired[0].starts_with("light-"), "{retired:?}");
-        assert_eq!(n.label(Some(&retired[0])), "other");
+        assert_eq!(&*n.label(Some(&retired[0])), "other");
         assert!(n.take_retired().is_empty());
         assert_eq!(n.admitted.len(), 3);
-        assert!(!n.admitted.iter().any(|a| a.starts_with("oneoff")));
+        assert!(!n.admitted.keys().any(|a| a.starts_with("oneoff")));
 
         let mut f =
             ServerNames::new(0, None).with_allowed(["API.example".to_string(), "# c".into()]);
-        assert_eq!(f.label(Some("api.example")), "api.example");
+        assert_eq!(&*f.label(Some("api.example")), "api.example");
         for _ in 0..100 {
-            assert_eq!(f.label(Some("busy.example")), "other");
+            assert_eq!(&*f.label(Some("busy.example")), "other");
         }
     }
 }

@@ -176,8 +176,9 @@ const SERIES_CACHE: usize = 4096;
 /// none (replay without `--local`).
 #[derive(PartialEq, Eq, Hash)]
 struct SeriesKey {
-    server_name: String,
-    ja4_stable: String,
+    /// Shared with the label bounds (`labels`, `clients`): no copy a record.
+    server_name: Arc<str>,
+    ja4_stable: Arc<str>,
     role: &'static str,
     kind: &'static str,
     method: &'static str,
@@ -595,14 +596,14 @@ impl Metrics {
         let owners = &mut self.owners;
         let nt = || NameTransportLabels {
             transport: transport.into(),
-            server_name: name.clone(),
+            server_name: name.to_string(),
         };
         let tl = || TimedLabels {
             kind: k.kind.into(),
             family: k.family.into(),
             version: k.version.into(),
             transport: transport.into(),
-            server_name: name.clone(),
+            server_name: name.to_string(),
         };
         noted(&mut s.handshakes, owners, &self.handshakes, || {
             HandshakeLabels {
@@ -612,13 +613,13 @@ impl Metrics {
                 version: k.version.into(),
                 family: k.family.into(),
                 transport: transport.into(),
-                server_name: name.clone(),
+                server_name: name.to_string(),
             }
         })
         .inc();
         plain(&mut s.client_handshakes, &self.client_handshakes, || {
             ClientKindLabels {
-                ja4_stable: k.ja4_stable.clone(),
+                ja4_stable: k.ja4_stable.to_string(),
                 client: s.client.clone(),
                 kind: k.kind.into(),
                 transport: transport.into(),
@@ -642,7 +643,7 @@ impl Metrics {
                     outcome: OFFER_OUTCOMES[outcome].into(),
                     method: m.as_str().into(),
                     transport: transport.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                 }
             })
             .inc();
@@ -655,7 +656,7 @@ impl Metrics {
                 EarlyDataLabels {
                     outcome: EARLY_OUTCOMES[i].as_str().into(),
                     transport: transport.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                 }
             })
             .inc();
@@ -674,7 +675,7 @@ impl Metrics {
                     family: k.family.into(),
                     version: k.version.into(),
                     transport: transport.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                 },
             )
             .observe(ms / 1e3);
@@ -682,7 +683,7 @@ impl Metrics {
                 &mut s.client_handshake_seconds,
                 &self.client_handshake_seconds,
                 || ClientLabels {
-                    ja4_stable: k.ja4_stable.clone(),
+                    ja4_stable: k.ja4_stable.to_string(),
                     client: s.client.clone(),
                     transport: transport.into(),
                 },
@@ -697,7 +698,7 @@ impl Metrics {
                 KindLabels {
                     kind: k.kind.into(),
                     transport: transport.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                 }
             })
             .observe(n as f64);
@@ -716,7 +717,7 @@ impl Metrics {
                 || RoleNameTransportLabels {
                     role: k.role.into(),
                     transport: transport.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                 },
             )
             .observe(ms / 1e3);
@@ -724,7 +725,7 @@ impl Metrics {
             noted(&mut s.first_use[i], owners, &self.first_use, || {
                 FirstUseLabels {
                     role: k.role.into(),
-                    server_name: name.clone(),
+                    server_name: name.to_string(),
                     r#use: FIRST_USES[i].into(),
                 }
             })
@@ -787,7 +788,7 @@ impl Metrics {
         for name in self.names.take_retired() {
             self.owners.retire(&name);
             self.precreated.retain(|(n, _)| *n != name);
-            self.series.retain(|k, _| k.server_name != name);
+            self.series.retain(|k, _| *k.server_name != *name);
         }
         out
     }
