@@ -24,6 +24,7 @@ use std::sync::Arc;
 use analyzer::client_names::ClientNames;
 
 use super::heavy::SpaceSaving;
+use super::labels::{NONE, OTHER};
 
 /// Sketch counters per admitted label value (`K = SKETCH_PER_LABEL × N`).
 pub const SKETCH_PER_LABEL: usize = 4;
@@ -50,8 +51,8 @@ impl ClientFingerprints {
         ClientFingerprints {
             top,
             admitted: HashSet::default(),
-            none: Arc::from("none"),
-            other: Arc::from("other"),
+            none: Arc::from(NONE),
+            other: Arc::from(OTHER),
             sketch: SpaceSaving::new(top * SKETCH_PER_LABEL),
             names: None,
         }

@@ -156,6 +156,11 @@ pub const MIN_ADMIT: u64 = 2;
 /// about the same volume do not take turns (each turn ends a series).
 pub const DISPLACE_FACTOR: u64 = 2;
 
+/// The value of a bounded label (`server_name`, `ja4_stable`) for a
+/// record without one, and for the values past the bound.
+pub const NONE: &str = "none";
+pub const OTHER: &str = "other";
+
 /// Bounds and optionally hashes the `server_name` label.
 ///
 /// The names of `--server-names-file` always have their own value. Of the
@@ -199,8 +204,8 @@ impl ServerNames {
             allowed: HashSet::default(),
             sketch: super::heavy::SpaceSaving::new(top * SKETCH_PER_NAME),
             admitted: HashMap::default(),
-            none: Arc::from("none"),
-            other: Arc::from("other"),
+            none: Arc::from(NONE),
+            other: Arc::from(OTHER),
             retired: Vec::new(),
         }
     }
@@ -273,7 +278,7 @@ impl ServerNames {
         }
         let value = self.value(name);
         self.admitted.insert(name.to_string(), Arc::clone(&value));
-        self.retired.retain(|r| **r != *value);
+        self.retired.retain(|r| r.as_str() != &*value);
         value
     }
 

@@ -72,7 +72,7 @@ impl Owners {
         M: Send + Sync + 'static,
     {
         let name = labels.server_name();
-        if name == "other" || name == "none" || family.get(labels).is_some() {
+        if name == labels::OTHER || name == labels::NONE || family.get(labels).is_some() {
             return;
         }
         let (family, labels) = (family.clone(), labels.clone());
