@@ -265,8 +265,9 @@ impl ServerNames {
             let weakest = self
                 .admitted
                 .keys()
-                .map(|a| (self.sketch.estimate(a), a.to_string()))
-                .min();
+                .map(|a| (self.sketch.estimate(a), a))
+                .min()
+                .map(|(may, a)| (may, a.clone()));
             match weakest {
                 Some((may, a)) if certain >= may.saturating_mul(DISPLACE_FACTOR).max(1) => {
                     if let Some(value) = self.admitted.remove(&a) {
