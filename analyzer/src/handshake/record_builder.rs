@@ -73,7 +73,7 @@ impl Handshake {
             }
             _ => false,
         };
-        let by_psk = ch.is_some_and(|c| c.extensions.contains(&41))
+        let by_psk = ch.is_some_and(|c| c.extensions().contains(&41))
             && sh.is_some_and(|sh| sh.extensions.contains(&41));
         super::zeek_view::Hellos {
             ts: self.started.unwrap_or(first_ts),

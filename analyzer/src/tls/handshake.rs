@@ -69,11 +69,11 @@ pub struct ClientHello {
     /// Keys the connection's entry in a TLS key log.
     pub random: [u8; 32],
     pub session_id: SessionId,
-    pub cipher_suites: Vec<u16>,
-    /// Extension types in the order the client sent them (GREASE included).
-    pub extensions: Vec<u16>,
-    /// Boxed `str`, and the ticket length below a `u16`: the struct fits
-    /// an allocator's 224-byte size class (one in every open handshake).
+    /// Its cipher suites, extension types (in the order the client sent
+    /// them, GREASE included) and signature algorithms.
+    pub lists: HelloLists,
+    /// Boxed `str`, the ticket length below a `u16` and the lists in one
+    /// allocation: the struct is 176 bytes (one in every open handshake).
     pub server_name: Option<Box<str>>,
     pub alpn: Vec<String>,
     /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
@@ -85,7 +85,6 @@ pub struct ClientHello {
     pub session_ticket_len: Option<u16>,
     pub psk: Option<PskOffer>,
     pub early_data: bool,
-    pub signature_algorithms: Vec<u16>,
     /// Came in an SSLv2-compatible record (RFC 5246 Appendix E.2).
     pub sslv2_compat: bool,
     /// How many extensions' contents did not parse (their framing did).
@@ -99,13 +98,102 @@ pub struct ClientHello {
 
 impl HeapSize for ClientHello {
     fn heap_size(&self) -> usize {
-        self.cipher_suites.heap_size()
-            + self.extensions.heap_size()
+        self.lists.heap_size()
             + self.server_name.heap_size()
             + crate::memory::strings(&self.alpn, self.alpn.capacity())
             + self.supported_versions.heap_size()
-            + self.signature_algorithms.heap_size()
     }
+}
+
+/// A ClientHello's three lists of 16-bit values in one allocation: a hello
+/// is held as long as its handshake is open (a million may be), and as
+/// three vectors they were three allocations and 72 bytes of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HelloLists {
+    /// The cipher suites, then the extension types, then the signature
+    /// algorithms.
+    values: Box<[u16]>,
+    /// Where the extension types start, and the signature algorithms (a
+    /// hello's body is under 2^24 bytes).
+    extensions_at: u32,
+    signatures_at: u32,
+}
+
+impl HelloLists {
+    pub fn new(cipher_suites: &[u16], extensions: &[u16], signature_algorithms: &[u16]) -> Self {
+        let mut values =
+            Vec::with_capacity(cipher_suites.len() + extensions.len() + signature_algorithms.len());
+        values.extend_from_slice(cipher_suites);
+        values.extend_from_slice(extensions);
+        values.extend_from_slice(signature_algorithms);
+        HelloLists {
+            values: values.into_boxed_slice(),
+            extensions_at: cipher_suites.len() as u32,
+            signatures_at: (cipher_suites.len() + extensions.len()) as u32,
+        }
+    }
+
+    pub fn cipher_suites(&self) -> &[u16] {
+        &self.values[..self.extensions_at as usize]
+    }
+
+    pub fn extensions(&self) -> &[u16] {
+        &self.values[self.extensions_at as usize..self.signatures_at as usize]
+    }
+
+    pub fn signature_algorithms(&self) -> &[u16] {
+        &self.values[self.signatures_at as usize..]
+    }
+
+    /// From the wire: the suites' bytes, the extension types, and the
+    /// bytes of each signature_algorithms extension (big-endian pairs).
+    fn read(suites: &[u8], extensions: &[u16], signatures: &[&[u8]]) -> Self {
+        let signature_bytes: usize = signatures.iter().map(|s| s.len()).sum();
+        let mut values =
+            Vec::with_capacity((suites.len() + signature_bytes) / 2 + extensions.len());
+        let be = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+        values.extend(suites.chunks_exact(2).map(be));
+        values.extend_from_slice(extensions);
+        for s in signatures {
+            values.extend(s.chunks_exact(2).map(be));
+        }
+        HelloLists {
+            values: values.into_boxed_slice(),
+            extensions_at: (suites.len() / 2) as u32,
+            signatures_at: (suites.len() / 2 + extensions.len()) as u32,
+        }
+    }
+
+    /// The lists changed as vectors (tests make variants of a hello).
+    #[cfg(test)]
+    pub fn edit(&mut self, f: impl FnOnce(&mut Vec<u16>, &mut Vec<u16>, &mut Vec<u16>)) {
+        let (mut suites, mut exts, mut sigs) = (
+            self.cipher_suites().to_vec(),
+            self.extensions().to_vec(),
+            self.signature_algorithms().to_vec(),
+        );
+        f(&mut suites, &mut exts, &mut sigs);
+        *self = HelloLists::new(&suites, &exts, &sigs);
+    }
+}
+
+impl HeapSize for HelloLists {
+    fn heap_size(&self) -> usize {
+        match self.values.len() {
+            0 => 0,
+            n => n * std::mem::size_of::<u16>() + crate::memory::ALLOC_OVERHEAD,
+        }
+    }
+}
+
+/// A list of 16-bit values as its bytes, with the error of reading the
+/// values one by one (`what`) if a byte is left over.
+fn pairs<'a>(mut list: Reader<'a>, what: &'static str) -> Result<&'a [u8], InvalidMessage> {
+    let whole = list.take(list.left() & !1, what)?;
+    if list.any_left() {
+        list.u16(what)?;
+    }
+    Ok(whole)
 }
 
 /// Protocol names in an ALPN list, counted first, so that the list is
@@ -119,6 +207,19 @@ fn count_alpn(mut list: Reader<'_>) -> usize {
 }
 
 impl ClientHello {
+    pub fn cipher_suites(&self) -> &[u16] {
+        self.lists.cipher_suites()
+    }
+
+    /// Extension types in the order the client sent them (GREASE included).
+    pub fn extensions(&self) -> &[u16] {
+        self.lists.extensions()
+    }
+
+    pub fn signature_algorithms(&self) -> &[u16] {
+        self.lists.signature_algorithms()
+    }
+
     /// True if the client offers TLS 1.3 (or a draft of it).
     pub fn offers_tls13(&self) -> bool {
         self.supported_versions
@@ -135,11 +236,11 @@ impl ClientHello {
         };
         ch.random.copy_from_slice(r.take(32, "client random")?);
         ch.session_id = SessionId::read(&mut r)?;
-        let mut suites = r.sub16("cipher_suites")?;
-        ch.cipher_suites.reserve_exact(suites.left() / 2);
-        while suites.any_left() {
-            ch.cipher_suites.push(suites.u16("cipher_suite")?);
-        }
+        // The three lists are gathered here and stored in one allocation:
+        // the suites and signature algorithms as the runs of bytes they are.
+        let suites = pairs(r.sub16("cipher_suites")?, "cipher_suite")?;
+        let mut types = SmallVec::<[u16; 32]>::new();
+        let mut signatures = SmallVec::<[&[u8]; 1]>::new();
         r.sub8("compression_methods")?;
         if r.any_left() {
             // Lenient like the dissectors people compare us with: an
@@ -148,9 +249,8 @@ impl ClientHello {
             let declared = r.u16("extensions")? as usize;
             let avail = r.left();
             let block = r.take(declared.min(avail), "extensions")?;
-            // Gathered here and allocated once at their number (walking
-            // the headers first to count them cost a tenth of the parse).
-            let mut types = SmallVec::<[u16; 32]>::new();
+            // Gathered, not counted first (walking the headers first to
+            // count them cost a tenth of the parse).
             let mut exts = Reader::new(block);
             ch.truncated_extensions = declared > avail;
             while exts.any_left() {
@@ -163,12 +263,12 @@ impl ClientHello {
                 types.push(typ);
                 // A malformed extension (e.g. an ALPN list with a bad length)
                 // loses that extension only: its framing is intact.
-                if ch.read_extension(typ, data).is_err() {
+                if ch.read_extension(typ, data, &mut signatures).is_err() {
                     ch.malformed_extensions = ch.malformed_extensions.saturating_add(1);
                 }
             }
-            ch.extensions = types.to_vec();
         }
+        ch.lists = HelloLists::read(suites, &types, &signatures);
         r.expect_empty("ClientHello")?;
         ch.shrink();
         Ok(ch)
@@ -179,14 +279,18 @@ impl ClientHello {
     /// Lists whose length was not known when they were reserved (a
     /// malformed extension stops part way) give back what they did not use.
     fn shrink(&mut self) {
-        self.cipher_suites.shrink_to_fit();
-        self.extensions.shrink_to_fit();
         self.alpn.shrink_to_fit();
         self.supported_versions.shrink_to_fit();
-        self.signature_algorithms.shrink_to_fit();
     }
 
-    fn read_extension(&mut self, typ: u16, mut r: Reader<'_>) -> Result<(), InvalidMessage> {
+    /// Reads one extension's contents; the signature algorithms' bytes go
+    /// to `signatures` (stored with the other lists once the hello is read).
+    fn read_extension<'a>(
+        &mut self,
+        typ: u16,
+        mut r: Reader<'a>,
+        signatures: &mut SmallVec<[&'a [u8]; 1]>,
+    ) -> Result<(), InvalidMessage> {
         match typ {
             ext::SERVER_NAME => {
                 let mut list = r.sub16("server_name_list")?;
@@ -257,11 +361,9 @@ impl ClientHello {
             }
             ext::SIGNATURE_ALGORITHMS => {
                 let mut list = r.sub16("supported_signature_algorithms")?;
-                self.signature_algorithms.reserve_exact(list.left() / 2);
-                while list.any_left() {
-                    self.signature_algorithms
-                        .push(list.u16("signature scheme")?);
-                }
+                // A list of odd length keeps its whole pairs (and is malformed).
+                signatures.push(list.take(list.left() & !1, "signature scheme")?);
+                pairs(list, "signature scheme")?;
             }
             // Unknown and GREASE extensions are kept in `extensions` only.
             _ => return Ok(()),
@@ -283,21 +385,21 @@ impl ClientHello {
         let mut specs = Reader::new(r.take(spec_len, "cipher_specs")?);
         let session_id = SessionId::from_slice(r.take(sid_len, "session_id")?);
         r.take(challenge_len, "challenge")?;
-        let mut ch = ClientHello {
-            legacy_version: version,
-            session_id,
-            sslv2_compat: true,
-            ..Default::default()
-        };
+        let mut suites = Vec::new();
         while specs.any_left() {
             let spec = specs.take(3, "cipher_spec")?;
             // Only specs with a zero first byte name TLS cipher suites.
             if spec[0] == 0 {
-                ch.cipher_suites
-                    .push(u16::from_be_bytes([spec[1], spec[2]]));
+                suites.push(u16::from_be_bytes([spec[1], spec[2]]));
             }
         }
-        Ok(ch)
+        Ok(ClientHello {
+            legacy_version: version,
+            session_id,
+            lists: HelloLists::new(&suites, &[], &[]),
+            sslv2_compat: true,
+            ..Default::default()
+        })
     }
 }
 
@@ -447,13 +549,65 @@ mod tests {
         let ch = ClientHello::parse(&hex(RFC8448_CH)).unwrap();
         assert_eq!(ch.legacy_version, 0x0303);
         assert!(ch.session_id.is_empty());
-        assert_eq!(ch.cipher_suites, vec![0x1301, 0x1303, 0x1302]);
+        assert_eq!(ch.cipher_suites(), [0x1301, 0x1303, 0x1302]);
         assert_eq!(ch.server_name.as_deref(), Some("server"));
         assert!(ch.offers_tls13());
         assert_eq!(ch.session_ticket_len, Some(0));
         assert_eq!(ch.malformed_extensions, 0);
         assert!(ch.psk.is_none() && !ch.early_data);
-        assert_eq!(ch.extensions.first(), Some(&0));
+        assert_eq!(ch.extensions().first(), Some(&0));
+    }
+
+    /// A hello with `suites` (bytes) and one signature_algorithms
+    /// extension holding `sigs` (bytes), then supported_versions.
+    fn hello_with(suites: &[u8], sigs: &[u8]) -> Vec<u8> {
+        let mut b = vec![0x03, 0x03];
+        b.extend([7; 32]);
+        b.push(0);
+        b.extend((suites.len() as u16).to_be_bytes());
+        b.extend(suites);
+        b.extend([1, 0]);
+        let mut exts = vec![0x00, 0x0d];
+        exts.extend((sigs.len() as u16 + 2).to_be_bytes());
+        exts.extend((sigs.len() as u16).to_be_bytes());
+        exts.extend(sigs);
+        exts.extend([0x00, 0x2b, 0x00, 0x03, 0x02, 0x03, 0x04]);
+        b.extend((exts.len() as u16).to_be_bytes());
+        b.extend(exts);
+        b
+    }
+
+    /// The suites and signature algorithms are read as runs of pairs: an
+    /// odd suites list is an error, an odd signature list keeps its whole
+    /// pairs and counts as a malformed extension; the three lists keep
+    /// their order and bounds.
+    #[test]
+    fn pairs_lists_of_odd_length() {
+        let ch = ClientHello::parse(&hello_with(&[0x13, 0x01, 0xc0, 0x2f], &[4, 3, 8, 4])).unwrap();
+        assert_eq!(ch.cipher_suites(), [0x1301, 0xc02f]);
+        assert_eq!(ch.extensions(), [0x000d, 0x002b]);
+        assert_eq!(ch.signature_algorithms(), [0x0403, 0x0804]);
+        assert_eq!(ch.malformed_extensions, 0);
+        assert!(ch.offers_tls13());
+
+        assert!(ClientHello::parse(&hello_with(&[0x13, 0x01, 0xc0], &[4, 3])).is_err());
+
+        let ch = ClientHello::parse(&hello_with(&[0x13, 0x01], &[4, 3, 8])).unwrap();
+        assert_eq!(ch.cipher_suites(), [0x1301]);
+        assert_eq!(ch.signature_algorithms(), [0x0403]);
+        assert_eq!(ch.extensions(), [0x000d, 0x002b]);
+        assert_eq!(ch.malformed_extensions, 1);
+        assert!(ch.offers_tls13(), "the extension after it is read");
+
+        let ch = ClientHello::parse(&hello_with(&[], &[])).unwrap();
+        assert!(ch.cipher_suites().is_empty() && ch.signature_algorithms().is_empty());
+        assert_eq!(ch.extensions(), [0x000d, 0x002b]);
+    }
+
+    /// One is held in every open handshake (the memory goal of issue 19).
+    #[test]
+    fn a_client_hello_is_176_bytes() {
+        assert_eq!(std::mem::size_of::<ClientHello>(), 176);
     }
 
     #[test]

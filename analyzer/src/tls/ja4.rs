@@ -149,7 +149,12 @@ pub const SESSION_DEPENDENT: [u16; 4] = [
 /// dropped, sorted.
 fn client_suites(ch: &ClientHello, list: &mut Vec<u16>) {
     list.clear();
-    list.extend(ch.cipher_suites.iter().copied().filter(|&s| !is_grease(s)));
+    list.extend(
+        ch.cipher_suites()
+            .iter()
+            .copied()
+            .filter(|&s| !is_grease(s)),
+    );
     list.sort_unstable();
 }
 
@@ -167,7 +172,7 @@ fn client_a_c(
 ) {
     exts.clear();
     exts.extend(
-        ch.extensions
+        ch.extensions()
             .iter()
             .copied()
             .filter(|&e| !is_grease(e) && !leave_out.contains(&e)),
@@ -198,7 +203,7 @@ fn client_a_c(
     exts.sort_unstable();
     push_hex_list(c, exts.iter().copied());
     let mut sigs = ch
-        .signature_algorithms
+        .signature_algorithms()
         .iter()
         .copied()
         .filter(|&s| !is_grease(s))
@@ -286,10 +291,10 @@ pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
         key.extend([u16::from(quic), ch.legacy_version]);
         push_alpn(key, ch.ja4_alpn);
         for list in [
-            &ch.cipher_suites[..],
-            &ch.extensions,
+            ch.cipher_suites(),
+            ch.extensions(),
             &ch.supported_versions,
-            &ch.signature_algorithms,
+            ch.signature_algorithms(),
         ] {
             push_list(key, list);
         }
@@ -300,7 +305,7 @@ pub fn ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
 /// [`ja4_and_stable`] without the memo. One scratch list and one text
 /// buffer serve every part.
 fn compute_ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) {
-    let mut list = Vec::with_capacity(ch.cipher_suites.len().max(ch.extensions.len()));
+    let mut list = Vec::with_capacity(ch.cipher_suites().len().max(ch.extensions().len()));
     client_suites(ch, &mut list);
     let suites = list.len();
     let mut text = Vec::with_capacity(5 * list.capacity());
@@ -317,7 +322,11 @@ fn compute_ja4_and_stable(ch: &ClientHello, quic: bool) -> (Arc<str>, Arc<str>) 
         Arc::<str>::from(ascii(out))
     };
     let ja4 = hashed(&[]);
-    let stable = if ch.extensions.iter().any(|e| SESSION_DEPENDENT.contains(e)) {
+    let stable = if ch
+        .extensions()
+        .iter()
+        .any(|e| SESSION_DEPENDENT.contains(e))
+    {
         hashed(&SESSION_DEPENDENT)
     } else {
         ja4.clone()
@@ -385,23 +394,26 @@ pub fn ja4s_r(sh: &ServerHello, quic: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls::handshake::HelloLists;
 
     /// JA4.md's worked example.
     fn example() -> ClientHello {
         ClientHello {
             legacy_version: 0x0303,
-            cipher_suites: vec![
-                0x0a0a, 0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8,
-                0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035,
-            ],
-            extensions: vec![
-                0x2a2a, 0x001b, 0x0000, 0x0033, 0x0010, 0x4469, 0x0017, 0x002d, 0x000d, 0x0005,
-                0x0023, 0x0012, 0x002b, 0xff01, 0x000b, 0x000a, 0x0015, 0x3a3a,
-            ],
+            lists: HelloLists::new(
+                &[
+                    0x0a0a, 0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8,
+                    0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035,
+                ],
+                &[
+                    0x2a2a, 0x001b, 0x0000, 0x0033, 0x0010, 0x4469, 0x0017, 0x002d, 0x000d, 0x0005,
+                    0x0023, 0x0012, 0x002b, 0xff01, 0x000b, 0x000a, 0x0015, 0x3a3a,
+                ],
+                &[
+                    0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501, 0x0806, 0x0601,
+                ],
+            ),
             supported_versions: [0x7a7a, 0x0304, 0x0303].into_iter().collect(),
-            signature_algorithms: vec![
-                0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501, 0x0806, 0x0601,
-            ],
             ja4_alpn: Some(*b"h2"),
             ..Default::default()
         }
@@ -457,20 +469,22 @@ mod tests {
         v.ja4_alpn = Some(*b"00");
         hellos.push(v);
         let mut v = base.clone();
-        v.cipher_suites.pop();
+        v.lists.edit(|suites, _, _| {
+            suites.pop();
+        });
         hellos.push(v);
         let mut v = base.clone();
-        v.extensions.push(0x0029);
+        v.lists.edit(|_, exts, _| exts.push(0x0029));
         hellos.push(v);
         let mut v = base.clone();
         v.supported_versions = [0x0303].into_iter().collect();
         hellos.push(v);
         let mut v = base.clone();
-        let last = v.cipher_suites.pop().unwrap();
-        v.extensions.insert(0, last);
+        v.lists
+            .edit(|suites, exts, _| exts.insert(0, suites.pop().unwrap()));
         hellos.push(v);
         let mut v = base.clone();
-        v.signature_algorithms.clear();
+        v.lists.edit(|_, _, sigs| sigs.clear());
         hellos.push(v);
         memo_answers(&hellos, ja4_and_stable, compute_ja4_and_stable);
     }
@@ -478,7 +492,7 @@ mod tests {
     #[test]
     fn without_signature_algorithms_no_underscore() {
         let mut ch = example();
-        ch.signature_algorithms.clear();
+        ch.lists.edit(|_, _, sigs| sigs.clear());
         assert!(ja4(&ch, false).ends_with("_6d807ffa2a79"));
     }
 
@@ -494,7 +508,8 @@ mod tests {
     #[test]
     fn version_from_supported_versions_only_when_the_extension_is_there() {
         let mut ch = example();
-        ch.extensions.retain(|&e| e != ext::SUPPORTED_VERSIONS);
+        ch.lists
+            .edit(|_, exts, _| exts.retain(|&e| e != ext::SUPPORTED_VERSIONS));
         assert!(ja4(&ch, false).starts_with("t12d1515h2"));
     }
 
@@ -531,7 +546,7 @@ mod tests {
     fn stable_is_the_same_for_fresh_and_resuming_hellos() {
         let fresh = parse_hex(CURL_FRESH);
         let resuming = parse_hex(CURL_RESUMING);
-        assert!(resuming.extensions.contains(&ext::PRE_SHARED_KEY));
+        assert!(resuming.extensions().contains(&ext::PRE_SHARED_KEY));
         assert_eq!(&*ja4(&fresh, false), "t13d0411h1_16476d049b0b_303c7117418d");
         assert_eq!(
             &*ja4(&resuming, false),
@@ -544,7 +559,8 @@ mod tests {
     #[test]
     fn stable_equals_ja4_without_session_dependent_extensions() {
         let mut ch = example();
-        ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
+        ch.lists
+            .edit(|_, exts, _| exts.retain(|e| !SESSION_DEPENDENT.contains(e)));
         assert_eq!(ja4_stable(&ch, false), ja4(&ch, false));
         assert_eq!(ja4_stable(&ch, true), ja4(&ch, true));
     }
@@ -556,11 +572,12 @@ mod tests {
         let mut ch = example();
         let stable = ja4_stable(&ch, false);
         assert_eq!(&stable[..23], "t13d1514h2_8daaf6152771");
-        ch.extensions.extend([ext::PRE_SHARED_KEY, ext::EARLY_DATA]);
+        ch.lists
+            .edit(|_, exts, _| exts.extend([ext::PRE_SHARED_KEY, ext::EARLY_DATA]));
         assert_ne!(ja4(&ch, false), ja4(&example(), false));
         assert_eq!(ja4_stable(&ch, false), stable);
-        ch.extensions
-            .retain(|&e| e != ext::PADDING && e != ext::SESSION_TICKET);
+        ch.lists
+            .edit(|_, exts, _| exts.retain(|&e| e != ext::PADDING && e != ext::SESSION_TICKET));
         assert_eq!(ja4(&ch, false)[..10], *"t13d1516h2");
         assert_ne!(ja4(&ch, false), stable);
         assert_eq!(ja4_stable(&ch, false), stable);
@@ -578,7 +595,8 @@ mod tests {
                 *"t13d1514h2_8daaf6152771".replace('t', &raw[..1])
             );
         }
-        ch.extensions.retain(|e| !SESSION_DEPENDENT.contains(e));
+        ch.lists
+            .edit(|_, exts, _| exts.retain(|e| !SESSION_DEPENDENT.contains(e)));
         let (raw, stable) = ja4_and_stable(&ch, false);
         assert_eq!(raw, stable);
     }
