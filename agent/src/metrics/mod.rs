@@ -572,21 +572,26 @@ impl Metrics {
             transport: r.transport.as_str(),
         };
         self.records.inc();
-        let mut s = match self.series.remove(&key) {
-            Some(s) => s,
+        // The series map is set aside while the record is added, so that its
+        // series is looked up once (removing it and putting it back hashed
+        // the eight labels twice) while `observe` borrows the rest.
+        let mut series = std::mem::take(&mut self.series);
+        match series.get_mut(&key) {
+            Some(s) => self.observe(&key, s, r),
             None => {
                 self.precreate(&key.server_name, key.transport);
-                if self.series.len() >= SERIES_CACHE {
-                    self.series.clear();
+                if series.len() >= SERIES_CACHE {
+                    series.clear();
                 }
-                Series {
+                let mut s = Series {
                     client: self.clients.name(&key.ja4_stable),
                     ..Series::default()
-                }
+                };
+                self.observe(&key, &mut s, r);
+                series.insert(key, s);
             }
-        };
-        self.observe(&key, &mut s, r);
-        self.series.insert(key, s);
+        }
+        self.series = series;
     }
 
     /// Adds the record to its series, each found (and created, noted
@@ -1374,6 +1379,65 @@ mod tests {
             .map(|(_, v)| v)
             .sum::<f64>();
         assert_eq!(ipv6, (early.len() * FLOOD.div_ceil(20)) as f64);
+    }
+
+    /// More label combinations than the series cache holds
+    /// ([`SERIES_CACHE`]): the cache is emptied and filled again, and every
+    /// record is still counted once, in its own series.
+    #[test]
+    fn more_series_than_the_cache_holds_lose_nothing() {
+        const NAMES: usize = 100;
+        const CLIENTS: usize = 60;
+        let mut m = Metrics::new(
+            ServerNames::new(NAMES, None),
+            ClientFingerprints::new(CLIENTS),
+            &[],
+        );
+        for _ in 0..2 {
+            for name in 0..NAMES {
+                for fp in 0..CLIENTS {
+                    let ja4 = format!("t13d1516h2_fp{fp:03}");
+                    let mut r = record(Some(&ja4), HandshakeKind::Full, Family::Ipv4, 1.0);
+                    r.sni = Some(format!("host{name:03}.test"));
+                    m.record(&r);
+                }
+            }
+        }
+        let text = m.encode();
+        let by_name = samples(&text, "tls_handshakes_total");
+        let by_client = samples(&text, "tls_client_handshakes_total");
+        // Every name and fingerprint has a value of its own (a
+        // fingerprint's first record, before its admission, is `other`):
+        // NAMES x CLIENTS series, more than the cache holds, so it was
+        // emptied along the way.
+        let own = |l: &BTreeMap<String, String>| l["ja4_stable"] != "other";
+        assert_eq!(by_name.len(), NAMES, "{by_name:?}");
+        assert_eq!(by_client.iter().filter(|(l, _)| own(l)).count(), CLIENTS);
+        assert!(NAMES * CLIENTS > SERIES_CACHE && m.series.len() < SERIES_CACHE);
+        for (labels, v) in &by_name {
+            assert_eq!(*v, (2 * CLIENTS) as f64, "{labels:?}");
+        }
+        for (labels, v) in by_client.iter().filter(|(l, _)| own(l)) {
+            assert_eq!(*v, (2 * NAMES - 1) as f64, "{labels:?}");
+        }
+        let all: f64 = by_client.iter().map(|(_, v)| v).sum();
+        assert_eq!(all, (2 * NAMES * CLIENTS) as f64);
+        // The cache keeps the series it holds: a record of one of them
+        // finds it.
+        let held = m.series.len();
+        let mut r = record(
+            Some("t13d1516h2_fp000"),
+            HandshakeKind::Full,
+            Family::Ipv4,
+            1.0,
+        );
+        r.sni = Some(format!("host{:03}.test", NAMES - 1));
+        m.record(&r);
+        assert!(
+            held > 0 && m.series.len() == held,
+            "{held} then {}",
+            m.series.len()
+        );
     }
 
     /// Issue 16 on synthetic records: the role label (records without one
