@@ -407,8 +407,8 @@ fn kernel_view(cap: &Capture, framing: Framing, cut: Cut) -> KernelView {
             bpf.poll(Duration::ZERO, &mut |ev| {
                 let h = ev.header;
                 seen.insert(tuple(
-                    endpoint(h.src(), h.sport),
-                    endpoint(h.dst(), h.dport),
+                    endpoint(h.src(), h.sport).to_string(),
+                    endpoint(h.dst(), h.dport).to_string(),
                 ));
                 for p in ev.datagrams() {
                     analyzer.push_packet(*ts, &p);

@@ -61,7 +61,7 @@ fn cut(capture: &Path, clients: &BTreeSet<String>, from_clients: bool, out: &Pat
         } else {
             endpoint(pkt.dst, dport)
         };
-        if clients.contains(&end) {
+        if clients.contains(end.as_str()) {
             save.write(&p);
             kept += 1;
         }

@@ -133,9 +133,8 @@ impl HeapSize for crate::record::ConnectionRecord {
                 + c.leaf_subject.heap_size()
                 + c.leaf_issuer.heap_size()
         });
-        self.client.heap_size()
-            + self.server.heap_size()
-            + s(&self.sni)
+        // The endpoints are held in place (`EndpointText`): no heap.
+        s(&self.sni)
             + self.cipher.heap_size()
             + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
             + self.offered.heap_size()

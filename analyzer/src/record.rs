@@ -290,8 +290,8 @@ impl Family {
 pub struct ConnectionRecord {
     pub ts: f64,
     pub transport: Transport,
-    pub client: String,
-    pub server: String,
+    pub client: EndpointText,
+    pub server: EndpointText,
     pub sni: Option<String>,
     pub version: Option<&'static str>,
     /// A static name for every suite tlsrum knows; `0x....` for others.
@@ -405,86 +405,201 @@ pub struct ZeekFacts {
     pub sni_matches_cert: Option<bool>,
 }
 
+/// Bytes of the longest endpoint text: `[` + 39 (the longest IPv6 text) +
+/// `]:` + 5.
+const ENDPOINT_TEXT_MAX: usize = 47;
+
+/// An endpoint as text (see [`endpoint`]), held in place: a record has two,
+/// and as `String`s they were two of its allocations. It reads, compares
+/// and hashes as a `str` (the bytes past its length do not count).
+#[derive(Clone, Copy)]
+pub struct EndpointText {
+    buf: [u8; ENDPOINT_TEXT_MAX],
+    len: u8,
+}
+
+impl EndpointText {
+    pub fn as_str(&self) -> &str {
+        // Only whole UTF-8 text goes in (`endpoint` writes ASCII, `From`
+        // cuts at a character boundary): never the default.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+    }
+
+    fn push(&mut self, b: u8) {
+        self.buf[usize::from(self.len)] = b;
+        self.len += 1;
+    }
+
+    fn push_all(&mut self, s: &[u8]) {
+        let at = usize::from(self.len);
+        self.buf[at..at + s.len()].copy_from_slice(s);
+        self.len += s.len() as u8;
+    }
+
+    fn digits(&mut self, n: u16) {
+        // itoa writes two digits at a time from its table.
+        self.push_all(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    fn dotted(&mut self, v4: std::net::Ipv4Addr) {
+        /// Each octet's decimal text and a dot, padded to four bytes, with
+        /// its length without the dot.
+        const OCTETS: [(u8, [u8; 4]); 256] = {
+            let mut t = [(0u8, [0u8; 4]); 256];
+            let mut n = 0;
+            while n < 256 {
+                let d = [
+                    b'0' + (n / 100) as u8,
+                    b'0' + (n / 10 % 10) as u8,
+                    b'0' + (n % 10) as u8,
+                ];
+                t[n] = match n {
+                    0..=9 => (1, [d[2], b'.', 0, 0]),
+                    10..=99 => (2, [d[1], d[2], b'.', 0]),
+                    _ => (3, [d[0], d[1], d[2], b'.']),
+                };
+                n += 1;
+            }
+            t
+        };
+        // Each octet's text from a table, its dot after it, the last dot
+        // taken back (an endpoint cost a third more formatting each
+        // octet's digits).
+        for o in v4.octets() {
+            let (len, text) = OCTETS[usize::from(o)];
+            let at = usize::from(self.len);
+            self.buf[at..at + 4].copy_from_slice(&text);
+            self.len += len + 1;
+        }
+        self.len -= 1;
+    }
+
+    fn hex_groups(&mut self, groups: &[u16]) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for (i, &g) in groups.iter().enumerate() {
+            if i > 0 {
+                self.push(b':');
+            }
+            let mut shift = 12;
+            while shift > 0 && g >> shift == 0 {
+                shift -= 4;
+            }
+            loop {
+                self.push(HEX[usize::from(g >> shift & 0xf)]);
+                if shift == 0 {
+                    break;
+                }
+                shift -= 4;
+            }
+        }
+    }
+}
+
+impl Default for EndpointText {
+    fn default() -> Self {
+        EndpointText {
+            buf: [0; ENDPOINT_TEXT_MAX],
+            len: 0,
+        }
+    }
+}
+
+/// Text made elsewhere (tests, hand-made records): at most
+/// [`ENDPOINT_TEXT_MAX`] bytes of it, cut at a character boundary.
+impl From<&str> for EndpointText {
+    fn from(s: &str) -> Self {
+        let mut n = s.len().min(ENDPOINT_TEXT_MAX);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut t = EndpointText::default();
+        t.push_all(&s.as_bytes()[..n]);
+        t
+    }
+}
+
+impl From<String> for EndpointText {
+    fn from(s: String) -> Self {
+        EndpointText::from(s.as_str())
+    }
+}
+
+impl std::ops::Deref for EndpointText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for EndpointText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for EndpointText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for EndpointText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for EndpointText {}
+
+impl std::hash::Hash for EndpointText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq<str> for EndpointText {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for EndpointText {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for EndpointText {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl AsRef<str> for EndpointText {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<[u8]> for EndpointText {
+    fn as_ref(&self) -> &[u8] {
+        self.as_str().as_bytes()
+    }
+}
+
+impl Serialize for EndpointText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// Formats an endpoint as `ip:port`, IPv6 as `[addr]:port`, as std's
 /// `SocketAddr` does (RFC 5952: lowercase hex, the first longest run of two
 /// or more zero groups as `::`, IPv4-mapped as `::ffff:a.b.c.d`). Written
 /// into a buffer by hand: std's formatting machinery costs more than the
 /// rest of a record (1,700 instructions an IPv6 endpoint).
-pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
-    /// Each octet's decimal text and a dot, padded to four bytes, with
-    /// its length without the dot.
-    const OCTETS: [(u8, [u8; 4]); 256] = {
-        let mut t = [(0u8, [0u8; 4]); 256];
-        let mut n = 0;
-        while n < 256 {
-            let d = [
-                b'0' + (n / 100) as u8,
-                b'0' + (n / 10 % 10) as u8,
-                b'0' + (n % 10) as u8,
-            ];
-            t[n] = match n {
-                0..=9 => (1, [d[2], b'.', 0, 0]),
-                10..=99 => (2, [d[1], d[2], b'.', 0]),
-                _ => (3, [d[0], d[1], d[2], b'.']),
-            };
-            n += 1;
-        }
-        t
-    };
-    /// The text is built in place: `[` + 39 (the longest IPv6 text) + `]:` + 5.
-    struct Text {
-        buf: [u8; 47],
-        len: usize,
-    }
-    impl Text {
-        fn push(&mut self, b: u8) {
-            self.buf[self.len] = b;
-            self.len += 1;
-        }
-        fn push_all(&mut self, s: &[u8]) {
-            self.buf[self.len..self.len + s.len()].copy_from_slice(s);
-            self.len += s.len();
-        }
-        fn digits(&mut self, n: u16) {
-            // itoa writes two digits at a time from its table.
-            self.push_all(itoa::Buffer::new().format(n).as_bytes());
-        }
-        fn dotted(&mut self, v4: std::net::Ipv4Addr) {
-            // Each octet's text from a table, its dot after it, the last
-            // dot taken back (an endpoint cost a third more formatting
-            // each octet's digits).
-            for o in v4.octets() {
-                let (len, text) = OCTETS[usize::from(o)];
-                let at = self.len;
-                self.buf[at..at + 4].copy_from_slice(&text);
-                self.len += usize::from(len) + 1;
-            }
-            self.len -= 1;
-        }
-        fn hex_groups(&mut self, groups: &[u16]) {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            for (i, &g) in groups.iter().enumerate() {
-                if i > 0 {
-                    self.push(b':');
-                }
-                let mut shift = 12;
-                while shift > 0 && g >> shift == 0 {
-                    shift -= 4;
-                }
-                loop {
-                    self.push(HEX[usize::from(g >> shift & 0xf)]);
-                    if shift == 0 {
-                        break;
-                    }
-                    shift -= 4;
-                }
-            }
-        }
-    }
-    let mut out = Text {
-        buf: [0; 47],
-        len: 0,
-    };
+pub fn endpoint(addr: std::net::IpAddr, port: u16) -> EndpointText {
+    let mut out = EndpointText::default();
     match addr {
         std::net::IpAddr::V4(v4) => out.dotted(v4),
         std::net::IpAddr::V6(v6) => {
@@ -519,10 +634,7 @@ pub fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
     }
     out.push(b':');
     out.digits(port);
-    // Digits, dots, colons, brackets and hex letters: ASCII, always valid.
-    std::str::from_utf8(&out.buf[..out.len])
-        .map(str::to_owned)
-        .unwrap_or_default()
+    out
 }
 
 /// A TLS 1.3 connection over TCP and IPv4 of `kind`, with nothing else
@@ -652,6 +764,32 @@ mod tests {
                 std::net::SocketAddr::new(ip, 1).to_string()
             );
         }
+    }
+
+    /// Endpoint text reads, compares, hashes and serializes as its `str`;
+    /// text made elsewhere keeps at most 47 bytes, cut at a character.
+    #[test]
+    fn endpoint_text_is_its_str() {
+        use super::EndpointText;
+        use std::hash::BuildHasher;
+        let ip: std::net::IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+        let e = super::endpoint(ip, 65535);
+        let text = "[2001:db8:1:2:3:4:5:6]:65535";
+        assert_eq!(e, text);
+        assert_eq!(e, EndpointText::from(text));
+        assert_eq!(e.len(), text.len());
+        assert_eq!(format!("{e} {e:?}"), format!("{text} {text:?}"));
+        assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{text}\""));
+        let h = std::collections::hash_map::RandomState::new();
+        assert_eq!(h.hash_one(e), h.hash_one(EndpointText::from(text)));
+        // The longest: a full IPv6 text, bracketed, with a 5-digit port.
+        let long = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535";
+        assert_eq!(EndpointText::from(long), long);
+        let over = format!("{long}9");
+        assert_eq!(EndpointText::from(over.as_str()), long);
+        let wide = format!("{}\u{e9}", &long[..46]);
+        assert_eq!(EndpointText::from(wide.as_str()), &long[..46]);
+        assert_eq!(EndpointText::default(), "");
     }
 
     /// A settled question changes `offered` and `avoidable` only when the

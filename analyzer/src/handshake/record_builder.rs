@@ -189,7 +189,9 @@ impl Handshake {
             alpn_negotiated: self.take_alpn_negotiated(),
             family: Family::of(view.client.0),
             role: None,
-            proxied_client: view.proxied_client.map(|(ip, port)| endpoint(ip, port)),
+            proxied_client: view
+                .proxied_client
+                .map(|(ip, port)| endpoint(ip, port).to_string()),
             capture: None,
             zeek,
             unsettled: None,

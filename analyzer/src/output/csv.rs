@@ -137,8 +137,8 @@ impl<W: Write> CsvWriter<W> {
         let certs = r.certs.as_ref();
         self.shown(format_args!("{:.6}", r.ts))?;
         self.w.write_field(r.transport.as_str())?;
-        self.w.write_field(&r.client)?;
-        self.w.write_field(&r.server)?;
+        self.w.write_field(r.client.as_str())?;
+        self.w.write_field(r.server.as_str())?;
         self.text(r.sni.as_deref())?;
         self.text(r.version)?;
         self.text(r.cipher.as_deref())?;

@@ -330,7 +330,7 @@ pub(super) mod tests {
             } else {
                 Transport::Quic
             },
-            client: format!("10.0.0.{n}:4{n}"),
+            client: format!("10.0.0.{n}:4{n}").into(),
             server: "[2001:db8::1]:443".into(),
             sni: (!n.is_multiple_of(3)).then(|| text.to_string()),
             version: Some("TLS1.3"),

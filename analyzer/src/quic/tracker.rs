@@ -1869,7 +1869,7 @@ mod tests {
         let mut rtts: Vec<_> = t
             .out
             .iter()
-            .map(|r| (r.server.clone(), r.handshake, r.timing.tcp_rtt))
+            .map(|r| (r.server.to_string(), r.handshake, r.timing.tcp_rtt))
             .collect();
         rtts.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
