@@ -136,7 +136,7 @@ impl HeapSize for crate::record::ConnectionRecord {
         // The endpoints are held in place (`EndpointText`): no heap.
         s(&self.sni)
             + self.cipher.heap_size()
-            + self.alpn.as_ref().map_or(0, |a| strings(a, a.capacity()))
+            + self.alpn.heap_size()
             + self.offered.heap_size()
             + self.unsettled.as_ref().map_or(0, |u| {
                 size_of::<crate::record::Unsettled>() + u.offered.heap_size()

@@ -297,7 +297,7 @@ pub struct ConnectionRecord {
     /// A static name for every suite tlsrum knows; `0x....` for others.
     pub cipher: Option<std::borrow::Cow<'static, str>>,
     /// The client's offer; None when the capture does not show the client.
-    pub alpn: Option<Vec<String>>,
+    pub alpn: Option<crate::tls::handshake::ProtocolNames>,
     /// None: the capture shows one side only, and that side cannot tell
     /// (a TLS 1.3 client that offered a PSK: was it accepted?).
     pub handshake: Option<HandshakeKind>,
@@ -650,7 +650,7 @@ impl ConnectionRecord {
             sni: None,
             version: Some("TLS1.3"),
             cipher: None,
-            alpn: Some(vec![]),
+            alpn: Some(Default::default()),
             handshake: Some(kind),
             offered: Some(vec![]),
             resumption: None,

@@ -468,7 +468,7 @@ mod tests {
         );
         r.server = "[2001:db8::1]:8443".into();
         r.version = None;
-        r.alpn = Some(vec!["h2".into()]);
+        r.alpn = Some(["h2"].into_iter().collect());
         r.family = Family::Ipv6;
         r.transport = Transport::Quic;
         assert_eq!(Dim::Server.value(&r), "2001:db8::1");

@@ -526,7 +526,7 @@ fn alpn_negotiated_from_a_tls12_server_hello() {
 fn alpn_negotiated_tls13_only_from_decrypted_encrypted_extensions() {
     let build = |decrypted: Option<&[u8]>| {
         let mut hs = resumed13_early(&[(21, false), (69, true)]);
-        hs.client_hello.as_mut().unwrap().alpn = vec!["h2".into(), "http/1.1".into()];
+        hs.client_hello.as_mut().unwrap().alpn = ["h2", "http/1.1"].into_iter().collect();
         if let Some(ee) = decrypted {
             let r = rec(0.1, ct::APPLICATION_DATA, 0, 46, 0);
             message(&mut hs, Dir::Server, ht::ENCRYPTED_EXTENSIONS, ee, r);

@@ -142,7 +142,7 @@ impl<W: Write> CsvWriter<W> {
         self.text(r.sni.as_deref())?;
         self.text(r.version)?;
         self.text(r.cipher.as_deref())?;
-        self.joined(r.alpn.iter().flatten().map(String::as_str))?;
+        self.joined(r.alpn.iter().flat_map(|l| l.iter()))?;
         self.text(r.handshake.map(|k| k.as_str()))?;
         self.joined(r.offered.iter().flatten().map(|m| m.as_str()))?;
         self.text(r.resumption.map(|m| m.as_str()))?;

@@ -214,7 +214,7 @@ pub fn encode(out: &mut Vec<u8>, r: &ConnectionRecord) {
     key!(out, ",", "cipher");
     opt_str(out, r.cipher.as_deref());
     key!(out, ",", "alpn");
-    opt_list(out, r.alpn.as_ref().map(|l| l.iter().map(|s| s.as_str())));
+    opt_list(out, r.alpn.as_ref().map(|l| l.iter()));
     key!(out, ",", "handshake");
     opt_str(out, r.handshake.map(|k| k.as_str()));
     key!(out, ",", "offered");
@@ -336,7 +336,7 @@ pub(super) mod tests {
             version: Some("TLS1.3"),
             cipher: (n.is_multiple_of(2)).then(|| "TLS_AES_128_GCM_SHA256".into()),
             // Every nullable field null in some samples (one-sided captures).
-            alpn: (n % 5 != 4).then(|| vec![text.to_string(), "h2".into()]),
+            alpn: (n % 5 != 4).then(|| [text, "h2"].into_iter().collect()),
             handshake: [
                 Some(HandshakeKind::Full),
                 Some(HandshakeKind::Resumed),

@@ -1679,7 +1679,10 @@ mod tests {
         assert_eq!(t.out.len(), 1);
         let r = &t.out[0];
         assert_eq!(r.sni.as_deref(), Some("example.com"));
-        assert_eq!(r.alpn, Some(vec!["alpn".to_string()]));
+        assert_eq!(
+            r.alpn.as_ref().map(|a| a.iter().collect::<Vec<_>>()),
+            Some(vec!["alpn"])
+        );
         assert_eq!(r.handshake, Some(HandshakeKind::Incomplete));
         assert_eq!(r.version, None);
         assert!(r.notes.contains(&"capture_ended"));

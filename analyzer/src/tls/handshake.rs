@@ -73,9 +73,10 @@ pub struct ClientHello {
     /// them, GREASE included) and signature algorithms.
     pub lists: HelloLists,
     /// Boxed `str`, the ticket length below a `u16` and the lists in one
-    /// allocation: the struct is 176 bytes (one in every open handshake).
+    /// allocation each: the struct is 192 bytes, an allocator size class
+    /// (one in every open handshake).
     pub server_name: Option<Box<str>>,
-    pub alpn: Vec<String>,
+    pub alpn: ProtocolNames,
     /// JA4's two ALPN characters, from the first (non-GREASE) ALPN value's
     /// raw bytes ([`alpn_chars`](super::ja4::alpn_chars)); None without one.
     pub ja4_alpn: Option<[u8; 2]>,
@@ -100,7 +101,7 @@ impl HeapSize for ClientHello {
     fn heap_size(&self) -> usize {
         self.lists.heap_size()
             + self.server_name.heap_size()
-            + crate::memory::strings(&self.alpn, self.alpn.capacity())
+            + self.alpn.heap_size()
             + self.supported_versions.heap_size()
     }
 }
@@ -196,14 +197,77 @@ fn pairs<'a>(mut list: Reader<'a>, what: &'static str) -> Result<&'a [u8], Inval
     Ok(whole)
 }
 
-/// Protocol names in an ALPN list, counted first, so that the list is
-/// allocated once at its size.
-fn count_alpn(mut list: Reader<'_>) -> usize {
+/// Bytes of the protocol names in an ALPN list, summed first, so that
+/// their text is allocated once at its size.
+fn alpn_bytes(mut list: Reader<'_>) -> usize {
     let mut n = 0;
-    while list.sub8("protocol_name").is_ok() {
-        n += 1;
+    while let Ok(name) = list.sub8("protocol_name") {
+        n += name.left();
     }
     n
+}
+
+/// ALPN protocol names (RFC 7301) in one allocation: the names back to
+/// back, and where each ends. A ClientHello's list goes whole into its
+/// record; as a `Vec<String>` it was an allocation for the list and one
+/// for each name.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ProtocolNames {
+    text: Box<str>,
+    /// Where each name ends in `text` (up to four without an allocation).
+    ends: SmallVec<[u32; 4]>,
+}
+
+impl ProtocolNames {
+    /// The names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> + Clone + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter().copied()).map(|(from, to)| {
+            self.text
+                .get(from as usize..to as usize)
+                .unwrap_or_default()
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for ProtocolNames {
+    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Self {
+        let (mut text, mut ends) = (String::new(), SmallVec::new());
+        for name in names {
+            text.push_str(name.as_ref());
+            ends.push(text.len() as u32);
+        }
+        ProtocolNames {
+            text: text.into_boxed_str(),
+            ends,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProtocolNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl serde::Serialize for ProtocolNames {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl HeapSize for ProtocolNames {
+    fn heap_size(&self) -> usize {
+        self.text.heap_size() + self.ends.heap_size()
+    }
 }
 
 impl ClientHello {
@@ -279,7 +343,6 @@ impl ClientHello {
     /// Lists whose length was not known when they were reserved (a
     /// malformed extension stops part way) give back what they did not use.
     fn shrink(&mut self) {
-        self.alpn.shrink_to_fit();
         self.supported_versions.shrink_to_fit();
     }
 
@@ -304,15 +367,32 @@ impl ClientHello {
             }
             ext::ALPN => {
                 let mut list = r.sub16("protocol_name_list")?;
-                self.alpn.reserve_exact(count_alpn(list.clone()));
+                // Added to what came before (a second ALPN extension); the
+                // names before a malformed one are kept.
+                let ProtocolNames { text, mut ends } = std::mem::take(&mut self.alpn);
+                let mut text = String::from(text);
+                text.reserve_exact(alpn_bytes(list.clone()));
+                let mut read = Ok(());
                 while list.any_left() {
-                    let p = list.sub8("protocol_name")?.rest();
+                    let p = match list.sub8("protocol_name") {
+                        Ok(mut p) => p.rest(),
+                        Err(e) => {
+                            read = Err(e);
+                            break;
+                        }
+                    };
                     let grease = matches!(p, &[a, b] if is_grease(u16::from_be_bytes([a, b])));
                     if self.ja4_alpn.is_none() && !grease {
                         self.ja4_alpn = Some(super::ja4::alpn_chars(p));
                     }
-                    self.alpn.push(String::from_utf8_lossy(p).into_owned());
+                    text.push_str(&String::from_utf8_lossy(p));
+                    ends.push(text.len() as u32);
                 }
+                self.alpn = ProtocolNames {
+                    text: text.into_boxed_str(),
+                    ends,
+                };
+                read?;
             }
             ext::SUPPORTED_VERSIONS => {
                 let mut list = r.sub8("supported_versions")?;
@@ -604,10 +684,81 @@ mod tests {
         assert_eq!(ch.extensions(), [0x000d, 0x002b]);
     }
 
+    /// A hello with one suite and the extensions `exts` (type, contents).
+    fn hello_exts(exts: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut b = vec![0x03, 0x03];
+        b.extend([7; 32]);
+        b.extend([0, 0, 2, 0x13, 0x01, 1, 0]);
+        let mut block = Vec::new();
+        for (typ, data) in exts {
+            block.extend(typ.to_be_bytes());
+            block.extend((data.len() as u16).to_be_bytes());
+            block.extend(data);
+        }
+        b.extend((block.len() as u16).to_be_bytes());
+        b.extend(block);
+        b
+    }
+
+    /// An ALPN list: each name 8-bit-length-prefixed, the list 16-bit.
+    fn alpn_list(names: &[&[u8]]) -> Vec<u8> {
+        let mut list = Vec::new();
+        for n in names {
+            list.push(n.len() as u8);
+            list.extend(*n);
+        }
+        let mut v = (list.len() as u16).to_be_bytes().to_vec();
+        v.extend(list);
+        v
+    }
+
+    /// ALPN names are kept in order in one allocation: an empty name and
+    /// invalid UTF-8 (replaced) included; a second ALPN extension adds to
+    /// the first; a malformed list keeps the names before the fault.
+    #[test]
+    fn alpn_names_in_one_allocation() {
+        let ch = ClientHello::parse(&hello_exts(&[(
+            ext::ALPN,
+            alpn_list(&[b"h2", b"", b"\xffx", b"http/1.1"]),
+        )]))
+        .unwrap();
+        let names: Vec<&str> = ch.alpn.iter().collect();
+        assert_eq!(names, ["h2", "", "\u{fffd}x", "http/1.1"]);
+        assert_eq!((ch.alpn.len(), ch.malformed_extensions), (4, 0));
+        assert_eq!(
+            serde_json::to_string(&ch.alpn).unwrap(),
+            "[\"h2\",\"\",\"\u{fffd}x\",\"http/1.1\"]"
+        );
+        assert_eq!(format!("{:?}", ch.alpn), format!("{names:?}"));
+        // The text and no list: four names fit in place.
+        assert_eq!(ch.alpn.heap_size(), "h2\u{fffd}xhttp/1.1".len() + 16);
+
+        let ch = ClientHello::parse(&hello_exts(&[
+            (ext::ALPN, alpn_list(&[b"h2"])),
+            (ext::ALPN, alpn_list(&[b"h3", b"spdy/3"])),
+        ]))
+        .unwrap();
+        assert_eq!(ch.alpn.iter().collect::<Vec<_>>(), ["h2", "h3", "spdy/3"]);
+
+        // A name whose length runs past the list: the ones before stay.
+        let mut bad = alpn_list(&[b"h2", b"http/1.1"]);
+        bad[1] += 1;
+        bad.push(5);
+        bad.extend(b"ab");
+        let ch = ClientHello::parse(&hello_exts(&[(ext::ALPN, bad)])).unwrap();
+        assert_eq!(ch.alpn.iter().collect::<Vec<_>>(), ["h2", "http/1.1"]);
+        assert_eq!(ch.malformed_extensions, 1);
+        assert_eq!(ch.ja4_alpn, Some(*b"h2"));
+
+        let none = ClientHello::parse(&hello_exts(&[])).unwrap();
+        assert!(none.alpn.is_empty() && none.alpn.iter().next().is_none());
+        assert_eq!(none.alpn.heap_size(), 0);
+    }
+
     /// One is held in every open handshake (the memory goal of issue 19).
     #[test]
-    fn a_client_hello_is_176_bytes() {
-        assert_eq!(std::mem::size_of::<ClientHello>(), 176);
+    fn a_client_hello_is_192_bytes() {
+        assert_eq!(std::mem::size_of::<ClientHello>(), 192);
     }
 
     #[test]
