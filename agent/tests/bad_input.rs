@@ -12,8 +12,7 @@ fn tlsrum(args: &[&str], files: &[&Path]) -> Output {
         .unwrap()
 }
 
-/// A file in this run's scratch directory, removed when dropped (and the
-/// directory with the last of them).
+/// A scratch file, removed with its directory when dropped.
 struct Scratch(PathBuf);
 
 impl std::ops::Deref for Scratch {
@@ -33,14 +32,16 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         if let Some(dir) = self.0.parent() {
-            // Fails while another test's file is still there.
             let _ = std::fs::remove_dir(dir);
         }
     }
 }
 
+/// A file in a directory of its own: with one directory for all of a
+/// process's tests, one test's drop removed the directory (empty for a
+/// moment) between another's creating it and writing its file there.
 fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("tlsrum-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tlsrum-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     Scratch(dir.join(name))
 }
