@@ -575,18 +575,6 @@ impl PartialEq<String> for EndpointText {
     }
 }
 
-impl AsRef<str> for EndpointText {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl AsRef<[u8]> for EndpointText {
-    fn as_ref(&self) -> &[u8] {
-        self.as_str().as_bytes()
-    }
-}
-
 impl Serialize for EndpointText {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())

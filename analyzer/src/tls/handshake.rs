@@ -187,14 +187,16 @@ impl HeapSize for HelloLists {
     }
 }
 
-/// A list of 16-bit values as its bytes, with the error of reading the
-/// values one by one (`what`) if a byte is left over.
-fn pairs<'a>(mut list: Reader<'a>, what: &'static str) -> Result<&'a [u8], InvalidMessage> {
-    let whole = list.take(list.left() & !1, what)?;
-    if list.any_left() {
-        list.u16(what)?;
-    }
-    Ok(whole)
+/// A list of 16-bit values as the bytes of its whole pairs, and the error
+/// of reading the values one by one (`what`) if a byte is left over.
+fn pairs<'a>(mut list: Reader<'a>, what: &'static str) -> (&'a [u8], Result<(), InvalidMessage>) {
+    let whole = list.take(list.left() & !1, what).unwrap_or_default();
+    let rest = if list.any_left() {
+        list.u16(what).map(drop)
+    } else {
+        Ok(())
+    };
+    (whole, rest)
 }
 
 /// Bytes of the protocol names in an ALPN list, summed first, so that
@@ -302,7 +304,8 @@ impl ClientHello {
         ch.session_id = SessionId::read(&mut r)?;
         // The three lists are gathered here and stored in one allocation:
         // the suites and signature algorithms as the runs of bytes they are.
-        let suites = pairs(r.sub16("cipher_suites")?, "cipher_suite")?;
+        let (suites, odd) = pairs(r.sub16("cipher_suites")?, "cipher_suite");
+        odd?;
         let mut types = SmallVec::<[u16; 32]>::new();
         let mut signatures = SmallVec::<[&[u8]; 1]>::new();
         r.sub8("compression_methods")?;
@@ -440,10 +443,11 @@ impl ClientHello {
                 }
             }
             ext::SIGNATURE_ALGORITHMS => {
-                let mut list = r.sub16("supported_signature_algorithms")?;
+                let list = r.sub16("supported_signature_algorithms")?;
                 // A list of odd length keeps its whole pairs (and is malformed).
-                signatures.push(list.take(list.left() & !1, "signature scheme")?);
-                pairs(list, "signature scheme")?;
+                let (whole, odd) = pairs(list, "signature scheme");
+                signatures.push(whole);
+                odd?;
             }
             // Unknown and GREASE extensions are kept in `extensions` only.
             _ => return Ok(()),
