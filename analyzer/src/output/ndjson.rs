@@ -85,6 +85,13 @@ pub(super) fn f64_(out: &mut Vec<u8>, v: f64) {
     }
 }
 
+/// "00" to "99".
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Writes `v` as ryu would when it is the double nearest a whole number of
 /// millionths from 1e-5 (below it ryu writes an exponent) to 2^32 (every
 /// timing, in ms to the µs, and every timestamp), and says whether it did. Such a decimal is ryu's shortest
@@ -100,28 +107,25 @@ pub(super) fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     if scaled / 1e6 != v {
         return false;
     }
-    // The digits once (itoa), the fraction's trailing zeros left off, and
-    // the point put in: ".0" for a whole number, "0.0..." below one.
-    let mut n = scaled as u64;
-    let mut frac_digits = 6;
-    while frac_digits > 0 && n.is_multiple_of(10) {
-        n /= 10;
-        frac_digits -= 1;
-    }
+    // The whole part by itoa, then the point and six fraction digits
+    // (two at a time) with their trailing zeros left off, in one copy:
+    // ".0" for a whole number, "0.0..." below one.
+    let n = scaled as u64;
     let mut buf = itoa::Buffer::new();
-    let digits = buf.format(n).as_bytes();
-    if frac_digits == 0 {
-        out.extend_from_slice(digits);
+    out.extend_from_slice(buf.format(n / 1_000_000).as_bytes());
+    let mut frac = (n % 1_000_000) as u32;
+    if frac == 0 {
         out.extend_from_slice(b".0");
-    } else if let Some(whole) = digits.len().checked_sub(frac_digits).filter(|&w| w > 0) {
-        out.extend_from_slice(&digits[..whole]);
-        out.push(b'.');
-        out.extend_from_slice(&digits[whole..]);
-    } else {
-        out.extend_from_slice(b"0.");
-        out.extend(std::iter::repeat_n(b'0', frac_digits - digits.len()));
-        out.extend_from_slice(digits);
+        return true;
     }
+    let mut digits = *b".000000";
+    for at in [5, 3, 1] {
+        let pair = (frac % 100) as usize;
+        frac /= 100;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair * 2..pair * 2 + 2]);
+    }
+    let len = 7 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+    out.extend_from_slice(&digits[..len]);
     true
 }
 
