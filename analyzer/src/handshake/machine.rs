@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::event::{Close, Dir, Directive, Event, Space};
-use crate::caps::MAX_RECORDS_PER_DIR;
+use super::record_logs::RecordLogs;
 use crate::memory::HeapSize;
 use crate::record::{Certs, Transport, UtcTime};
 use crate::seq::Seq;
@@ -233,7 +233,7 @@ pub struct Handshake {
     /// set by the flow ([`set_to_client`](Self::set_to_client)).
     pub(super) to_client: Option<f64>,
     server_ccs_seen: bool,
-    pub(super) records: [Vec<RecordInfo>; 2],
+    pub(super) records: RecordLogs,
     pub(super) records_overflowed: bool,
     /// An EndOfEarlyData-sized record came right before the Finished-sized
     /// one that completed the handshake (heuristic `eoed_before_finished`).
@@ -290,8 +290,7 @@ impl HeapSize for Handshake {
                     + l.encrypted_alpn.heap_size()
                     + l.server_post_handshake.heap_size()
             })
-            + self.records[0].heap_size()
-            + self.records[1].heap_size()
+            + self.records.heap_size()
             + self.zeek.heap_size()
     }
 }
@@ -352,7 +351,7 @@ impl Handshake {
             false_start: false,
             to_client: None,
             server_ccs_seen: false,
-            records: [Vec::new(), Vec::new()],
+            records: RecordLogs::default(),
             records_overflowed: false,
             eoed_before_finished: false,
             client_flight_start: None,
@@ -643,20 +642,7 @@ impl Handshake {
 
     /// Every record is logged (bounded) for timing and byte counts.
     fn on_record(&mut self, dir: Dir, rec: RecordInfo) {
-        let log = &mut self.records[dir as usize];
-        if log.len() < MAX_RECORDS_PER_DIR {
-            // A handshake holds ~5-12 records a side: room for eight at
-            // the first (a first push reserves four, then eight). Hellos
-            // left waiting in numbers do not get here: past
-            // `Config::park_above` a flow that has shown only its hello is
-            // parked without a handshake (`tcp::Parked`), so a client's
-            // side is given its eight at once too, as a server's is: one
-            // allocation a connection less than room for one, then eight.
-            if log.is_empty() {
-                log.reserve_exact(8);
-            }
-            log.push(rec);
-        } else {
+        if !self.records.push(dir, rec) {
             self.records_overflowed = true;
         }
         if rec.content_type == ct::HANDSHAKE && dir == Dir::Client && self.started.is_none() {
@@ -713,7 +699,9 @@ impl Handshake {
                     && self.client_shown_version.is_some_and(|v| !v.is_tls13())
                     && !self.abbreviated
                     && self.late().client_acked_finished.is_none()
-                    && self.records[Dir::Client as usize]
+                    && self
+                        .records
+                        .of(Dir::Client)
                         .iter()
                         .filter(|r| r.content_type == ct::APPLICATION_DATA)
                         .take(2)
@@ -818,7 +806,7 @@ impl Handshake {
         if missing != Dir::Client || self.is_over() {
             return;
         }
-        let server = &self.records[Dir::Server as usize];
+        let server = &self.records.of(Dir::Server);
         let ccs = server
             .iter()
             .position(|r| r.content_type == ct::CHANGE_CIPHER_SPEC);
@@ -960,7 +948,8 @@ impl Handshake {
     /// (skipped when the flow ended, `tcp.rs`) reach the machine after
     /// client records captured later: those were no False Start.
     fn client_data_before(&self, ts: f64) -> bool {
-        self.records[Dir::Client as usize]
+        self.records
+            .of(Dir::Client)
             .iter()
             .any(|r| r.content_type == ct::APPLICATION_DATA && r.ts <= ts)
     }

@@ -17,6 +17,7 @@
 mod event;
 mod machine;
 mod record_builder;
+mod record_logs;
 mod rules;
 mod timing;
 mod zeek_view;

@@ -705,7 +705,9 @@ fn ttfb_was_the_ticket_before_the_response() {
 #[test]
 fn half_rtt_ttfb_skips_an_opened_ticket() {
     let mut hs = resumed13_early(&[(21, false), (69, true)]);
-    let ticket = hs.records[Dir::Server as usize]
+    let ticket = hs
+        .records
+        .of(Dir::Server)
         .iter()
         .rfind(|r| r.content_type == ct::APPLICATION_DATA)
         .copied()
@@ -791,7 +793,7 @@ fn idle_before_use_from_the_finished_to_the_first_request() {
 #[test]
 fn a_close_notify_is_no_request_and_its_answer_no_data() {
     let mut hs = full13_used_after(None);
-    let [client, server] = &hs.records;
+    let (client, server) = hs.records.both();
     let (fin, ticket) = (client[client.len() - 1], server[server.len() - 1]);
     let close = rec(0.130, ct::APPLICATION_DATA, fin.end, 19, ticket.end);
     record(&mut hs, Dir::Client, close);
@@ -803,7 +805,7 @@ fn a_close_notify_is_no_request_and_its_answer_no_data() {
     assert_eq!(t.handshake, Some(80.0));
     // After a request, an alert-sized record changes nothing.
     let mut used = full13_used_after(Some(0.150));
-    let request = used.records[Dir::Client as usize].last().copied().unwrap();
+    let request = used.records.of(Dir::Client).last().copied().unwrap();
     let response = rec(0.240, ct::APPLICATION_DATA, ticket.end, 500, request.end);
     record(&mut used, Dir::Server, response);
     let close = rec(0.250, ct::APPLICATION_DATA, request.end, 19, response.end);

@@ -86,7 +86,9 @@ impl Handshake {
         // The client's first application data, or — for a client that sends
         // none right away (a pooled connection, a client waiting for its
         // user) — when the server's Finished reached it.
-        let data = self.records[Dir::Client as usize]
+        let data = self
+            .records
+            .of(Dir::Client)
             .iter()
             .find(is_data)
             .map(|r| r.ts);
@@ -104,7 +106,8 @@ impl Handshake {
     /// without the server's side or the round trip, it stands in.
     fn server_finished_reached(&self, acked: f64) -> (f64, EndBy) {
         let finished = self.late().server_finished_end.and_then(|end| {
-            self.records[Dir::Server as usize]
+            self.records
+                .of(Dir::Server)
                 .iter()
                 .find(|r| Seq(r.end) >= Seq(end))
                 .map(|r| r.ts)
@@ -145,7 +148,7 @@ impl Handshake {
             return None;
         }
         let end = self.handshake_end()?;
-        let mut data = self.records[Dir::Client as usize].iter().filter(is_data);
+        let mut data = self.records.of(Dir::Client).iter().filter(is_data);
         if !self.is_tls13() {
             return data.next().map(|r| r.ts.max(end));
         }
@@ -174,7 +177,8 @@ impl Handshake {
         let Some(fin) = self.late().completed_by else {
             return false;
         };
-        self.records[Dir::Client as usize]
+        self.records
+            .of(Dir::Client)
             .iter()
             .filter(is_data)
             .find(|r| Seq(r.seq) >= Seq(fin.end))
@@ -217,7 +221,9 @@ impl Handshake {
                 .server_data
                 .filter(|_| self.state == State::Complete);
         }
-        let mut server = self.records[Dir::Server as usize]
+        let mut server = self
+            .records
+            .of(Dir::Server)
             .iter()
             .filter(|r| is_data(r) && !self.post_handshake(r));
         if !self.is_tls13() {
@@ -238,7 +244,9 @@ impl Handshake {
         if self.client_closed_unused() {
             return None;
         }
-        let request = self.records[Dir::Client as usize]
+        let request = self
+            .records
+            .of(Dir::Client)
             .iter()
             .find(|r| is_data(r) && Seq(r.seq) >= Seq(fin.end));
         let threshold = request.map_or(fin.end, |r| r.end);
@@ -256,7 +264,9 @@ impl Handshake {
     fn half_rtt_data(&self) -> Option<&RecordInfo> {
         let (_, fin_len) = self.eoed_and_finished_lens()?;
         let sh_end = self.server_hello_end?;
-        let mut flight = self.records[Dir::Server as usize]
+        let mut flight = self
+            .records
+            .of(Dir::Server)
             .iter()
             .filter(move |r| r.content_type == ct::APPLICATION_DATA && Seq(r.seq) >= Seq(sh_end))
             .skip(1)
@@ -300,9 +310,7 @@ impl Handshake {
                     && (self.first_server_data().is_some() || self.client_closed_unused())
                     && (self.is_tls13()
                         || self.abbreviated
-                        || self.records[Dir::Client as usize]
-                            .iter()
-                            .any(|r| is_data(&r))
+                        || self.records.of(Dir::Client).iter().any(|r| is_data(&r))
                         || self.late().client_acked_finished.is_some())
             }
             _ => false,
@@ -335,7 +343,7 @@ impl Handshake {
         if v.retransmission.is_some_and(|t| t <= end) {
             return None;
         }
-        let [client, server] = &self.records;
+        let (client, server) = self.records.both();
         // A TLS 1.3 client's middlebox-compatibility ChangeCipherSpec
         // (RFC 8446 D.4) is no answer to anything: GnuTLS writes it as soon
         // as the ServerHello arrives, before the rest of the server's
@@ -484,7 +492,7 @@ impl Handshake {
                 .map(size)
                 .sum()
         };
-        let [client, server] = &self.records;
+        let (client, server) = self.records.both();
         let mut client_bytes = before_data(client);
         let mut server_bytes = before_data(server);
         if self.is_tls13() {
