@@ -151,6 +151,7 @@ const MAX_SHIMS: usize = 8;
 const MAX_MPLS_LABELS: usize = 16;
 
 /// Peels an Ethernet header, then [`peel_ethertype`].
+#[inline]
 pub(super) fn peel_ethernet(frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
     let ethertype = be16(frame, 12).ok_or(DecodeError::ShortLink)?;
     let rest = frame.get(14..).ok_or(DecodeError::ShortLink)?;
@@ -159,10 +160,16 @@ pub(super) fn peel_ethernet(frame: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
 
 /// Peels 802.1Q/QinQ tags, PPPoE and MPLS down to what they carry: the
 /// Ethernet type of what follows (IPv4 or IPv6 when it is IP) and its bytes.
-pub(super) fn peel_ethertype(
-    mut ethertype: u16,
-    mut rest: &[u8],
-) -> Result<(u16, &[u8]), DecodeError> {
+/// Plain IP, most frames, is answered in place, without a call.
+#[inline]
+pub(super) fn peel_ethertype(ethertype: u16, rest: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
+    if ethertype == ETH_IPV4 || ethertype == ETH_IPV6 {
+        return Ok((ethertype, rest));
+    }
+    peel_shims(ethertype, rest)
+}
+
+fn peel_shims(mut ethertype: u16, mut rest: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
     for _ in 0..MAX_SHIMS {
         if ethertype == ETH_IPV4 || ethertype == ETH_IPV6 {
             break;

@@ -124,10 +124,11 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
     let (ethertype, net) = link::peel_link(link, frame)?;
     // Most packets, without the call into the general path (whose frame
     // and copy of the result cost a tenth of a plain packet's decoding).
-    match decode_plain(ethertype, net) {
-        Some(p) => Ok(p),
-        None => decode_general(ethertype, net, 0),
+    let plain = decode_plain(ethertype, net);
+    if plain.is_err() {
+        return decode_general(ethertype, net, 0);
     }
+    plain
 }
 
 /// The common case — IPv4 without options or fragmentation, or IPv6 with
@@ -135,41 +136,46 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Packet<'_>, DecodeError> {
 /// else (options, extension headers, tunnels, damage) goes to etherparse.
 /// This is most packets, and etherparse's general cursor costs several
 /// times more per packet.
+/// What [`decode_plain`] answers for a packet it leaves to the general
+/// path (never handed out). An error of the result's own type, so that
+/// a plain packet is built where `decode` returns it, not copied there.
+const NOT_PLAIN: DecodeError = DecodeError::Malformed;
+
 #[inline(always)]
-fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
+fn decode_plain(ethertype: u16, b: &[u8]) -> Result<Packet<'_>, DecodeError> {
     let (src, dst, proto, l4) = match ethertype {
         ETH_IPV4 => {
-            let h = b.get(..20)?;
+            let h = b.get(..20).ok_or(NOT_PLAIN)?;
             let total = u16::from_be_bytes([h[2], h[3]]) as usize;
             // Version 4, IHL 5, no MF flag and zero fragment offset.
             if h[0] != 0x45 || (u16::from_be_bytes([h[6], h[7]]) & 0x3fff) != 0 || total < 20 {
-                return None;
+                return Err(NOT_PLAIN);
             }
-            let src = IpAddr::from(<[u8; 4]>::try_from(&h[12..16]).ok()?);
-            let dst = IpAddr::from(<[u8; 4]>::try_from(&h[16..20]).ok()?);
-            (src, dst, h[9], b.get(20..total.max(20))?)
+            let src = IpAddr::from(<[u8; 4]>::try_from(&h[12..16]).map_err(|_| NOT_PLAIN)?);
+            let dst = IpAddr::from(<[u8; 4]>::try_from(&h[16..20]).map_err(|_| NOT_PLAIN)?);
+            (src, dst, h[9], b.get(20..total.max(20)).ok_or(NOT_PLAIN)?)
         }
         ETH_IPV6 => {
-            let h = b.get(..40)?;
+            let h = b.get(..40).ok_or(NOT_PLAIN)?;
             if h[0] >> 4 != 6 {
-                return None;
+                return Err(NOT_PLAIN);
             }
             let len = u16::from_be_bytes([h[4], h[5]]) as usize;
-            let src = IpAddr::from(<[u8; 16]>::try_from(&h[8..24]).ok()?);
-            let dst = IpAddr::from(<[u8; 16]>::try_from(&h[24..40]).ok()?);
-            (src, dst, h[6], b.get(40..40 + len)?)
+            let src = IpAddr::from(<[u8; 16]>::try_from(&h[8..24]).map_err(|_| NOT_PLAIN)?);
+            let dst = IpAddr::from(<[u8; 16]>::try_from(&h[24..40]).map_err(|_| NOT_PLAIN)?);
+            (src, dst, h[6], b.get(40..40 + len).ok_or(NOT_PLAIN)?)
         }
-        _ => return None,
+        _ => return Err(NOT_PLAIN),
     };
     match proto {
         6 => {
-            let t = l4.get(..20)?;
+            let t = l4.get(..20).ok_or(NOT_PLAIN)?;
             let off = ((t[12] >> 4) as usize) * 4;
             if off < 20 {
-                return None;
+                return Err(NOT_PLAIN);
             }
             let flags = t[13];
-            Some(Packet {
+            Ok(Packet {
                 src,
                 dst,
                 transport: Transport::Tcp(TcpHeader {
@@ -182,38 +188,39 @@ fn decode_plain(ethertype: u16, b: &[u8]) -> Option<Packet<'_>> {
                     fin: flags & 0x01 != 0,
                     rst: flags & 0x04 != 0,
                 }),
-                payload: l4.get(off..)?,
+                payload: l4.get(off..).ok_or(NOT_PLAIN)?,
                 truncated: false,
                 seen_before: false,
             })
         }
         17 => {
-            let u = l4.get(..8)?;
+            let u = l4.get(..8).ok_or(NOT_PLAIN)?;
             let src_port = u16::from_be_bytes([u[0], u[1]]);
             let dst_port = u16::from_be_bytes([u[2], u[3]]);
             if tunnel::maybe_udp_tunnel(src_port, dst_port) {
-                return None; // the general path looks inside
+                return Err(NOT_PLAIN); // the general path looks inside
             }
             let len = (u16::from_be_bytes([u[4], u[5]]) as usize).clamp(8, l4.len());
-            Some(Packet {
+            Ok(Packet {
                 src,
                 dst,
                 transport: Transport::Udp { src_port, dst_port },
-                payload: l4.get(8..len)?,
+                payload: l4.get(8..len).ok_or(NOT_PLAIN)?,
                 truncated: false,
                 seen_before: false,
             })
         }
-        _ => None,
+        _ => Err(NOT_PLAIN),
     }
 }
 
 /// A network-layer packet (a frame's, or one a tunnel carried at `depth`).
 fn decode_net(ethertype: u16, bytes: &[u8], depth: u8) -> Result<Packet<'_>, DecodeError> {
-    match decode_plain(ethertype, bytes) {
-        Some(p) => Ok(p),
-        None => decode_general(ethertype, bytes, depth),
+    let plain = decode_plain(ethertype, bytes);
+    if plain.is_err() {
+        return decode_general(ethertype, bytes, depth);
     }
+    plain
 }
 
 /// What [`decode_plain`] does not take: options, extension headers,
@@ -599,7 +606,7 @@ pub(crate) mod tests {
                 let at = seed as usize % f.len();
                 f[at] = (seed >> 8) as u8;
             }
-            if let Some(fast) = decode_plain(ETH_IPV4, &f) {
+            if let Ok(fast) = decode_plain(ETH_IPV4, &f) {
                 let sliced = LaxSlicedPacket::from_ether_type(EtherType(ETH_IPV4), &f);
                 let Some(TransportSlice::Tcp(t)) = sliced.transport else {
                     continue;
