@@ -25,25 +25,28 @@ fn may_need_escape(w: u64) -> bool {
     below_space | zero_byte(w ^ (ONES * b'"' as u64)) | zero_byte(w ^ (ONES * b'\\' as u64)) != 0
 }
 
+/// Whether `bytes` may need an escape. Most strings (names, hex,
+/// fingerprints, endpoints) need none: a word at a time, the last word
+/// read where it ends (over bytes already tested) rather than copied out
+/// padded; under a word, byte by byte.
+fn may_need_escapes(bytes: &[u8]) -> bool {
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([b' '; 8]));
+    match bytes.len() {
+        n if n < 8 => bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\'),
+        n => {
+            bytes.chunks_exact(8).any(|w| may_need_escape(word(w)))
+                || may_need_escape(word(&bytes[n - 8..]))
+        }
+    }
+}
+
 pub(super) fn str_(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
     let bytes = s.as_bytes();
-    // Most strings (names, hex, fingerprints, endpoints) need no escape:
-    // test them a word at a time, the last few bytes padded with spaces,
-    // and copy them whole.
-    let mut words = bytes.chunks_exact(8);
-    let clean = words
-        .by_ref()
-        .all(|w| !may_need_escape(u64::from_le_bytes(w.try_into().unwrap_or([b' '; 8]))))
-        && {
-            let mut tail = [b' '; 8];
-            tail[..words.remainder().len()].copy_from_slice(words.remainder());
-            !may_need_escape(u64::from_le_bytes(tail))
-        };
-    if clean {
-        out.extend_from_slice(bytes);
-    } else {
+    out.push(b'"');
+    if may_need_escapes(bytes) {
         escaped(out, bytes);
+    } else {
+        out.extend_from_slice(bytes);
     }
     out.push(b'"');
 }
