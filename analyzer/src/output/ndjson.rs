@@ -127,8 +127,11 @@ pub(super) fn micros(out: &mut Vec<u8>, v: f64) -> bool {
         frac /= 100;
         digits[at..at + 2].copy_from_slice(&PAIRS[pair * 2..pair * 2 + 2]);
     }
-    let len = 7 - digits.iter().rev().take_while(|&&d| d == b'0').count();
-    out.extend_from_slice(&digits[..len]);
+    // All seven copied as one word (a slice's copy is a call), then the
+    // trailing zeros cut.
+    let zeros = digits.iter().rev().take_while(|&&d| d == b'0').count();
+    out.extend_from_slice(&digits);
+    out.truncate(out.len() - zeros);
     true
 }
 
