@@ -917,7 +917,10 @@ impl TcpFlow {
         let (Status::Tls, Some(act)) = (status, act) else {
             return None;
         };
-        let Active { reasm, up: mut act } = *act;
+        // Read where it lies: moved out of its box, the flow's state was
+        // one more copy of several hundred bytes a record.
+        let mut boxed = act;
+        let Active { reasm, up: act } = &mut *boxed;
         act.hs.settle();
         match missing {
             Some(side) => act.hs.one_sided(side),
@@ -927,7 +930,7 @@ impl TcpFlow {
             None => {}
         }
         let client_dir = act.client?;
-        let app_start = self.app_start(&act, client_dir);
+        let app_start = self.app_start(act, client_dir);
         if act.hs.records_overflowed() {
             ctx.stats.record_limit_hits += 1;
         }
@@ -971,7 +974,7 @@ impl TcpFlow {
                 ..self.tcp.vantage()
             },
             bytes: act.hs.record_bytes(),
-            notes: act.notes,
+            notes: std::mem::take(&mut act.notes),
             proxied_client: act.proxied.as_ref().and_then(|p| p[client_dir]),
         };
         let unsettled = act
