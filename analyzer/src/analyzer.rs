@@ -510,10 +510,6 @@ impl Analyzer {
             || self.cfg.server_ports.contains(&dst_port)
     }
 
-    fn ctx(&mut self, now: f64) -> Ctx<'_> {
-        flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, now, false)
-    }
-
     fn tcp(
         &mut self,
         ts: f64,
@@ -581,10 +577,8 @@ impl Analyzer {
                 // reported finished: it carries the new connection now, which
                 // a kernel filter told to stop would lose.
                 if let Some(mut old) = at.and_then(|at| self.flows.remove(at)) {
-                    if let Some(record) = old.finish(Finish::Done, false, false, &mut self.ctx(ts))
-                    {
-                        self.out.push(record);
-                    }
+                    let mut ctx = flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, ts, false);
+                    old.finish(Finish::Done, false, false, &mut ctx, &mut self.out);
                 }
             } else {
                 slot = at;
@@ -646,12 +640,9 @@ impl Analyzer {
             // cheaply; it is buried when it leaves the table.
             let hold = self.cfg.record_at == RecordAt::Close;
             let mut ctx = flow_ctx(&self.cfg, &mut self.memory, &mut self.stats, ts, false);
-            let record = self
-                .flows
-                .update(slot, |f| f.finish(Finish::Done, true, hold, &mut ctx));
-            if let Some(record) = record.flatten() {
-                self.out.push(record);
-            }
+            let out = &mut self.out;
+            self.flows
+                .update(slot, |f| f.finish(Finish::Done, true, hold, &mut ctx, out));
         }
     }
 
@@ -724,9 +715,14 @@ impl Analyzer {
         if flow.status == Status::Detecting {
             self.stats.unidentified_flows += 1;
         }
-        if let Some(record) = flow.finish(why, timed, false, &mut self.ctx(flow.last_ts)) {
-            self.out.push(record);
-        }
+        let mut ctx = flow_ctx(
+            &self.cfg,
+            &mut self.memory,
+            &mut self.stats,
+            flow.last_ts,
+            false,
+        );
+        flow.finish(why, timed, false, &mut ctx, &mut self.out);
         self.release(&mut flow, Some(why));
     }
 }
