@@ -104,6 +104,16 @@ macro_rules! timing_fields {
             pub fn each(&self, mut f: impl FnMut(&'static str, TimingValue)) {
                 $( f(stringify!($field), TimingValue::$kind(self.$field)); )*
             }
+
+            /// The same walk for NDJSON: each field's key, `,"name":`, is
+            /// written to `out` here, where its length is a constant (a
+            /// fixed copy, not a call), before `f` writes its value.
+            pub fn each_json(&self, out: &mut Vec<u8>, mut f: impl FnMut(&mut Vec<u8>, TimingValue)) {
+                $(
+                    out.extend_from_slice(concat!(",\"", stringify!($field), "\":").as_bytes());
+                    f(out, TimingValue::$kind(self.$field));
+                )*
+            }
         }
     };
     (@type Ms) => { Option<f64> };
