@@ -221,15 +221,14 @@ impl Handshake {
                 .server_data
                 .filter(|_| self.state == State::Complete);
         }
-        let mut server = self
-            .records
-            .of(Dir::Server)
-            .iter()
-            .filter(|r| is_data(r) && !self.post_handshake(r));
+        let server = self.records.of(Dir::Server);
         if !self.is_tls13() {
+            if self.state != State::Complete || self.sslv2 {
+                return None;
+            }
             return server
-                .next()
-                .filter(|_| self.state == State::Complete && !self.sslv2)
+                .iter()
+                .find(|r| is_data(r) && !self.post_handshake(r))
                 .map(|r| r.ts);
         }
         let fin = self
@@ -250,7 +249,12 @@ impl Handshake {
             .iter()
             .find(|r| is_data(r) && Seq(r.seq) >= Seq(fin.end));
         let threshold = request.map_or(fin.end, |r| r.end);
-        server.find(|r| acked(r, threshold)).map(|r| r.ts)
+        // The acknowledgement first: the key log's list is looked up only
+        // for the records past it.
+        server
+            .iter()
+            .find(|r| is_data(r) && acked(r, threshold) && !self.post_handshake(r))
+            .map(|r| r.ts)
     }
 
     /// With 0-RTT accepted the server answers the early request before the
