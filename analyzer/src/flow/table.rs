@@ -32,24 +32,28 @@ pub struct FlowKey {
     ports: u32,
 }
 
-fn as_u128(ip: IpAddr) -> u128 {
+/// An address as the 128 bits of its IPv6 form (IPv4 mapped), high half
+/// first: built from the IPv4 word directly (through `u128` it was a
+/// conversion and two shifts an address, every packet).
+fn halves(ip: IpAddr) -> [u64; 2] {
     match ip {
-        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
-        IpAddr::V6(v6) => u128::from(v6),
+        IpAddr::V4(v4) => [0, 0xffff_0000_0000 | u64::from(u32::from(v4))],
+        IpAddr::V6(v6) => {
+            let a = u128::from(v6);
+            [(a >> 64) as u64, a as u64]
+        }
     }
-}
-
-fn halves(a: u128) -> [u64; 2] {
-    [(a >> 64) as u64, a as u64]
 }
 
 impl FlowKey {
     pub fn new(a: Endpoint, b: Endpoint) -> Self {
-        let (a, b) = ((as_u128(a.0), a.1), (as_u128(b.0), b.1));
+        // Arrays compare element by element: the high half first, as the
+        // 128-bit number would.
+        let (a, b) = ((halves(a.0), a.1), (halves(b.0), b.1));
         let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
         FlowKey {
-            lo_addr: halves(lo.0),
-            hi_addr: halves(hi.0),
+            lo_addr: lo.0,
+            hi_addr: hi.0,
             ports: (u32::from(lo.1) << 16) | u32::from(hi.1),
         }
     }
@@ -57,7 +61,7 @@ impl FlowKey {
     /// Which of the key's two endpoints `e` is: 0 for the smaller, 1 for
     /// the other (a direction that does not depend on who spoke first).
     pub fn side(&self, e: Endpoint) -> usize {
-        usize::from((halves(as_u128(e.0)), e.1) != (self.lo_addr, (self.ports >> 16) as u16))
+        usize::from((halves(e.0), e.1) != (self.lo_addr, (self.ports >> 16) as u16))
     }
 }
 
@@ -318,6 +322,43 @@ mod tests {
     fn key(n: u16) -> FlowKey {
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         FlowKey::new((ip, n), (ip, 443))
+    }
+
+    /// A key is the same both ways, the same for an IPv4 address and its
+    /// IPv6-mapped form, and orders its endpoints as their 128-bit numbers
+    /// and ports do (which `side` tells apart).
+    #[test]
+    fn keys_both_ways_and_mapped() {
+        use std::net::Ipv6Addr;
+        let v4 = |a: u32| IpAddr::V4(Ipv4Addr::from(a));
+        let v6 = |a: u128| IpAddr::V6(Ipv6Addr::from(a));
+        let mapped = |a: u32| v6(0xffff_0000_0000 | u128::from(a));
+        let number = |ip: IpAddr| match ip {
+            IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+            IpAddr::V6(a) => u128::from(a),
+        };
+        let endpoints = [
+            (v4(0x0a00_0001), 443),
+            (v4(0x0a00_0001), 50_000),
+            (v4(0xc000_0201), 443),
+            (mapped(0xc000_0201), 8443),
+            (v6(0x2001_0db8 << 96 | 1), 443),
+            (v6(1 << 127), 1),
+            (v6(0), 0),
+        ];
+        for &a in &endpoints {
+            for &b in &endpoints {
+                let k = FlowKey::new(a, b);
+                assert_eq!(k, FlowKey::new(b, a));
+                let smaller = (number(a.0), a.1) <= (number(b.0), b.1);
+                assert_eq!(k.side(a), usize::from(!smaller && a != b), "{a:?} {b:?}");
+            }
+        }
+        let (ip, m) = (v4(0xc000_0201), mapped(0xc000_0201));
+        assert_eq!(
+            FlowKey::new((ip, 1), (v4(7), 2)),
+            FlowKey::new((m, 1), (v4(7), 2))
+        );
     }
 
     fn insert(t: &mut FlowTable<u64>, n: u16, v: u64) -> Option<(FlowKey, u64)> {
