@@ -806,7 +806,7 @@ impl Handshake {
         if missing != Dir::Client || self.is_over() {
             return;
         }
-        let server = &self.records.of(Dir::Server);
+        let server = self.records.of(Dir::Server);
         let ccs = server
             .iter()
             .position(|r| r.content_type == ct::CHANGE_CIPHER_SPEC);

@@ -110,11 +110,10 @@ pub(super) fn micros(out: &mut Vec<u8>, v: f64) -> bool {
     if scaled / 1e6 != v {
         return false;
     }
-    // The whole part by itoa, then the point and six fraction digits
-    // (two at a time) with their trailing zeros left off, in one copy:
-    // ".0" for a whole number, "0.0..." below one.
-    // Below 2^53 here: through i64, one conversion instruction (u64's
-    // takes a branch for values past i64's range).
+    // The whole part by itoa, then the point and six fraction digits,
+    // two at a time, with their trailing zeros cut: ".0" for a whole
+    // number, "0.0..." below one. `scaled` is below 2^53: converted
+    // through i64, one instruction (u64's branches for values past i64).
     let n = scaled as i64 as u64;
     let mut buf = itoa::Buffer::new();
     out.extend_from_slice(buf.format(n / 1_000_000).as_bytes());
