@@ -916,12 +916,11 @@ impl TcpFlow {
         let missing = self.missing_side();
         let act = self.active.take();
         let status = std::mem::replace(&mut self.status, Status::Done);
-        let (Status::Tls, Some(act)) = (status, act) else {
+        let (Status::Tls, Some(mut boxed)) = (status, act) else {
             return;
         };
         // Read where it lies: moved out of its box, the flow's state was
         // one more copy of several hundred bytes a record.
-        let mut boxed = act;
         let Active { reasm, up: act } = &mut *boxed;
         act.hs.settle();
         match missing {

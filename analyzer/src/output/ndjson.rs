@@ -14,9 +14,15 @@ pub struct NdjsonWriter {
     buf: Vec<u8>,
 }
 
-/// Whether any of the 8 bytes of `w` may need an escape: a control byte,
-/// `"` or `\`. It can say yes for a word that needs none (a borrow runs
-/// into the byte above), never no for one that does.
+/// Whether a byte needs an escape in a JSON string: a control byte, `"`
+/// or `\` ([`escaped`] writes each).
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// [`needs_escape`] for 8 bytes at once (`w`). It can say yes for a word
+/// that needs none (a borrow runs into the byte above), never no for one
+/// that does.
 fn may_need_escape(w: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -32,7 +38,7 @@ fn may_need_escape(w: u64) -> bool {
 fn may_need_escapes(bytes: &[u8]) -> bool {
     let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([b' '; 8]));
     match bytes.len() {
-        n if n < 8 => bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\'),
+        n if n < 8 => bytes.iter().any(|&b| needs_escape(b)),
         n => {
             bytes.chunks_exact(8).any(|w| may_need_escape(word(w)))
                 || may_need_escape(word(&bytes[n - 8..]))
