@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ns_cmd, run, wait_for_text, Procs, Topology, SERVER_IP, SERVER_IP6};
+use common::{ns_cmd, run, wait_for, wait_for_text, Procs, Topology, SERVER_IP, SERVER_IP6};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tlsrum");
@@ -1017,7 +1017,14 @@ fn observe() -> LiveRun {
         .stdout(Stdio::null())
         .stderr(File::create(&dumpcap_log).unwrap());
     procs.spawn("dumpcap", cmd);
-    wait_for_text(&dumpcap_log, "Capturing on", 20, &mut procs);
+    // dumpcap prints "Capturing on" before it opens the interface (a CI
+    // run lost the first connection's SYN and ClientHello to that); it
+    // writes and flushes the file's header once the interface is open
+    // with its filter, so from a header on disk on it keeps every packet.
+    wait_for("dumpcap's file header", Duration::from_secs(20), || {
+        procs.check_alive();
+        std::fs::metadata(&capture).is_ok_and(|m| m.len() > 0)
+    });
 
     let made = traffic(&topo);
     let n = made.connections;
@@ -1029,6 +1036,15 @@ fn observe() -> LiveRun {
     std::thread::sleep(Duration::from_millis(300));
     let status = procs.stop("dumpcap", libc::SIGINT, Duration::from_secs(10));
     assert!(status.success(), "dumpcap: {status}");
+    // The replay is the reference only if dumpcap kept every packet.
+    let log = std::fs::read_to_string(&dumpcap_log).unwrap();
+    let dropped = log
+        .lines()
+        .find_map(|l| l.strip_prefix("Packets received/dropped on interface "))
+        .and_then(|l| l.rsplit_once("': "))
+        .and_then(|(_, counts)| counts.split(['/', ' ']).nth(1))
+        .and_then(|d| d.parse::<u64>().ok());
+    assert_eq!(dropped, Some(0), "dumpcap's drops: {log}");
 
     // (4) 1 GiB down one TLS connection.
     let ebpf_before_bulk = ebpf.scrape(&topo);
