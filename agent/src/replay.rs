@@ -120,9 +120,9 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// Analysis threads: connections are spread over N analyzers (both
-    /// directions, and a QUIC connection's every ID, in one), read by one
-    /// more thread; records, aggregates and counters are those of one
-    /// thread (README, "Threads") [default: 1; on 2 idle cores two threads
+    /// directions, and a QUIC connection's every ID, in one) run by N
+    /// threads, one of which also reads the capture; records, aggregates
+    /// and counters are those of one thread (README, "Threads") [default: 1; on 2 idle cores two threads
     /// are 1.4-1.7x as fast and use twice the memory, bench/README.md,
     /// "Threads"].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
