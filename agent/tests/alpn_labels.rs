@@ -272,6 +272,13 @@ fn alpn_negotiated_matches_the_clients_reports() {
 
     std::thread::sleep(Duration::from_millis(500));
     procs.stop("tcpdump", libc::SIGINT, Duration::from_secs(5));
+    // The capture is the test's input only if tcpdump kept every packet.
+    let log = std::fs::read_to_string(&tcpdump_log).unwrap();
+    let dropped = log
+        .lines()
+        .find_map(|l| l.strip_suffix(" packets dropped by kernel"))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert_eq!(dropped, Some(0), "tcpdump's drops: {log}");
 
     // One key log for all the clients.
     let keylog = topo.path("keys.log");
