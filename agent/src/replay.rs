@@ -122,9 +122,9 @@ pub struct ReplayArgs {
     /// Analysis threads: connections are spread over N analyzers (both
     /// directions, and a QUIC connection's every ID, in one) run by N
     /// threads, one of which also reads the capture; records, aggregates
-    /// and counters are those of one thread (README, "Threads") [default: 1; on 2 idle cores two threads
-    /// are 1.4-1.7x as fast and use twice the memory, bench/README.md,
-    /// "Threads"].
+    /// and counters are those of one thread (README, "Threads") [default:
+    /// 1; on 2 idle cores two threads are 1.4-1.7x as fast and use twice
+    /// the memory, bench/README.md, "Threads"].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
     /// Print the analyzer's counters (JSON) to stderr at the end.
