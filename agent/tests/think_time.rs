@@ -35,11 +35,13 @@
 //!   5.5 ms in one CI run while its three HRR connections stayed under
 //!   3.4 and an injected HRR one carried 4.9 at all three vantages). The
 //!   upper bound is instead the hold plus the connection's own time, by the
-//!   program's own clock (the shim's log of its reads and writes, the
-//!   kernel's count of the time it waited for a CPU, and the time from its
-//!   input's last packet on its host's capture to the read or connect()
-//!   that returned it: a program woken on an idle virtual CPU ran 3.4 ms
-//!   after its SYN-ACK with 0.1 ms of run-queue wait in one CI run), plus
+//!   program's own clock (the shim's log of its reads and of its writes up
+//!   to their return, the kernel's count of the time it waited for a CPU,
+//!   and the time from its input's last packet on its host's capture to
+//!   the read or connect() that returned it: a program woken on an idle
+//!   virtual CPU ran 3.4 ms after its SYN-ACK with 0.1 ms of run-queue wait
+//!   in one CI run, and a ClientHello left 4.2 ms after its hold in
+//!   another, which only the write's return shows), plus
 //!   the largest remainder its clock does not see on the natural
 //!   connections (figure less own time: under 0.4 ms in kept labs),
 //!   wherever that is larger (this 2-core machine is shared). The

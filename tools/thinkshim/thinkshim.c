@@ -35,7 +35,14 @@
  *                                    them finish the input it answered
  *                                    (a HelloRetryRequest's trailing
  *                                    ChangeCipherSpec), they are no input
- *                                    to the next write
+ *                                    to the next write; and with the time
+ *                                    the real call returned (the bytes are
+ *                                    on the wire by then: a peer delayed
+ *                                    between its hold and the call, say
+ *                                    by the hypervisor, which no
+ *                                    run-queue count shows, is slow by its
+ *                                    own clock, not by the lab's). The W
+ *                                    line is written once the call returns
  *
  * A "connection" is a TCP socket (counted from its creation by socket(),
  * accept() or accept4() until close()), or, for an unconnected UDP socket
@@ -92,6 +99,9 @@ static struct {
 static int nholds;
 static int nodelay;
 static FILE *logf;
+/* A write's log line, finished with the real call's return time. */
+static __thread char pending[256];
+static __thread int pending_len;
 
 /* Unconnected UDP: counts per (fd, destination). */
 static struct {
@@ -230,18 +240,32 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	for (size_t i = 0; b && i < headlen && i < 6; i++)
 		snprintf(hex + 2 * i, 3, "%02x", b[i]);
 	double rq = run_delay();
-	fprintf(logf, "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f", n ? 'W' : (len ? 'R' : 'C'),
-		(int)getpid(), fd, n, len, held, t0, n ? now_real() : t0, lport, pport, hex[0] ? hex : "-",
-		n || !len ? rq0 : rq, rq);
-	if (n) {
-		int queued = -1, type = 0;
-		socklen_t tl = sizeof(type);
-		if (to || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
-		    ioctl(fd, FIONREAD, &queued) != 0)
-			queued = -1;
-		fprintf(logf, " %d", queued);
+	char line[192];
+	int used = snprintf(line, sizeof(line), "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f",
+			    n ? 'W' : (len ? 'R' : 'C'), (int)getpid(), fd, n, len, held, t0,
+			    n ? now_real() : t0, lport, pport, hex[0] ? hex : "-", n || !len ? rq0 : rq, rq);
+	if (!n) {
+		fprintf(logf, "%s\n", line);
+		return;
 	}
-	fputc('\n', logf);
+	int queued = -1, type = 0;
+	socklen_t tl = sizeof(type);
+	if (to || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+	    ioctl(fd, FIONREAD, &queued) != 0)
+		queued = -1;
+	snprintf(pending, sizeof(pending), "%s %d", used > 0 ? line : "", queued);
+	pending_len = 1;
+}
+
+/* After a payload write's real call: its line, with the time it returned. */
+static void after_write(void)
+{
+	if (!pending_len)
+		return;
+	int saved = errno;
+	fprintf(logf, "%s %.6f\n", pending, now_real());
+	pending_len = 0;
+	errno = saved;
 }
 
 static double now_real(void)
@@ -320,21 +344,27 @@ ssize_t write(int fd, const void *buf, size_t n)
 {
 	resolve();
 	before(fd, buf, n, n, NULL, 0);
-	return real_write(fd, buf, n);
+	ssize_t r = real_write(fd, buf, n);
+	after_write();
+	return r;
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	resolve();
 	before(fd, buf, n, n, NULL, 0);
-	return real_send(fd, buf, n, flags);
+	ssize_t r = real_send(fd, buf, n, flags);
+	after_write();
+	return r;
 }
 
 ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tolen)
 {
 	resolve();
 	before(fd, buf, n, n, to, tolen);
-	return real_sendto(fd, buf, n, flags, to, tolen);
+	ssize_t r = real_sendto(fd, buf, n, flags, to, tolen);
+	after_write();
+	return r;
 }
 
 static size_t iov_len(const struct iovec *iov, int cnt)
@@ -366,7 +396,9 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 		before(fd, h, hl, iov_len(msg->msg_iov, (int)msg->msg_iovlen), msg->msg_name,
 		       msg->msg_namelen);
 	}
-	return real_sendmsg(fd, msg, flags);
+	ssize_t r = real_sendmsg(fd, msg, flags);
+	after_write();
+	return r;
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int cnt)
@@ -375,7 +407,9 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
 	resolve();
 	const void *h = first_iov(iov, cnt, &hl);
 	before(fd, h, hl, iov_len(iov, cnt), NULL, 0);
-	return real_writev(fd, iov, cnt);
+	ssize_t r = real_writev(fd, iov, cnt);
+	after_write();
+	return r;
 }
 
 int close(int fd)
