@@ -101,7 +101,7 @@ static int nodelay;
 static FILE *logf;
 /* A write's log line, finished with the real call's return time. */
 static __thread char pending[256];
-static __thread int pending_len;
+static __thread int has_pending;
 
 /* Unconnected UDP: counts per (fd, destination). */
 static struct {
@@ -254,17 +254,17 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	    ioctl(fd, FIONREAD, &queued) != 0)
 		queued = -1;
 	snprintf(pending, sizeof(pending), "%s %d", used > 0 ? line : "", queued);
-	pending_len = 1;
+	has_pending = 1;
 }
 
 /* After a payload write's real call: its line, with the time it returned. */
 static void after_write(void)
 {
-	if (!pending_len)
+	if (!has_pending)
 		return;
 	int saved = errno;
 	fprintf(logf, "%s %.6f\n", pending, now_real());
-	pending_len = 0;
+	has_pending = 0;
 	errno = saved;
 }
 
