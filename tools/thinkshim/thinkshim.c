@@ -99,9 +99,9 @@ static struct {
 static int nholds;
 static int nodelay;
 static FILE *logf;
-/* A write's log line, finished with the real call's return time. */
+/* A write's log line, finished with the real call's return time ("" when
+ * none waits). */
 static __thread char pending[256];
-static __thread int has_pending;
 
 /* Unconnected UDP: counts per (fd, destination). */
 static struct {
@@ -240,8 +240,9 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	for (size_t i = 0; b && i < headlen && i < 6; i++)
 		snprintf(hex + 2 * i, 3, "%02x", b[i]);
 	double rq = run_delay();
-	char line[192];
-	int used = snprintf(line, sizeof(line), "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f",
+	char line[sizeof(pending)];
+	char *out = n ? pending : line;
+	int used = snprintf(out, sizeof(pending), "%c %d %d %u %zu %.3f %.6f %.6f %d %d %s %.3f %.3f",
 			    n ? 'W' : (len ? 'R' : 'C'), (int)getpid(), fd, n, len, held, t0,
 			    n ? now_real() : t0, lport, pport, hex[0] ? hex : "-", n || !len ? rq0 : rq, rq);
 	if (!n) {
@@ -253,18 +254,18 @@ static void log_write(int fd, unsigned n, size_t len, double held, double t0, do
 	if (to || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
 	    ioctl(fd, FIONREAD, &queued) != 0)
 		queued = -1;
-	snprintf(pending, sizeof(pending), "%s %d", used > 0 ? line : "", queued);
-	has_pending = 1;
+	if (used > 0 && (size_t)used < sizeof(pending))
+		snprintf(pending + used, sizeof(pending) - used, " %d", queued);
 }
 
 /* After a payload write's real call: its line, with the time it returned. */
 static void after_write(void)
 {
-	if (!has_pending)
+	if (!pending[0])
 		return;
 	int saved = errno;
 	fprintf(logf, "%s %.6f\n", pending, now_real());
-	has_pending = 0;
+	pending[0] = 0;
 	errno = saved;
 }
 
